@@ -1,0 +1,71 @@
+"""Build configuration: every parameter that decides what a cached sample contains.
+
+The semantic fields form the cache fingerprint: change one and the whole cache is rebuilt.
+Things that only decide *how* the build runs (job count, verbosity) live outside this class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+# Tags that make a word a don't-care region (ROI = 0) instead of a positive. The baseline
+# dropped these words, turning them into background the model is punished for detecting.
+DEFAULT_IGNORE_TAGS = ("masked", "excluded-region", "maintable", "stamp")
+
+STRATEGIES = ("whole", "image", "batch", "chunked")
+MAP_SCALES = (0.5, 0.25)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    image_size: int = 2048          # px, long side of the source image after resizing
+    input_size: int = 1024          # px, side of the square training crop
+    map_scale: float = 0.5          # target map resolution / input resolution (0.5: stride-2 head, 0.25: stride 4)
+    variants: int = 1               # augmented variants cached per image; epoch e reads (e + offset_i) mod K
+    seed: int = 0                   # root of every random draw; with the image name and variant it fixes a sample
+    height_jitter: float = 0.2      # height scaled by U[1 - j, 1 + j]
+    max_rotation: float = 10.0      # degrees, rotation drawn from U[-r, r] about the image centre
+    crop_tries: int = 1000          # candidate crops tested for cutting a legible word before giving up
+    ignore_tags: tuple[str, ...] = DEFAULT_IGNORE_TAGS  # word tags that make a don't-care region
+    min_area: float = 10.0          # px^2 in the annotation frame; smaller words become don't-care
+    drop_area: float = 1.0          # px^2; smaller words are dropped entirely (degenerate)
+    fit_polygons: bool = False      # True: words with 5+ points become their minimum-area quad; False: don't-care
+    strategy: str = "chunked"       # records per file: whole = all, image = K, batch = batch_size, chunked = chunk_size
+    chunk_size: int = 5000          # records per file for the chunked strategy
+    batch_size: int = 8             # records per file for the batch strategy
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if self.map_scale not in MAP_SCALES:
+            raise ValueError(f"map_scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
+        if self.input_size % 32 != 0 or self.input_size <= 0:
+            raise ValueError(f"input_size {self.input_size} must be a positive multiple of 32 (the VGG backbone's stride)")
+        if self.image_size <= 0 or self.variants < 1 or self.chunk_size < 1 or self.batch_size < 1:
+            raise ValueError("image_size, variants, chunk_size and batch_size must all be positive")
+        if not 0 <= self.height_jitter < 1:
+            raise ValueError(f"height_jitter {self.height_jitter} must lie in [0, 1)")
+        # JSON round-trips give lists; keep the dataclass hashable and canonical.
+        object.__setattr__(self, "ignore_tags", tuple(sorted(set(self.ignore_tags))))
+
+    @property
+    def map_size(self) -> int:
+        """Side of the square target maps, in map pixels."""
+        return int(round(self.input_size * self.map_scale))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["ignore_tags"] = list(self.ignore_tags)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BuildConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: (tuple(v) if k == "ignore_tags" else v) for k, v in d.items() if k in known})
+
+    def fingerprint(self) -> str:
+        """Hash of every field; equal fingerprints mean equal samples (with the same code version)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.blake2b(blob, digest_size=16).hexdigest()
