@@ -1,1 +1,5 @@
 """A thin mmap-backed torch Dataset over a cache built by `python -m preprocess build`."""
+from dataset.cache import CacheDataset, StaleCacheError, collate
+from dataset.onthefly import OnTheFlyDataset
+
+__all__ = ["CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate"]

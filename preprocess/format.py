@@ -7,6 +7,7 @@ Each data file has a sidecar `.quads.npz` with the sample's words in crop coordi
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -79,3 +80,19 @@ def file_members(strategy: str, n_images: int, variants: int, batch_size: int, c
             assert r == len(files[f]), "layout rows must be dense and ordered"
             files[f].append((i, v))
     return files
+
+
+def variant_offsets(strategy: str, names: list[str], variants: int, batch_size: int, seed: int) -> np.ndarray:
+    """Per-image offset o_i: epoch e reads variant (e + o_i) mod K. Drawn from the seed and the image
+    name, so it is stable when other images are added or removed. A batch file rotates as a whole,
+    so that a training batch stays one contiguous read."""
+    keys = [f"batch{i // batch_size}" for i in range(len(names))] if strategy == "batch" else names
+    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{k}".encode(), digest_size=8).digest(), "little") % variants
+                     for k in keys], dtype=np.int64)
+
+
+def row_quads(sidecar, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points (P,2), offsets (N+1,) from 0, care (N,)) of one record, from its file's loaded sidecar."""
+    w0, w1 = sidecar["sample_offsets"][row], sidecar["sample_offsets"][row + 1]
+    offsets = sidecar["offsets"][w0:w1 + 1]
+    return sidecar["points"][offsets[0]:offsets[-1]], offsets - offsets[0], sidecar["care"][w0:w1]

@@ -1,0 +1,39 @@
+"""OnTheFlyDataset: makes each sample when asked, with the same code the cache builder uses.
+
+For comparison with the cache, and for users who want fresh augmentation every epoch: with
+fresh=True, epoch e draws variant e of every image (an endless supply of distinct draws).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from preprocess.config import BuildConfig
+from preprocess.format import variant_offsets
+from preprocess.sample import make_sample
+from preprocess.ufo import load_splits
+
+
+class OnTheFlyDataset(Dataset):
+    def __init__(self, data_dirs, split: str = "train", config: BuildConfig | None = None, fresh: bool = False):
+        self.config = config or BuildConfig()
+        self.records, self.summary = load_splits([Path(d) for d in data_dirs], split, self.config)
+        self.fresh = fresh
+        self.epoch = 0
+        c = self.config
+        self.offsets = variant_offsets("image", [r.name for r in self.records], c.variants, c.batch_size, c.seed)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def variant(self, i: int) -> int:
+        return self.epoch if self.fresh else (self.epoch + int(self.offsets[i])) % self.config.variants
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        s = make_sample(self.records[i], self.config, self.variant(i))
+        return {"image": s.image, "score": s.score, "geo": s.geo.astype(np.float16), "roi": s.roi}

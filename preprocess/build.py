@@ -1,0 +1,272 @@
+"""Build orchestration: ingest, plan, fill data files in parallel, commit the manifest last.
+
+Crash safety: new data files are written under temp names and renamed into place only when
+complete; the manifest is replaced atomically after every file is in place; files the new
+manifest no longer names are deleted only after that. A build killed at any point leaves the
+previous cache readable, and the next build reuses every file that was finished.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import shutil
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from joblib import Parallel, delayed, parallel_config
+
+from preprocess.config import BuildConfig
+from preprocess.format import DATA_DIR, FORMAT_VERSION, QUADS_SUFFIX, record_dtype
+from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
+                                 fsync_dir, quads_checksum, quads_path, read_manifest, rows_checksum,
+                                 source_fingerprints, write_manifest)
+from preprocess.plan import CORRUPT_MARKER, FilePlan, Plan, make_plan
+from preprocess.progress import Progress
+from preprocess.strategy import choose_strategy
+from preprocess.ufo import load_splits
+from preprocess.worker import RowResult, run_tasks
+
+TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
+
+
+class BuildError(RuntimeError):
+    """The build cannot go on (lock held, disk full); the existing cache is untouched."""
+
+
+@dataclass
+class BuildReport:
+    out: Path
+    strategy: str
+    strategy_reason: str = ""
+    images: int = 0
+    samples: int = 0
+    computed: int = 0           # samples made from the source images
+    copied: int = 0             # samples copied from the previous cache
+    files_reused: int = 0
+    files_written: int = 0
+    files_removed: int = 0
+    seconds: float = 0.0
+    up_to_date: bool = False
+    full_rebuild_reason: str = ""
+    changes: Staleness = field(default_factory=Staleness)
+
+
+@contextmanager
+def build_lock(out: Path):
+    """One build per cache directory; the kernel drops the lock if the process dies."""
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise BuildError(f"{out}: another build (pid {holder}) is writing this cache. Wait for it to finish, "
+                             f"or build into another --out.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
+                check_content: bool = False, skip_bad: bool = False, auto_strategy: bool = False,
+                backend: str | None = None, log=None) -> BuildReport:
+    log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
+    out = Path(out)
+    (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    with build_lock(out):
+        t0 = time.perf_counter()
+        records, summary = load_splits([Path(d) for d in data_dirs], split, cfg, skip_bad=skip_bad)
+        old = _old_manifest(out, log)
+        cfg, reason = _resolve_strategy(cfg, records, old, auto_strategy)
+        report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants)
+        sources = source_fingerprints(records, check_content)
+        build_fp = build_fingerprint(cfg)
+        corrupt = _corrupt_files(out)
+        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt)
+        report.changes = compare_sources(old["images"], sources) if old else Staleness(added=list(sources))
+        if old is not None and old["build_fingerprint"] != build_fp:
+            report.full_rebuild_reason = _config_change(old, cfg)
+        if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
+            report.up_to_date, report.files_reused = True, len(plan.files)
+            report.seconds = time.perf_counter() - t0
+            return report
+        _preallocate(out, cfg, plan)
+        notes = {n: v for n, v in (old or {}).get("notes", {}).items() if n in sources and n not in report.changes.changed}
+        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, report)
+        manifest = {
+            "format_version": FORMAT_VERSION, "build_fingerprint": build_fp, "config": cfg.to_dict(),
+            "strategy_reason": reason,
+            "source": {"data_dirs": [str(Path(d).resolve()) for d in data_dirs], "split": split,
+                       "skip_bad": skip_bad, "check_content": check_content},
+            "images": sources, "files": entries, "ingest": summary.to_dict(), "notes": notes,
+            "build": {"seconds": round(time.perf_counter() - t0, 3), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      "computed": report.computed, "copied": report.copied, "files_reused": report.files_reused},
+        }
+        write_manifest(out, manifest)
+        report.files_removed = _collect_garbage(out, {e["name"] for e in entries})
+        report.seconds = time.perf_counter() - t0
+        return report
+
+
+def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
+    """Bring a cache up to date with the source and the config it was built with."""
+    m = read_manifest(cache_dir)
+    src = m["source"]
+    return build_cache(BuildConfig.from_dict(m["config"]), src["data_dirs"], cache_dir, split=src["split"], jobs=jobs,
+                       quiet=quiet, check_content=src["check_content"], skip_bad=src["skip_bad"])
+
+
+def _old_manifest(out: Path, log) -> dict | None:
+    try:
+        return read_manifest(out)
+    except CacheError as e:
+        if (out / "manifest.json").exists():
+            log(f"ignoring the previous manifest: {e}")
+        return None
+
+
+def _resolve_strategy(cfg: BuildConfig, records, old: dict | None, auto: bool) -> tuple[BuildConfig, str]:
+    if not auto:
+        return cfg, "chosen with --strategy"
+    if old is not None:
+        kept = dataclasses.replace(cfg, strategy=old["config"]["strategy"])
+        if kept.to_dict() == old["config"]:
+            return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
+    record_bytes = record_dtype(cfg.input_size, cfg.map_size).itemsize
+    strategy, reason = choose_strategy(len(records) * cfg.variants, record_bytes)
+    return dataclasses.replace(cfg, strategy=strategy), reason
+
+
+def _config_change(old: dict, cfg: BuildConfig) -> str:
+    new = cfg.to_dict()
+    fields = [k for k in sorted(set(old["config"]) | set(new)) if old["config"].get(k) != new.get(k)]
+    if fields:
+        return "the build configuration changed (" + ", ".join(f"{k}: {old['config'].get(k)} -> {new.get(k)}" for k in fields) + ")"
+    return "the sample-making code or the cache format changed"
+
+
+def _same_files(old: dict, plan: Plan) -> bool:
+    return [f["name"] for f in old["files"]] == [f.name for f in plan.files]
+
+
+def _corrupt_files(out: Path) -> set[str]:
+    import json
+    marker = out / CORRUPT_MARKER
+    return set(json.loads(marker.read_text())) if marker.exists() else set()
+
+
+def _preallocate(out: Path, cfg: BuildConfig, plan: Plan) -> None:
+    """Reserve every new file's blocks up front: a full disk fails here, with a message, not mid-write."""
+    dtype = record_dtype(cfg.input_size, cfg.map_size)
+    need = sum(len(f.keys) * dtype.itemsize for f in plan.to_write)
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise BuildError(f"{out}: not enough disk space: this build needs {need / 2**30:.2f} GiB, "
+                         f"{free / 2**30:.2f} GiB are free. Free some space or build into another --out; "
+                         f"the existing cache is unchanged.")
+    for f in plan.to_write:
+        path = data_path(out, f.name + ".tmp")
+        arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(f.keys),))
+        del arr
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                raise BuildError(f"{out}: the disk filled up while reserving {path.name}. Free some space or build "
+                                 f"into another --out; the existing cache is unchanged.") from e
+        finally:
+            os.close(fd)
+
+
+def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, report) -> list[dict]:
+    entries: list[dict | None] = [None] * len(plan.files)
+    pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
+    for i, f in enumerate(plan.files):
+        if f.reuse is not None:
+            entries[i] = f.reuse if f.reuse else _entry_from_disk(out, f)
+            report.files_reused += 1
+    batches = [plan.tasks[k:k + TASKS_PER_CALL] for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
+    progress = Progress(len(plan.tasks), "samples", quiet)
+    with parallel_config(backend=backend) if backend else nullcontext():
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
+            delayed(run_tasks)(cfg, batch, skip_bad) for batch in batches)
+        for batch in results:
+            for r in batch:
+                _record(r, notes, report)
+                rows = pending[r.file]
+                rows[r.row] = r
+                if len(rows) == len(plan.files[r.file].keys):
+                    entries[r.file] = _finish_file(out, plan.files[r.file], rows)
+                    report.files_written += 1
+                    del pending[r.file]
+            progress.update(len(batch))
+    progress.close()
+    fsync_dir(out / DATA_DIR)
+    return entries
+
+
+def _record(r: RowResult, notes: dict, report: BuildReport) -> None:
+    if r.name is None:
+        report.copied += 1
+        return
+    report.computed += 1
+    if r.note:
+        notes[r.name] = r.note
+    else:
+        notes.pop(r.name, None)
+
+
+def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
+    """Write the sidecar, make the data file durable, then rename both into place (sidecar first)."""
+    tmp = data_path(out, f.name + ".tmp")
+    ordered = [rows[i] for i in range(len(f.keys))]
+    word_counts = [len(r.care) for r in ordered]
+    point_base = np.cumsum([0] + [len(r.points) for r in ordered])
+    quads = {
+        "points": np.concatenate([r.points for r in ordered]).astype(np.float32).reshape(-1, 2),
+        "offsets": np.concatenate([[0]] + [r.offsets[1:] + base for r, base in zip(ordered, point_base)]).astype(np.int64),
+        "care": np.concatenate([r.care for r in ordered]).astype(np.uint8),
+        "sample_offsets": np.cumsum([0] + word_counts).astype(np.int64),
+    }
+    final_quads = quads_path(data_path(out, f.name))
+    tmp_quads = final_quads.with_name(final_quads.name + ".tmp.npz")
+    np.savez(tmp_quads, **quads)
+    for p in (tmp_quads, tmp):
+        fd = os.open(p, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+    os.replace(tmp_quads, final_quads)
+    os.replace(tmp, data_path(out, f.name))
+    return {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": rows_checksum(r.crc for r in ordered),
+            "quads_checksum": quads_checksum(final_quads)}
+
+
+def _entry_from_disk(out: Path, f: FilePlan) -> dict:
+    """A file finished by an interrupted build: trusted (it was renamed into place complete), checksummed now."""
+    path = data_path(out, f.name)
+    return {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": file_checksum(path),
+            "quads_checksum": quads_checksum(quads_path(path))}
+
+
+def _collect_garbage(out: Path, keep: set[str]) -> int:
+    """After the commit: delete data files no manifest names (old versions, leftovers of killed builds)."""
+    removed = 0
+    for p in (out / DATA_DIR).iterdir():
+        base = p.name[: -len(QUADS_SUFFIX)] + ".npy" if p.name.endswith(QUADS_SUFFIX) else p.name
+        if base not in keep:
+            p.unlink()
+            removed += p.name.endswith(".npy")
+    marker = out / CORRUPT_MARKER
+    if marker.exists():
+        marker.unlink()
+    return removed
+

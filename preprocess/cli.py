@@ -1,0 +1,126 @@
+"""`python -m preprocess {build,info,verify}`. Fills a BuildConfig from flags; imports no torch."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+
+
+def add_build_args(p: argparse.ArgumentParser) -> None:
+    d = BuildConfig()
+    p.add_argument("--data", action="append", type=Path, metavar="DIR",
+                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. "
+                        "Default: the built-in synthetic sample set, generated into ./sample_data")
+    p.add_argument("--split", default="train", help="which ufo/{split}.json to read (default: train)")
+    p.add_argument("--out", type=Path, default=Path("cache"), help="cache directory (default: cache/)")
+    p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
+                   help="records per file: whole = one file, image = one per image, batch = one per training batch, "
+                        "chunked = --chunk-size per file; auto picks from cache size vs RAM (default: auto)")
+    p.add_argument("--chunk-size", type=int, default=d.chunk_size, help=f"samples per file, chunked (default {d.chunk_size})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"samples per file, batch strategy; use your training batch size (default {d.batch_size})")
+    p.add_argument("--variants", type=int, default=d.variants,
+                   help=f"augmented variants cached per image; epoch e reads variant (e + offset) mod K (default {d.variants})")
+    p.add_argument("--image-size", type=int, default=d.image_size, help=f"long side after resizing, px (default {d.image_size})")
+    p.add_argument("--input-size", type=int, default=d.input_size, help=f"square crop side, px (default {d.input_size})")
+    p.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
+                   help=f"target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4 (default {d.map_scale})")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of every random draw (default 0)")
+    p.add_argument("--height-jitter", type=float, default=d.height_jitter, help="height scaled by U[1-j, 1+j] (default 0.2)")
+    p.add_argument("--max-rotation", type=float, default=d.max_rotation, help="rotation drawn from U[-r, r] degrees (default 10)")
+    p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
+                   help="comma-separated word tags that make a don't-care region (default: %(default)s)")
+    p.add_argument("--min-area", type=float, default=d.min_area, help="px^2; smaller words become don't-care (default 10)")
+    p.add_argument("--drop-area", type=float, default=d.drop_area, help="px^2; smaller words are dropped (default 1)")
+    p.add_argument("--fit-polygons", action="store_true", help="fit words with 5+ points to a min-area quad instead of don't-care")
+    p.add_argument("--jobs", type=int, default=-1, help="parallel worker processes (joblib; default -1 = all cores)")
+    p.add_argument("--check-content", action="store_true",
+                   help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="leave out missing or unreadable images (listed in the manifest) instead of stopping")
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def config_from_args(a: argparse.Namespace) -> BuildConfig:
+    return BuildConfig(image_size=a.image_size, input_size=a.input_size, map_scale=a.map_scale, variants=a.variants,
+                       seed=a.seed, height_jitter=a.height_jitter, max_rotation=a.max_rotation,
+                       ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
+                       min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons,
+                       strategy="chunked" if a.strategy == "auto" else a.strategy,
+                       chunk_size=a.chunk_size, batch_size=a.batch_size)
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from preprocess.build import build_cache
+    say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
+    data = a.data
+    if not data:
+        from preprocess.sampledata import ensure_default_sample
+        data = [ensure_default_sample()]
+        say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
+    r = build_cache(config_from_args(a), data, a.out, split=a.split, jobs=a.jobs, quiet=a.quiet,
+                    check_content=a.check_content, skip_bad=a.skip_bad, auto_strategy=a.strategy == "auto")
+    if r.up_to_date:
+        say(f"{a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to do "
+            f"[{r.seconds:.2f} s]")
+        return 0
+    say(f"strategy: {r.strategy} ({r.strategy_reason})")
+    if r.full_rebuild_reason:
+        say(f"rebuilt everything: {r.full_rebuild_reason}")
+    elif r.changes.stale:
+        say(f"source changes: {r.changes.describe()}")
+    say(f"{a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the previous "
+        f"cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} [{r.seconds:.1f} s]")
+    return 0
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from preprocess.info import describe
+    print(describe(a.cache, as_json=a.json))
+    return 0
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from preprocess.verify import verify
+    bad = verify(a.cache)
+    for name, why in bad:
+        print(f"{name}: {why}")
+    if bad:
+        print(f"{len(bad)} bad file(s); `python -m preprocess build --out {a.cache}` rebuilds exactly those", file=sys.stderr)
+        return 1
+    print(f"{a.cache}: all files match their checksums")
+    return 0
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m preprocess", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
+    add_build_args(b)
+    b.set_defaults(func=cmd_build)
+    i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
+    i.add_argument("cache", type=Path, help="cache directory")
+    i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
+    i.set_defaults(func=cmd_info)
+    v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
+    v.add_argument("cache", type=Path, help="cache directory")
+    v.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from preprocess.build import BuildError
+    from preprocess.manifest import CacheError
+    from preprocess.ufo import DataError
+    args = get_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (DataError, CacheError, BuildError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the previous cache is intact; run the same command again to finish "
+              "(finished files are reused)", file=sys.stderr)
+        return 130

@@ -1,0 +1,171 @@
+"""The manifest: what a cache holds, what it was built from, and whether that source has changed.
+
+It is written last and atomically, so a cache directory either has a complete manifest that
+describes complete files, or none the reader will accept.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from preprocess.config import BuildConfig
+from preprocess.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, record_dtype
+
+
+class CacheError(ValueError):
+    """A cache that cannot be read as it is; the message says what to run."""
+
+
+def digest(*parts) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def build_fingerprint(cfg: BuildConfig) -> str:
+    """Changes whenever a sample could change for reasons other than its source: config, maths, format."""
+    from preprocess.sample import SAMPLE_CODE_VERSION
+    return digest(cfg.fingerprint(), SAMPLE_CODE_VERSION, FORMAT_VERSION)
+
+
+def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
+    """size + mtime (cheap), or the bytes themselves with check_content."""
+    if check_content:
+        h = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return "b2:" + h.hexdigest()
+    st = os.stat(path)
+    return f"st:{st.st_size}:{st.st_mtime_ns}"
+
+
+def rows_checksum(row_crcs) -> str:
+    """A data file's checksum: a hash of its records' CRC32s in row order (workers compute those)."""
+    return digest(*[f"{int(c):08x}" for c in row_crcs])
+
+
+def record_crc(record: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(record)).cast("B"))
+
+
+def file_checksum(path: Path) -> str:
+    """Recompute a data file's checksum from its bytes (verify, resume)."""
+    arr = np.load(path, mmap_mode="r")
+    return rows_checksum(record_crc(arr[r:r + 1]) for r in range(len(arr)))
+
+
+def quads_checksum(path: Path) -> str:
+    return file_fingerprint(path, check_content=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """temp file + fsync + rename + fsync of the directory: readers see the old or the new file, never half."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(cache_dir: Path, manifest: dict) -> None:
+    write_atomic(Path(cache_dir) / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+
+
+def read_manifest(cache_dir: str | os.PathLike) -> dict:
+    path = Path(cache_dir) / MANIFEST
+    if not path.exists():
+        raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
+                         f"Build one with: python -m preprocess build --out {cache_dir}")
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise CacheError(f"{path}: unreadable manifest ({e}). Rebuild with: python -m preprocess build --out {cache_dir}") from e
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CacheError(f"{cache_dir}: cache format version {manifest.get('format_version')}, this code reads version "
+                         f"{FORMAT_VERSION}. Rebuild it with: python -m preprocess build --out {cache_dir} "
+                         f"(with the same --data and options)")
+    return manifest
+
+
+def manifest_config(manifest: dict) -> BuildConfig:
+    return BuildConfig.from_dict(manifest["config"])
+
+
+def manifest_dtype(manifest: dict) -> np.dtype:
+    cfg = manifest_config(manifest)
+    return record_dtype(cfg.input_size, cfg.map_size)
+
+
+def data_path(cache_dir: Path, name: str) -> Path:
+    return Path(cache_dir) / DATA_DIR / name
+
+
+def quads_path(data_file: Path) -> Path:
+    return data_file.with_name(data_file.name[: -len(".npy")] + QUADS_SUFFIX)
+
+
+@dataclass
+class Staleness:
+    changed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    error: str | None = None       # the source could not be read at all
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.changed or self.added or self.removed or self.error)
+
+    def describe(self) -> str:
+        if self.error:
+            return self.error
+        parts = [f"{len(v)} {k}" for k, v in (("changed", self.changed), ("added", self.added), ("removed", self.removed)) if v]
+        example = (self.changed + self.added + self.removed)[:3]
+        return f"{', '.join(parts)} image(s) since the build (e.g. {', '.join(example)})"
+
+
+def source_fingerprints(records, check_content: bool = False) -> dict[str, dict]:
+    return {r.name: {"ann": r.fingerprint, "file": file_fingerprint(r.path, check_content), "json": r.source}
+            for r in records}
+
+
+def compare_sources(old: dict[str, dict], new: dict[str, dict]) -> Staleness:
+    st = Staleness()
+    for name, fp in new.items():
+        if name not in old:
+            st.added.append(name)
+        elif (old[name]["ann"], old[name]["file"]) != (fp["ann"], fp["file"]):
+            st.changed.append(name)
+    st.removed = [n for n in old if n not in new]
+    return st
+
+
+def check_stale(manifest: dict) -> Staleness:
+    """Re-read the recorded source (annotations + file stats, no decoding) and compare fingerprints."""
+    from preprocess.ufo import DataError, load_splits
+    cfg = manifest_config(manifest)
+    src = manifest["source"]
+    try:
+        records, _ = load_splits([Path(d) for d in src["data_dirs"]], src["split"], cfg, skip_bad=src.get("skip_bad", False))
+        fps = source_fingerprints(records, src.get("check_content", False))
+    except (DataError, OSError) as e:
+        return Staleness(error=f"the source data cannot be read: {e}")
+    return compare_sources(manifest["images"], fps)

@@ -1,0 +1,94 @@
+"""Incremental planning: which data files to keep, and for the others which rows to copy or compute.
+
+Every sample has a key: hash(build fingerprint, image name, annotation and file fingerprints,
+variant). A data file's name carries the hash of its rows' keys, so a file whose samples did not
+change keeps its name and is reused untouched, and a file is complete whenever it exists under
+its final name (it is renamed into place only after it is written). A row of a file that must be
+rewritten is copied from the previous cache when its key is there, and recomputed otherwise.
+Hence an incremental rebuild gives the same bytes as a full one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from preprocess.config import BuildConfig
+from preprocess.format import file_members
+from preprocess.manifest import data_path, digest, quads_path
+
+CORRUPT_MARKER = ".corrupt.json"   # written by `verify`, read by the next build: files not to trust
+
+
+@dataclass
+class Task:
+    """One row of a data file to fill: from the source image, or copied from an old file."""
+    file: int
+    row: int
+    dst: str                      # temp path of the data file being written
+    record: object = None         # ImageRecord, when computing
+    variant: int = 0
+    src: str | None = None        # old data file, when copying
+    src_row: int = 0
+
+
+@dataclass
+class FilePlan:
+    name: str
+    keys: list[str]               # sample key of each row
+    members: list[tuple[int, int]]
+    reuse: dict | None = None     # the old manifest entry, when the file is kept as it is
+
+
+@dataclass
+class Plan:
+    files: list[FilePlan]
+    tasks: list[Task] = field(default_factory=list)
+
+    @property
+    def to_write(self) -> list[FilePlan]:
+        return [f for f in self.files if f.reuse is None]
+
+    def count(self, kind: str) -> int:
+        return sum((t.src is None) == (kind == "compute") for t in self.tasks)
+
+
+def sample_keys(build_fp: str, records, sources: dict[str, dict]) -> list[str]:
+    return [digest(build_fp, r.name, sources[r.name]["ann"], sources[r.name]["file"]) for r in records]
+
+
+def tmp_name(name: str) -> str:
+    return name + ".tmp"
+
+
+def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict], old: dict | None,
+              out: Path, corrupt: set[str]) -> Plan:
+    image_keys = sample_keys(build_fp, records, sources)
+    layout = file_members(cfg.strategy, len(records), cfg.variants, cfg.batch_size, cfg.chunk_size)
+    old_files = {f["name"]: f for f in (old or {}).get("files", []) if f["name"] not in corrupt}
+    # Where each old sample lives, to copy instead of recompute.
+    old_rows = {k: (f["name"], r) for f in old_files.values() for r, k in enumerate(f["keys"])}
+    plan = Plan(files=[])
+    for index, members in enumerate(layout):
+        keys = [f"{image_keys[i]}:{v}" for i, v in members]
+        name = f"{cfg.strategy}-{index:05d}-{digest(build_fp, *keys)[:16]}.npy"
+        fp = FilePlan(name=name, keys=keys, members=members)
+        fp.reuse = _reusable(out, name, old_files.get(name), corrupt)
+        plan.files.append(fp)
+        if fp.reuse is not None:
+            continue
+        dst = str(data_path(out, tmp_name(name)))
+        for row, ((i, v), key) in enumerate(zip(members, keys)):
+            if key in old_rows and data_path(out, old_rows[key][0]).exists():
+                src_name, src_row = old_rows[key]
+                plan.tasks.append(Task(index, row, dst, src=str(data_path(out, src_name)), src_row=src_row))
+            else:
+                plan.tasks.append(Task(index, row, dst, record=records[i], variant=v))
+    return plan
+
+
+def _reusable(out: Path, name: str, entry: dict | None, corrupt: set[str]) -> dict | None:
+    """The old manifest entry if the file can be kept; {} for a file finished by an interrupted build."""
+    path = data_path(out, name)
+    if name in corrupt or not path.exists() or not quads_path(path).exists():
+        return None
+    return entry if entry is not None else {}
