@@ -1,9 +1,16 @@
 """UFO JSON annotations in: one ImageRecord per image, every word kept as a positive or a don't-care."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 import numpy as np
+
+from preprocess.config import BuildConfig
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
 CARE = 0            # legible quad: drawn in score and geometry
@@ -30,3 +37,232 @@ class ImageRecord:
     @property
     def n_words(self) -> int:
         return len(self.reason)
+
+
+class DataError(ValueError):
+    """A problem with the input data. The message names the file, the image and the word and says
+    what to do; the CLI prints it without a traceback."""
+
+
+def find_split(data_dir, split: str) -> tuple[Path, Path]:
+    """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/."""
+    data_dir = Path(data_dir)
+    json_path = data_dir / "ufo" / f"{split}.json"
+    if not json_path.is_file():
+        raise DataError(f"{json_path}: UFO file not found; pass the dataset root that holds ufo/{split}.json, "
+                        f"or choose another --split")
+    tried = (data_dir / "images", data_dir / "img" / split)
+    for folder in tried:
+        if folder.is_dir():
+            return json_path, folder
+    raise DataError(f"{data_dir}: no image folder for split {split!r}; tried {tried[0]} and {tried[1]}")
+
+
+@dataclass
+class IngestSummary:
+    """What ingest kept, dropped and skipped. words = kept words = legible + ... + small."""
+    images: int = 0                 # images kept
+    words: int = 0                  # words kept, as positives or don't-care regions
+    legible: int = 0                # one count per reason code
+    illegible: int = 0
+    ignore_tag: int = 0
+    not_quad: int = 0
+    small: int = 0
+    fitted: int = 0                 # 5+ point polygons replaced by their minimum-area rectangle
+    dropped_degenerate: int = 0     # area under drop_area, or fewer than 3 points
+    dropped_invalid: int = 0        # NaN / inf / non-numeric / malformed points
+    exif_applied: int = 0           # frame sizes read from an EXIF-transposed image header
+    bad: list[tuple[str, str]] = field(default_factory=list)   # (image name, reason), skipped with skip_bad
+    warnings: list[str] = field(default_factory=list)
+
+    def count(self, reason: int) -> None:
+        self.words += 1
+        name = _REASON_FIELDS[reason]
+        setattr(self, name, getattr(self, name) + 1)
+
+    def merge(self, other: "IngestSummary") -> "IngestSummary":
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bad"] = [list(b) for b in self.bad]
+        return d
+
+
+_REASON_FIELDS = {CARE: "legible", ILLEGIBLE: "illegible", IGNORE_TAG: "ignore_tag", NOT_QUAD: "not_quad", SMALL: "small"}
+
+
+def load_splits(data_dirs: list, split: str, cfg: BuildConfig, skip_bad: bool = False) -> tuple[list[ImageRecord], IngestSummary]:
+    """Every data dir's split, merged and sorted by image name. Names must be unique across dirs."""
+    records, total, seen = [], IngestSummary(), {}
+    for data_dir in data_dirs:
+        json_path, image_dir = find_split(data_dir, split)
+        recs, summary = load_ufo(json_path, image_dir, cfg, skip_bad)
+        for name in [r.name for r in recs] + [b[0] for b in summary.bad]:
+            if name in seen:
+                raise DataError(f"image {name!r} appears in both {seen[name]} and {json_path}; image names must be "
+                                f"unique across data dirs: rename one of the files or drop one data dir")
+            seen[name] = json_path
+        records += recs
+        total.merge(summary)
+    records.sort(key=lambda r: r.name)
+    return records, total
+
+
+def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> tuple[list[ImageRecord], IngestSummary]:
+    """One ImageRecord per image of a UFO file, sorted by name. Reads no pixels: a missing file is
+    found with os.stat, and image headers are read only for entries without img_w/img_h."""
+    json_path, image_dir = Path(json_path), Path(image_dir)
+    summary, records = IngestSummary(), []
+    for name, entry in sorted(_read_images(json_path).items()):
+        try:
+            records.append(_image(name, entry, json_path, image_dir, cfg, summary))
+        except DataError as e:
+            if not skip_bad:
+                raise
+            summary.bad.append((name, str(e)))
+            continue
+        summary.images += 1
+    return records, summary
+
+
+def _read_images(json_path: Path) -> dict:
+    try:
+        with open(json_path, encoding="utf-8-sig") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{json_path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file there") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{json_path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise DataError(f"{json_path}: cannot read the file ({e.strerror}); check the path and its permissions") from None
+    images = data.get("images") if isinstance(data, dict) else None
+    if not isinstance(images, dict):
+        raise DataError(f'{json_path}: no "images" object at the top level; a UFO file reads '
+                        f'{{"images": {{"file_name": {{"img_w": ..., "img_h": ..., "words": {{...}}}}}}}}')
+    return images
+
+
+def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig, summary: IngestSummary) -> ImageRecord:
+    where = f"{json_path}: image {name!r}"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: the entry is not an object; fix it, or pass --skip-bad to leave the image out")
+    path = image_dir / name
+    try:
+        os.stat(path)
+    except OSError:
+        raise DataError(f"{where}: image file not found at {path}; fix the image folder or the file name, "
+                        f"or pass --skip-bad to leave the image out") from None
+    words = entry.get("words") or {}
+    if not isinstance(words, dict):
+        raise DataError(f'{where}: "words" is not an object keyed by word id; fix it, or pass --skip-bad')
+    width, height = _frame_size(entry, path, where, summary)
+    # Word order follows the ids, not the JSON key order, so the record depends only on what the
+    # fingerprint (sorted keys) sees.
+    kept = [_word(words[k], k, where, cfg, summary) for k in sorted(words, key=_id_key)]
+    kept = [k for k in kept if k is not None]
+    points = np.array([xy for p, _ in kept for xy in p], np.float32).reshape(-1, 2)
+    return ImageRecord(name=name, path=str(path), source=str(json_path), width=width, height=height,
+                       points=points,
+                       offsets=np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
+                       reason=np.array([r for _, r in kept], np.uint8), fingerprint=_fingerprint(entry))
+
+
+def _frame_size(entry: dict, path: Path, where: str, summary: IngestSummary) -> tuple[int, int]:
+    w, h = entry.get("img_w"), entry.get("img_h")
+    if w is None or h is None:
+        from preprocess.imageio import oriented_size   # lazy: imageio imports DataError from here
+        w, h, transposed = oriented_size(path)
+        summary.exif_applied += transposed
+        summary.warnings.append(f"{where}: no img_w/img_h; using the image header's size {w}x{h}")
+        return w, h
+    if not (_positive_int(w) and _positive_int(h)):
+        raise DataError(f"{where}: img_w/img_h ({w!r}, {h!r}) must be positive integers; fix them, "
+                        f"or delete both to read the size from the image")
+    return int(w), int(h)
+
+
+def _positive_int(v) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and v > 0 and v == int(v)
+
+
+def _id_key(word_id: str):
+    """Numeric ids in numeric order ("2" before "10"), then the others."""
+    numeric = word_id.isascii() and word_id.isdigit()
+    return (0, int(word_id), word_id) if numeric else (1, 0, word_id)
+
+
+def _fingerprint(entry: dict) -> str:
+    blob = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSummary):
+    """(points [(x, y), ...] clockwise, reason) of one UFO word, or None when the word is dropped."""
+    points = _coords(word.get("points")) if isinstance(word, dict) else None
+    if points is None:
+        summary.dropped_invalid += 1
+        summary.warnings.append(f"{where}, word {word_id!r}: points missing, malformed, non-numeric or not finite; "
+                                f"word dropped")
+        return None
+    signed = _signed_area(points)
+    if len(points) < 3 or abs(signed) < cfg.drop_area:
+        summary.dropped_degenerate += 1
+        return None
+    if signed < 0:   # counter-clockwise on screen: reverse, keeping the first vertex first
+        points = points[:1] + points[:0:-1]
+    reason = _reason(word, len(points), abs(signed), cfg)
+    if reason == NOT_QUAD and cfg.fit_polygons and len(points) >= 5:
+        points, reason = _fit_quad(points), (SMALL if abs(signed) < cfg.min_area else CARE)
+        summary.fitted += 1
+    summary.count(reason)
+    return points, reason
+
+
+def _reason(word: dict, n_points: int, area: float, cfg: BuildConfig) -> int:
+    """The first rule that applies, in the order ILLEGIBLE, IGNORE_TAG, NOT_QUAD, SMALL."""
+    tags = word.get("tags") or ()
+    tags = (tags,) if isinstance(tags, str) else tags
+    if _flag(word.get("illegibility")):
+        return ILLEGIBLE
+    if any(t in cfg.ignore_tags for t in tags if isinstance(t, str)):
+        return IGNORE_TAG
+    if n_points != 4:
+        return NOT_QUAD
+    return SMALL if area < cfg.min_area else CARE
+
+
+def _flag(v) -> bool:
+    return v.strip().lower() in ("true", "1", "yes") if isinstance(v, str) else bool(v)
+
+
+def _coords(raw) -> list[tuple[float, float]] | None:
+    """[(x, y), ...] of a UFO points list, or None unless every point is a pair of finite numbers."""
+    if not isinstance(raw, list):
+        return None
+    try:   # type() excludes strings, null and booleans; unpacking fails on ragged points
+        points = [(float(x), float(y)) for x, y in raw
+                  if type(x) in _NUMBER and type(y) in _NUMBER and math.isfinite(x) and math.isfinite(y)]
+    except (TypeError, ValueError, OverflowError):   # OverflowError: an int too large for a float
+        return None
+    return points if len(points) == len(raw) else None
+
+
+_NUMBER = (int, float)
+
+
+def _signed_area(points: list) -> float:
+    """Shoelace area; positive when the polygon runs clockwise on screen (image y axis points down)."""
+    return 0.5 * sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(points, points[1:] + points[:1]))
+
+
+def _fit_quad(polygon: list) -> list[tuple[float, float]]:
+    """Minimum-area rectangle of a polygon, clockwise from the corner nearest its first vertex."""
+    import cv2   # lazy: only fit_polygons needs it, and ingest should start fast
+    box = cv2.boxPoints(cv2.minAreaRect(np.array(polygon, np.float32))).astype(np.float64)
+    if _signed_area(box.tolist()) < 0:
+        box = box[::-1]
+    box = np.roll(box, -int(np.argmin(((box - polygon[0]) ** 2).sum(axis=1))), axis=0)
+    return [tuple(p) for p in box.tolist()]
