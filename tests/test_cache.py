@@ -1,0 +1,161 @@
+"""The cache: one layout per strategy, the same samples in each, and the Dataset over all of them."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from conftest import small_config
+from dataset import CacheDataset, OnTheFlyDataset, collate
+from preprocess.build import build_cache
+from preprocess.config import STRATEGIES
+from preprocess.format import FIELDS, file_members
+from preprocess.manifest import data_path, read_manifest
+from preprocess.strategy import choose_strategy
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build(data, out, **over):
+    jobs = over.pop("jobs", 1)
+    return build_cache(small_config(**over), [data], out, jobs=jobs, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def caches(sample_root, tmp_path_factory):
+    """One cache per strategy over the same data; batch and chunk sizes that leave partial files."""
+    root = tmp_path_factory.mktemp("caches")
+    for s in STRATEGIES:
+        build(sample_root, root / s, strategy=s, batch_size=2, chunk_size=3)
+    return root
+
+
+def all_samples(ds: CacheDataset) -> dict:
+    return {(i, v): ds._file(f)[r].tobytes() for i in range(len(ds)) for v in range(ds.config.variants)
+            for f, r in [ds.locate(i, v)]}
+
+
+def test_every_strategy_holds_the_same_samples(caches):
+    reference = all_samples(CacheDataset(caches / "chunked"))
+    assert len(reference) == 5 * 2
+    assert len(set(reference.values())) == len(reference), "variants and images must differ"
+    for s in STRATEGIES:
+        assert all_samples(CacheDataset(caches / s)) == reference, s
+
+
+def test_file_counts_follow_the_strategy(caches):
+    counts = {s: len(read_manifest(caches / s)["files"]) for s in STRATEGIES}
+    assert counts == {"whole": 1, "image": 5, "batch": 2 * 3, "chunked": 4}
+    rows = [len(m) for m in file_members("batch", 5, 2, 2, 3)]
+    assert rows == [2, 2, 1, 2, 2, 1]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_dataloader_with_workers_returns_the_records(caches, strategy):
+    ds = CacheDataset(caches / strategy)
+    ds.set_epoch(1)
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
+    seen = 0
+    for b, batch in enumerate(loader):
+        assert batch["image"].dtype == torch.uint8 and batch["geo"].dtype == torch.float16
+        for j in range(len(batch["image"])):
+            item = ds[b * 2 + j]
+            for k in FIELDS:
+                assert np.array_equal(batch[k][j].numpy(), item[k]), (strategy, k)
+            seen += 1
+    assert seen == len(ds) == 5
+
+
+def test_item_shapes_and_epoch_rotation(caches):
+    ds = CacheDataset(caches / "image")
+    item = ds[0]
+    assert item["image"].shape == (3, 96, 96) and item["image"].dtype == np.uint8
+    assert item["score"].shape == item["roi"].shape == (1, 48, 48)
+    assert item["geo"].shape == (5, 48, 48) and item["geo"].dtype == np.float16
+    variants = []
+    for e in range(4):
+        ds.set_epoch(e)
+        variants.append(ds.variant(0))
+        f, r = ds.locate(0, ds.variant(0))
+        assert ds[0]["image"].tobytes() == ds._file(f)[r]["image"].tobytes()
+    assert variants[0] != variants[1] and variants[0] == variants[2]
+
+
+def test_batch_strategy_reads_a_batch_as_one_slice(caches):
+    ds = CacheDataset(caches / "batch")
+    got = ds.__getitems__([2, 3])
+    assert isinstance(got, np.ndarray) and got.shape == (2,)
+    batch = collate(got)
+    assert np.array_equal(batch["image"][1].numpy(), ds[3]["image"])
+
+
+def test_in_memory_equals_mmap(caches):
+    a, b = CacheDataset(caches / "chunked"), CacheDataset(caches / "chunked", in_memory=True)
+    assert not isinstance(b._maps[0], np.memmap)
+    for i in range(len(a)):
+        for k in FIELDS:
+            assert np.array_equal(a[i][k], b[i][k])
+
+
+def test_quads_are_kept_in_crop_coordinates(caches):
+    ds = CacheDataset(caches / "whole")
+    total_care = 0
+    for i in range(len(ds)):
+        for v in range(2):
+            points, offsets, care = ds.quads(i, v)
+            assert offsets[0] == 0 and offsets[-1] == len(points) and len(care) == len(offsets) - 1
+            total_care += int(care.sum())
+            f, r = ds.locate(i, v)
+            if care.any():  # legible words are drawn in this sample's score map
+                assert ds._file(f)[r]["score"].any()
+    assert total_care > 0
+
+
+def test_on_the_fly_dataset_makes_the_cached_samples(caches, sample_root):
+    cached = CacheDataset(caches / "image")
+    fly = OnTheFlyDataset([sample_root], config=cached.config)
+    for i in (0, 3):
+        for k in FIELDS:
+            assert np.array_equal(fly[i][k], cached[i][k]), k
+
+
+def test_jobs_1_and_2_write_identical_files(sample_root, tmp_path):
+    build(sample_root, tmp_path / "j1", strategy="chunked", chunk_size=3, jobs=1)
+    build(sample_root, tmp_path / "j2", strategy="chunked", chunk_size=3, jobs=2)
+    m1, m2 = read_manifest(tmp_path / "j1"), read_manifest(tmp_path / "j2")
+    assert [f["name"] for f in m1["files"]] == [f["name"] for f in m2["files"]]
+    for f in m1["files"]:
+        assert data_path(tmp_path / "j1", f["name"]).read_bytes() == data_path(tmp_path / "j2", f["name"]).read_bytes()
+
+
+@pytest.mark.parametrize("n,ram,expected", [
+    (100, 64 << 30, "whole"),         # 0.3 GiB of samples, lots of RAM
+    (2000, 4 << 30, "batch"),         # moderate RAM
+    (100_000, 4 << 30, "chunked"),    # very many samples
+])
+def test_auto_strategy_rules(n, ram, expected):
+    strategy, reason = choose_strategy(n, 3_700_000, ram)
+    assert strategy == expected and "GiB" in reason
+
+
+def test_auto_strategy_prefers_per_image_files_for_big_records():
+    assert choose_strategy(500, 60 << 20, 8 << 30)[0] == "image"
+
+
+def test_cli_build_and_info_do_not_import_torch(sample_root, tmp_path):
+    out = tmp_path / "cli-cache"
+    code = ("import sys, preprocess.cli as c; rc = c.main(sys.argv[1:]); "
+            "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")
+    args = ["build", "--data", str(sample_root), "--out", str(out), "--input-size", "64", "--image-size", "128",
+            "--strategy", "auto", "--jobs", "1"]
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "strategy: whole" in r.stderr
+    info = subprocess.run([sys.executable, "-m", "preprocess", "info", str(out)], cwd=REPO, capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    assert "samples    5 = 5 images x 1 variants" in info.stdout and "illegible" in info.stdout

@@ -1,0 +1,242 @@
+"""The cache follows the data: fingerprints, incremental rebuild, crash safety, lock, verify, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import small_config
+from dataset import CacheDataset, StaleCacheError
+from preprocess.build import BuildError, build_cache, build_lock, rebuild
+from preprocess.manifest import CacheError, data_path, quads_path, read_manifest
+from preprocess.ufo import DataError
+from preprocess.verify import verify
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build(data, out, **over):
+    skip_bad = over.pop("skip_bad", False)
+    return build_cache(small_config(**{"strategy": "chunked", "chunk_size": 3, **over}), [data], out, jobs=1,
+                       quiet=True, skip_bad=skip_bad)
+
+
+def cache_bytes(out: Path) -> dict[str, bytes]:
+    """Every data file and sidecar the manifest names, by name: two caches are equal when these are."""
+    files = {}
+    for f in read_manifest(out)["files"]:
+        p = data_path(out, f["name"])
+        files[p.name], files[quads_path(p).name] = p.read_bytes(), quads_path(p).read_bytes()
+    return files
+
+
+def edit_ufo(data: Path, change) -> None:
+    path = data / "ufo" / "train.json"
+    ufo = json.loads(path.read_text())
+    change(ufo["images"])
+    path.write_text(json.dumps(ufo))
+
+
+def first_image(images: dict) -> str:
+    return sorted(images)[0]
+
+
+def nudge_first_word(images):
+    words = images[first_image(images)]["words"]
+    word = words[sorted(words)[0]]
+    word["points"] = [[x + 2, y] for x, y in word["points"]]
+
+
+def test_noop_rebuild_does_nothing(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    before = cache_bytes(tmp_path / "c")
+    r = build(data_copy, tmp_path / "c")
+    assert r.up_to_date and r.computed == 0 and r.copied == 0
+    assert cache_bytes(tmp_path / "c") == before
+
+
+@pytest.mark.parametrize("edit", ["change", "add", "remove"])
+def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit):
+    build(data_copy, tmp_path / "inc")
+    if edit == "change":
+        edit_ufo(data_copy, nudge_first_word)
+    elif edit == "add":
+        def add(images):
+            name = first_image(images)
+            shutil.copy(data_copy / "images" / name, data_copy / "images" / ("zz-" + name))
+            images["zz-" + name] = images[name]
+        edit_ufo(data_copy, add)
+    else:
+        edit_ufo(data_copy, lambda images: images.pop(first_image(images)))
+    r = build(data_copy, tmp_path / "inc")
+    assert not r.up_to_date and not r.full_rebuild_reason
+    if edit == "change":
+        assert r.changes.changed and r.computed == 2  # the one edited image, both variants
+    if edit == "add":
+        assert r.changes.added and r.computed == 2
+    if edit == "remove":
+        assert r.changes.removed and r.computed == 0  # everything else is copied
+    build(data_copy, tmp_path / "full")
+    assert cache_bytes(tmp_path / "inc") == cache_bytes(tmp_path / "full")
+
+
+def test_config_change_rebuilds_everything_and_says_why(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    r = build(data_copy, tmp_path / "c", seed=7)
+    assert r.computed == 10 and "seed: 0 -> 7" in r.full_rebuild_reason
+
+
+def test_stale_cache_is_refused_with_the_command_to_run(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    edit_ufo(data_copy, nudge_first_word)
+    with pytest.raises(StaleCacheError, match=r"1 changed image.*python -m preprocess build --out"):
+        CacheDataset(tmp_path / "c")
+    CacheDataset(tmp_path / "c", check_stale=False)  # an explicit opt-out still reads
+    report = rebuild(tmp_path / "c", jobs=1, quiet=True)
+    assert report.computed == 2
+    CacheDataset(tmp_path / "c")
+
+
+def test_image_file_change_is_detected_by_mtime(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    image = sorted((data_copy / "images").iterdir())[0]
+    st = image.stat()
+    os.utime(image, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert build(data_copy, tmp_path / "c").computed == 2
+
+
+def _start_build(data, out, *extra):
+    args = [sys.executable, "-m", "preprocess", "build", "--data", str(data), "--out", str(out), "--quiet",
+            "--strategy", "chunked", "--chunk-size", "1", "--variants", "12", "--input-size", "96",
+            "--image-size", "192", "--jobs", "1", *extra]
+    return subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE)
+
+
+def _kill_after_files(proc, out: Path, n: int) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if len(list((out / "data").glob("*.npy"))) >= n:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the build finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
+    out = tmp_path / "c"
+    _kill_after_files(_start_build(data_copy, out), out, 3)
+    with pytest.raises(CacheError, match="no finished cache"):
+        CacheDataset(out)
+    finished = {p.name for p in (out / "data").glob("*.npy")}
+    proc = _start_build(data_copy, out)
+    assert proc.wait() == 0, proc.stderr.read().decode()
+    names = {f["name"] for f in read_manifest(out)["files"]}
+    assert finished <= names, "files finished before the kill are reused"
+    assert read_manifest(out)["build"]["files_reused"] >= len(finished)
+    assert not verify(out)
+    assert not list((out / "data").glob("*.tmp*")), "leftovers of the killed build are removed"
+
+
+def test_sigkill_rebuild_keeps_the_previous_cache_readable(data_copy, tmp_path):
+    out = tmp_path / "c"
+    assert _start_build(data_copy, out).wait() == 0
+    before = cache_bytes(out)
+    _kill_after_files(_start_build(data_copy, out, "--seed", "3"), out, 12 * 5 + 3)
+    assert cache_bytes(out) == before and not verify(out)
+    CacheDataset(out)[0]
+
+
+def test_concurrent_build_fails_at_once(data_copy, tmp_path):
+    out = tmp_path / "c"
+    out.mkdir()
+    with build_lock(out):
+        t0 = time.perf_counter()
+        with pytest.raises(BuildError, match="another build .* is writing"):
+            build(data_copy, out)
+        assert time.perf_counter() - t0 < 5
+
+
+def test_verify_finds_corruption_and_build_repairs_exactly_that(data_copy, tmp_path):
+    out = tmp_path / "c"
+    build(data_copy, out)
+    good = cache_bytes(out)
+    victim = data_path(out, read_manifest(out)["files"][1]["name"])
+    with open(victim, "r+b") as f:
+        f.seek(-100, os.SEEK_END)
+        f.write(b"\xff" * 10)
+    missing = data_path(out, read_manifest(out)["files"][2]["name"])
+    missing.unlink()
+    bad = dict(verify(out))
+    assert bad == {victim.name: "checksum mismatch (corrupt data)", missing.name: "missing"}
+    cli = subprocess.run([sys.executable, "-m", "preprocess", "verify", str(out)], cwd=REPO, capture_output=True)
+    assert cli.returncode == 1
+    r = build(data_copy, out)
+    assert r.files_written == 2 and r.files_reused == len(good) // 2 - 2
+    assert cache_bytes(out) == good and not verify(out)
+
+
+def test_malformed_json_names_file_and_position(data_copy, tmp_path):
+    (data_copy / "ufo" / "train.json").write_text('{"images": {"a.jpg": {"img_w": 10,,}}}')
+    with pytest.raises(DataError, match=r"train\.json.*line 1"):
+        build(data_copy, tmp_path / "c")
+
+
+def test_missing_image_is_named_and_skip_bad_records_it(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    victim = sorted((data_copy / "images").iterdir())[0]
+    victim.unlink()
+    with pytest.raises(DataError, match=victim.name):
+        build(data_copy, tmp_path / "c")
+    assert not verify(tmp_path / "c"), "a failed build leaves the cache intact"
+    r = build(data_copy, tmp_path / "c", skip_bad=True)
+    assert r.images == 4
+    assert [b[0] for b in read_manifest(tmp_path / "c")["ingest"]["bad"]] == [victim.name]
+
+
+def test_corrupt_image_with_skip_bad_becomes_an_ignored_sample(data_copy, tmp_path):
+    victim = sorted((data_copy / "images").iterdir())[0]
+    victim.write_bytes(b"not an image")
+    with pytest.raises(DataError, match="skip-bad"):
+        build(data_copy, tmp_path / "c")
+    build(data_copy, tmp_path / "c", skip_bad=True)
+    ds = CacheDataset(tmp_path / "c")
+    i = ds.names.index(victim.name)
+    assert not ds[i]["roi"].any() and victim.name in read_manifest(tmp_path / "c")["notes"]
+
+
+def test_duplicate_image_names_across_json_files(data_copy, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(data_copy, other)
+    with pytest.raises(DataError, match="train.json"):
+        build_cache(small_config(), [data_copy, other], tmp_path / "c", jobs=1, quiet=True)
+
+
+def test_page_without_words_is_valid(data_copy, tmp_path):
+    def empty(images):
+        images[first_image(images)]["words"] = {}
+    edit_ufo(data_copy, empty)
+    build(data_copy, tmp_path / "c")
+    ds = CacheDataset(tmp_path / "c")
+    item = ds[0]
+    assert not item["score"].any() and item["roi"].all()
+    assert len(ds.quads(0)[2]) == 0
+
+
+def test_full_disk_fails_cleanly_and_keeps_the_cache(data_copy, tmp_path, monkeypatch):
+    out = tmp_path / "c"
+    build(data_copy, out)
+    before = cache_bytes(out)
+    monkeypatch.setattr("preprocess.build.shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
+    with pytest.raises(BuildError, match="not enough disk space"):
+        build(data_copy, out, seed=5)
+    assert cache_bytes(out) == before
+    assert np.asarray(CacheDataset(out)[0]["image"]).any()
