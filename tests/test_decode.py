@@ -1,0 +1,143 @@
+"""decode_maps inverts the EAST targets: maps made straight from the definition in DESIGN.md
+(here, by a plain generator that knows each word's exact angle) decode back to the words."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from preprocess.decode import decode_maps, quad_iou
+from preprocess.deteval import evaluate
+
+
+def rectangle(cx, cy, w, h, deg):
+    """Quad (4, 2) of a w x h word centred at (cx, cy), turned by deg (clockwise on screen, y down),
+    vertices clockwise from the top-left of the reading direction."""
+    a = math.radians(deg)
+    c, s = math.cos(a), math.sin(a)
+    local = [(-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2)]
+    return np.array([(cx + c * x - s * y, cy + s * x + c * y) for x, y in local])
+
+
+def plain_maps(words, input_size, map_scale, shrink=0.3):
+    """score (m, m) and geo (5, m, m) from the definition: theta undoes the word's turn, p = index / s
+    is rotated by theta about v0, a pixel is positive when p' lies in the box shrunk by 0.3 * r on
+    every side (a rectangle's r is its shorter edge); later words win."""
+    m = int(round(input_size * map_scale))
+    score = np.zeros((m, m), np.float32)
+    geo = np.zeros((5, m, m), np.float32)
+    ys, xs = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    px, py = xs / map_scale, ys / map_scale
+    for cx, cy, w, h, deg in words:
+        quad = rectangle(cx, cy, w, h, deg)
+        theta = -math.radians(deg)
+        c, s = math.cos(theta), math.sin(theta)
+        (ax, ay), r = quad[0], shrink * min(w, h)
+        rx = c * (px - ax) - s * (py - ay) + ax
+        ry = s * (px - ax) + c * (py - ay) + ay
+        x0, y0 = ax, ay   # the word turned back about v0 is the axis-aligned box [ax, ax + w] x [ay, ay + h]
+        x1, y1 = ax + w, ay + h
+        inside = (rx >= x0 + r) & (rx <= x1 - r) & (ry >= y0 + r) & (ry <= y1 - r)
+        for ch, dist in enumerate([ry - y0, y1 - ry, rx - x0, x1 - rx]):
+            geo[ch][inside] = dist[inside]
+        geo[4][inside] = theta
+        score[inside] = 1
+    return score, geo
+
+
+def assert_recovered(words, quads, tol=1.0, min_iou=0.95):
+    assert len(quads) == len(words), f"{len(quads)} quads decoded for {len(words)} words"
+    for word in words:
+        truth = rectangle(*word)
+        errors = [np.abs(q - truth).max() for q in quads]
+        best = quads[int(np.argmin(errors))]
+        assert min(errors) < tol, f"word {word}: nearest quad {best.tolist()} is {min(errors):.3f} px off"
+        assert quad_iou(best, truth) > min_iou
+
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+@pytest.mark.parametrize("deg", [0, 20, -20])
+def test_single_word_round_trip(map_scale, deg):
+    words = [(128, 120, 140, 40, deg)]
+    score, geo = plain_maps(words, 256, map_scale)
+    assert score.sum() > 0
+    quads, scores = decode_maps(score, geo, map_scale)
+    assert_recovered(words, quads)
+    assert quads.dtype == np.float32 and scores.shape == (1,)
+
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+def test_several_words_round_trip(map_scale):
+    words = [(70, 40, 110, 32, 0), (200, 50, 90, 36, 20), (80, 150, 120, 40, -20),
+             (190, 170, 80, 48, 7), (128, 228, 200, 34, -3)]
+    score, geo = plain_maps(words, 256, map_scale)
+    quads, _ = decode_maps(score, geo, map_scale)
+    assert_recovered(words, quads)
+
+
+def test_cached_record_layout_float16():
+    """A record's score (1, m, m) uint8 and float16 geo decode as well."""
+    words = [(60, 60, 100, 40, 15), (180, 180, 120, 44, -10)]
+    score, geo = plain_maps(words, 256, 0.5)
+    quads, _ = decode_maps(score[None].astype(np.uint8), geo.astype(np.float16), 0.5)
+    assert_recovered(words, quads)
+
+
+def test_noisy_maps_still_give_one_quad_per_word():
+    """Per-pixel predictions that disagree by about a pixel still merge into one quad per word."""
+    rng = np.random.default_rng(1)
+    words = [(70, 40, 110, 32, 0), (200, 60, 90, 36, 20), (120, 170, 160, 40, -15)]
+    score, geo = plain_maps(words, 256, 0.5)
+    on = score > 0
+    score[on] = rng.uniform(0.85, 1.0, on.sum())
+    geo[:4, on] += rng.normal(0, 1.0, (4, on.sum()))
+    geo[4, on] += rng.normal(0, 0.005, on.sum())
+    quads, _ = decode_maps(score, geo, 0.5)
+    assert_recovered(words, quads)
+
+
+def test_empty_map_gives_no_quads():
+    quads, scores = decode_maps(np.zeros((64, 64)), np.zeros((5, 64, 64)), 0.5)
+    assert quads.shape == (0, 4, 2) and scores.shape == (0,)
+
+
+def test_bad_shapes_raise():
+    with pytest.raises(ValueError):
+        decode_maps(np.zeros((64, 64)), np.zeros((4, 64, 64)), 0.5)
+
+
+def test_large_map_decodes_quickly():
+    """512 x 512 map, 20 words (about 10k positive pixels): prints the time; asserts only a hang guard."""
+    rng = np.random.default_rng(0)
+    words = [(100 + 205 * (k % 5), 60 + 250 * (k // 5), rng.uniform(140, 180), rng.uniform(48, 64), rng.uniform(-20, 20))
+             for k in range(20)]
+    score, geo = plain_maps(words, 1024, 0.5)
+    start = time.perf_counter()
+    quads, _ = decode_maps(score, geo, 0.5)
+    took = time.perf_counter() - start
+    print(f"\ndecode_maps: 512x512 map, {int(score.sum())} positive pixels, 20 words: {took:.3f} s")
+    assert_recovered(words, quads)
+    assert took < 10
+
+
+def random_rectangles(rng, input_size, cell=128):
+    """Non-overlapping words, one per cell, turned by up to 30 degrees: at most 100 x 30 px, a word
+    spans at most 100 cos 30 + 30 sin 30 < 102 px either way, so it stays inside its cell."""
+    return [(cx + rng.uniform(-8, 8), cy + rng.uniform(-8, 8), rng.uniform(60, 100), rng.uniform(18, 30),
+             rng.uniform(-30, 30))
+            for cy in range(cell // 2, input_size, cell) for cx in range(cell // 2, input_size, cell)]
+
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+def test_decoding_make_targets_recovers_the_words(map_scale):
+    targets = pytest.importorskip("preprocess.targets")
+    rng = np.random.default_rng(3)
+    words = random_rectangles(rng, 512)
+    quads = np.stack([rectangle(*w) for w in words])
+    points, offsets = quads.reshape(-1, 2), np.arange(len(quads) + 1) * 4
+    score, geo, roi = targets.make_targets(points, offsets, np.ones(len(quads), np.uint8), 512, map_scale)
+    found, _ = decode_maps(score, geo, map_scale)
+    result = evaluate([(quads, np.ones(len(quads), bool))], [found])
+    assert result["hmean"] >= 0.95, result
