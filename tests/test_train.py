@@ -1,0 +1,305 @@
+"""train.py: the EAST model, the float32 loss, the step that skips non-finite losses, and whole runs on a
+tiny cache (64 px crops of two small pages), on the CPU, in the main process and under torchrun."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+import train
+from dataset import CacheDataset, collate
+from preprocess.build import build_cache
+from preprocess.config import BuildConfig
+from preprocess.sampledata import write_sample_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+# pages this small still leave words in both kinds of 64 px crop
+TINY = dict(image_size=96, input_size=64, variants=1, crop_tries=20)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory) -> Path:
+    return write_sample_dataset(tmp_path_factory.mktemp("tiny") / "data", n_images=2, words_per_page=8,
+                                page_size=(160, 120), seed=0)
+
+
+def make_cache(data: Path, out: Path, **over) -> Path:
+    build_cache(BuildConfig(**{**TINY, "map_scale": 0.5, **over}), [data], out, jobs=1, quiet=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cache(tiny_data, tmp_path_factory) -> Path:
+    return make_cache(tiny_data, tmp_path_factory.mktemp("cache") / "c")
+
+
+def run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
+    """main() with quiet defaults for a CPU test; returns the JSONL log."""
+    base = ["--cache", str(cache_dir), "--out", str(out), "--workers", "0", "--batch-size", "2", "--log-every", "1"]
+    train.main(train.get_args_parser().parse_args(base + list(flags)))
+    return read_log(out)
+
+
+def read_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def epochs_of(log: list[dict]) -> list[dict]:
+    return [r for r in log if r["event"] == "epoch"]
+
+
+# ---------------------------------------------------------------- model
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+def test_model_outputs_match_the_cache_maps(map_scale):
+    model = train.EAST(map_scale).eval()
+    with torch.no_grad():
+        score, geo = model(torch.randn(2, 3, 64, 64))
+    m = int(64 * map_scale)
+    assert score.shape == (2, 1, m, m) and geo.shape == (2, 5, m, m)
+    assert 0 <= score.min() and score.max() <= 1
+    assert 0 <= geo[:, :4].min() and geo[:, :4].max() <= train.MAX_DISTANCE
+    assert geo[:, 4].abs().max() <= math.pi / 2
+
+
+def test_backbone_has_torchvision_keys_and_loads_them(tmp_path):
+    model = train.EAST()
+    convs = sorted({int(k.split(".")[1]) for k in model.state_dict() if k.startswith("features.") and k.endswith("bias")
+                    and f"features.{k.split('.')[1]}.running_mean" not in model.state_dict()})
+    assert convs == [0, 3, 7, 10, 14, 17, 20, 24, 27, 30, 34, 37, 40]  # torchvision vgg16_bn's conv indices
+    assert "features.41.running_var" in model.state_dict()
+    donor = train.EAST()
+    state = {f"features.{k}": v for k, v in donor.features.state_dict().items()}
+    state["classifier.0.weight"] = torch.zeros(4096, 25088 // 64)  # a classifier is ignored
+    torch.save(state, tmp_path / "vgg16_bn.pth")
+    train.load_backbone(model, tmp_path / "vgg16_bn.pth")
+    assert torch.equal(model.features[40].weight, donor.features[40].weight)
+    torch.save({"head.weight": torch.zeros(1)}, tmp_path / "other.pth")
+    with pytest.raises(ValueError, match="vgg16_bn"):
+        train.load_backbone(model, tmp_path / "other.pth")
+
+
+# ---------------------------------------------------------------- loss
+
+def targets(b: int = 2, m: int = 16):
+    gt_score = torch.zeros(b, 1, m, m, dtype=torch.uint8)
+    gt_score[:, :, 4:12, 3:13] = 1
+    gt_geo = torch.zeros(b, 5, m, m, dtype=torch.float16)
+    gt_geo[:, :4], gt_geo[:, 4] = 6.0, 0.2
+    roi = torch.ones(b, 1, m, m, dtype=torch.uint8)
+    roi[:, :, :2] = 0
+    return gt_score, gt_geo, roi
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("distance", [65504.0, 512.0])
+def test_loss_is_finite_at_the_extremes_of_low_precision(dtype, distance):
+    gt_score, gt_geo, roi = targets()
+    score = torch.zeros(2, 1, 16, 16)
+    score[..., ::2] = 1
+    geo = torch.full((2, 5, 16, 16), distance)
+    geo[:, 4], geo[:, 4, ::2] = math.pi / 2, -math.pi / 2
+    score, geo = score.to(dtype).requires_grad_(), geo.to(dtype).requires_grad_()
+    if dtype == torch.float16:  # the baseline computes the areas in the prediction dtype: inf, then NaN
+        assert torch.isinf((geo[:, 0] + geo[:, 1]) * (geo[:, 2] + geo[:, 3])).all()
+    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    parts["loss"].backward()
+    assert all(torch.isfinite(v) for v in parts.values())
+    assert torch.isfinite(score.grad).all() and torch.isfinite(geo.grad).all()
+
+
+def test_loss_of_a_perfect_prediction_is_zero():
+    gt_score, gt_geo, roi = targets()
+    parts = train.east_loss(gt_score.float(), gt_geo.float(), gt_score, gt_geo, roi)
+    for k in ("cls", "iou", "angle"):
+        assert parts[k].abs() < 1e-5, k
+
+
+def test_loss_without_positives_has_zero_geometry_and_a_graph():
+    gt_score, gt_geo, roi = targets()
+    gt_score.zero_()
+    score = torch.rand(2, 1, 16, 16, requires_grad=True)
+    geo = torch.rand(2, 5, 16, 16, requires_grad=True)
+    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    assert parts["iou"] == 0 and parts["angle"] == 0
+    assert parts["iou"].requires_grad and parts["angle"].requires_grad
+    parts["loss"].backward()
+    assert torch.isfinite(geo.grad).all() and geo.grad.abs().sum() == 0
+
+
+def test_pixels_outside_the_roi_do_not_count():
+    gt_score, gt_geo, roi = targets()
+    score = torch.rand(2, 1, 16, 16)
+    geo = torch.rand(2, 5, 16, 16) * 10
+    base = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    score[:, :, :2], geo[:, :, :2] = 0.9, 400.0  # rows 0-1 are don't-care
+    again = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    assert all(torch.allclose(base[k], again[k]) for k in base)
+
+
+def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
+    torch.manual_seed(0)
+    ctx = train.Ctx(torch.device("cpu"), torch.bfloat16, torch.amp.GradScaler("cpu", enabled=False), True, None)
+    gt_score, gt_geo, roi = targets(1, 16)
+    batch = {"image": torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8), "score": gt_score,
+             "geo": gt_geo, "roi": roi}
+    model = train.EAST(0.5)
+    seen = []
+    model.score.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    parts = train.forward_loss(model, batch, ctx, jitter=0.5)
+    assert seen == [torch.bfloat16]
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in parts.values())
+
+
+# ---------------------------------------------------------------- input
+
+def test_jitter_keeps_the_range_and_differs_per_sample():
+    torch.manual_seed(0)
+    img = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    plain = train.prepare_images(img, 0.0)
+    mean, std = torch.tensor(train.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(train.IMAGENET_STD).view(1, 3, 1, 1)
+    assert torch.allclose(plain, (img / 255 - mean) / std)
+    assert plain.is_contiguous(memory_format=torch.channels_last)
+    x = train.color_jitter(img.float() / 255, 0.5)
+    assert 0 <= x.min() and x.max() <= 1
+    same = train.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
+    assert not torch.allclose(same[0], same[1]), "every sample draws its own factors"
+    grey = torch.full((2, 3, 4, 4), 0.5)
+    assert torch.allclose(train.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
+
+
+# ---------------------------------------------------------------- optimiser step
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("scaled", [True, False])
+def test_a_non_finite_step_is_skipped(fused, scaled):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
+    scaler = torch.amp.GradScaler("cpu", enabled=scaled)
+    ctx = train.Ctx(torch.device("cpu"), None, scaler, fused, argparse.Namespace(clip_grad=None))
+    w0 = model.weight.detach().clone()
+    for loss_scale, expect_bad in ((math.nan, True), (1.0, False)):
+        loss = model(torch.randn(3, 4)).sum() * loss_scale
+        scaler.scale(loss).backward()
+        assert bool(train.optimizer_step(model, optimizer, ctx, loss.detach())) == expect_bad
+        assert torch.equal(model.weight, w0) == expect_bad
+    assert int(optimizer.state[model.weight]["step"]) == 1
+
+
+def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
+    real = train.east_loss
+    monkeypatch.setattr(train, "east_loss", lambda *a: {k: v * math.nan for k, v in real(*a).items()})
+    with pytest.raises(train.NonFiniteLoss, match="3 optimiser steps in a row"):
+        run(cache, tmp_path, "--epochs", "5", "--batch-size", "1", "--max-bad-steps", "3")
+    steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
+    assert [r["bad_steps"] for r in steps] == [1, 2]
+
+
+# ---------------------------------------------------------------- runs
+
+def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
+    """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices."""
+    ds = CacheDataset(make_cache(tiny_data, tmp_path / "c", variants=2))
+    sampler = train.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
+    loader = DataLoader(train.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
+                        persistent_workers=True)
+    seen = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        seen.append(next(iter(loader))["image"])
+        ds.set_epoch(epoch)
+        assert torch.equal(seen[-1], collate([ds[0], ds[1]])["image"])
+    assert not torch.equal(seen[0], seen[1]) and torch.equal(seen[0], seen[2])
+
+
+def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
+    log = run(cache, tmp_path, "--epochs", "2", "--batch-size", "1", "--accum-steps", "2", "--clip-grad", "5",
+              "--val-cache", str(cache), "--workers", "1")
+    ep = epochs_of(log)
+    assert [r["epoch"] for r in ep] == [0, 1] and [r["step"] for r in ep] == [1, 2]
+    for r in ep:
+        assert all(math.isfinite(r[k]) for k in ("loss", "cls", "iou", "angle", "val_loss", "samples_per_s"))
+        assert 0 <= r["data_wait"] <= 1
+    assert ep[1]["lr"] == pytest.approx(1e-4), "MultiStepLR: x0.1 at half the epochs"
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_2.pt", "latest.pt"]
+    assert not list(tmp_path.glob("*.tmp"))
+    ck = torch.load(tmp_path / "latest.pt", weights_only=True)
+    assert {"model", "optimizer", "scaler", "scheduler", "epoch", "step", "args", "fingerprint"} <= ck.keys()
+    assert ck["epoch"] == 2 and ck["fingerprint"] == CacheDataset(cache).fingerprint
+
+
+def test_resume_continues_from_the_saved_epoch(tiny_data, cache, tmp_path):
+    run(cache, tmp_path, "--epochs", "1")
+    log = run(cache, tmp_path, "--epochs", "2", "--resume", str(tmp_path / "latest.pt"))
+    assert [(r["epoch"], r["step"]) for r in epochs_of(log)] == [(0, 1), (1, 2)]
+    assert torch.load(tmp_path / "epoch_2.pt", weights_only=True)["step"] == 2
+    other = make_cache(tiny_data, tmp_path / "other", seed=7)
+    with pytest.warns(UserWarning, match="build fingerprint"):
+        run(other, tmp_path / "r2", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
+    coarse = make_cache(tiny_data, tmp_path / "coarse", map_scale=0.25)
+    with pytest.raises(train.UsageError, match="map-scale"):
+        run(coarse, tmp_path / "r3", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
+
+
+def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
+    # 40 steps; the lr milestone (half of 80 epochs) is never reached
+    log = run(cache, tmp_path, "--epochs", "80", "--max-steps", "40", "--jitter", "0", "--save-every", "1000")
+    losses = [r["loss"] for r in log if r["event"] == "step"]
+    assert len(losses) == 40
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.7 * first, (first, last)
+
+
+def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
+    run(cache, tmp_path, "--epochs", "3", "--profile", "1")
+    assert json.loads((tmp_path / "profile_trace.json").read_text())["traceEvents"]
+    assert "Self CPU" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.pt"))
+
+
+def test_cpu_defaults_are_a_short_check_run():
+    args = train.get_args_parser().parse_args([])
+    train.resolve_defaults(args, torch.device("cpu"), lambda msg: None)
+    assert (args.epochs, args.max_steps, args.batch_size, args.amp) == (1, train.CPU_BUDGET_STEPS, 1, "off")
+    assert args.time_limit == train.CPU_BUDGET_SECONDS
+    args = train.get_args_parser().parse_args([])
+    train.resolve_defaults(args, torch.device("cuda"), lambda msg: None)
+    assert (args.epochs, args.max_steps, args.batch_size, args.amp) == (50, None, 8, "fp16")
+    with pytest.raises(train.UsageError, match="fp16"):
+        train.resolve_defaults(train.get_args_parser().parse_args(["--amp", "fp16"]), torch.device("cpu"), print)
+
+
+def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
+    import shutil
+    data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
+    stale = make_cache(data, tmp_path / "c")
+    for p in (data / "images").iterdir():
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    r = subprocess.run([sys.executable, "train.py", "--cache", str(stale), "--out", str(tmp_path / "run"),
+                        "--max-steps", "1", "--workers", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "stale" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    log = run(stale, tmp_path / "run", "--max-steps", "1", "--rebuild")
+    assert epochs_of(log)[0]["step"] == 1
+    CacheDataset(stale)  # up to date again
+
+
+def test_two_processes_with_torchrun(cache, tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+           "--cache", str(cache), "--out", str(tmp_path), "--epochs", "2", "--batch-size", "1", "--workers", "0",
+           "--log-every", "1"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ep = epochs_of(read_log(tmp_path))
+    assert [r["step"] for r in ep] == [1, 2], "two images over two ranks: one step per epoch"
+    assert all(r["samples_per_s"] > 0 and math.isfinite(r["loss"]) for r in ep)
+    assert (tmp_path / "latest.pt").exists()
