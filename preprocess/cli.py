@@ -1,4 +1,4 @@
-"""`python -m preprocess {build,info,verify}`. Fills a BuildConfig from flags; imports no torch."""
+"""`python -m preprocess {build,info,verify,bench,show}`. Fills a BuildConfig from flags; imports no torch."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +94,48 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str, least: int = 0) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}")
+    return values
+
+
+def _positive_list(text: str) -> list[int]:
+    return _int_list(text, least=1)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from preprocess.bench import default_workers, run  # imports torch: only when benchmarking
+    if a.batches is not None and a.batches < 1:
+        print("error: --batches must be at least 1", file=sys.stderr)
+        return 2
+    print(run(a.cache, a.workers or default_workers(), a.batch_sizes, a.batches))
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from preprocess.show import show_cached, show_source
+    try:
+        if a.source is not None:
+            if a.name is None or a.cache is not None:
+                raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
+            cfg = BuildConfig(input_size=a.input_size, map_scale=a.map_scale, seed=a.seed)
+            show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
+        else:
+            if a.cache is None or a.index is None:
+                raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
+            show_cached(a.cache, a.index, a.variant, a.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(a.out)
+    return 0
+
+
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m preprocess", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -107,6 +149,31 @@ def get_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
     v.add_argument("cache", type=Path, help="cache directory")
     v.set_defaults(func=cmd_verify)
+    bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy")
+    bn.add_argument("cache", type=Path, help="cache directory")
+    bn.add_argument("--workers", type=_int_list, default=None,
+                    help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
+    bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
+    bn.add_argument("--batches", type=int, default=None,
+                    help="batches timed per setting and pass (default: as many as fit in about 2 s)")
+    bn.set_defaults(func=cmd_bench)
+    d = BuildConfig()
+    sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
+    sh.add_argument("cache", type=Path, nargs="?", help="cache directory")
+    sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
+    sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
+    sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
+    sh.add_argument("--source", type=Path, metavar="DATA",
+                    help="instead of a cache: dataset root; draws page --name with its words and its sample made now")
+    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON")
+    sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
+    sh.add_argument("--input-size", type=int, default=d.input_size,
+                    help=f"with --source: crop side, px (default {d.input_size})")
+    sh.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
+                    help=f"with --source: target map resolution / input (default {d.map_scale})")
+    sh.add_argument("--seed", type=int, default=d.seed,
+                    help=f"with --source: seed of the random draws (default {d.seed})")
+    sh.set_defaults(func=cmd_show)
     return p
 
 
