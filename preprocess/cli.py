@@ -69,7 +69,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     say(f"strategy: {r.strategy} ({r.strategy_reason})")
     if r.full_rebuild_reason:
         say(f"rebuilt everything: {r.full_rebuild_reason}")
-    elif r.changes.stale:
+    elif r.changes.stale and not r.first_build:
         say(f"source changes: {r.changes.describe()}")
     say(f"{a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the previous "
         f"cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} [{r.seconds:.1f} s]")

@@ -16,7 +16,7 @@ import pytest
 from conftest import small_config
 from dataset import CacheDataset, StaleCacheError
 from preprocess.build import BuildError, build_cache, build_lock, rebuild
-from preprocess.manifest import CacheError, data_path, quads_path, read_manifest
+from preprocess.manifest import CacheError, check_stale, data_path, quads_path, read_manifest
 from preprocess.ufo import DataError
 from preprocess.verify import verify
 
@@ -61,6 +61,38 @@ def test_noop_rebuild_does_nothing(data_copy, tmp_path):
     r = build(data_copy, tmp_path / "c")
     assert r.up_to_date and r.computed == 0 and r.copied == 0
     assert cache_bytes(tmp_path / "c") == before
+
+
+def test_noop_rebuild_reads_no_annotations(data_copy, tmp_path, monkeypatch):
+    """The up-to-date answer comes from file fingerprints alone (the 10k-image figure in the README)."""
+    build(data_copy, tmp_path / "c")
+
+    def no_parsing(*a, **k):
+        raise AssertionError("the UFO files were parsed for a no-op rebuild")
+    monkeypatch.setattr("preprocess.build.load_splits", no_parsing)
+    monkeypatch.setattr("preprocess.ufo.load_splits", no_parsing)
+    assert build(data_copy, tmp_path / "c").up_to_date
+    assert not check_stale(read_manifest(tmp_path / "c")).stale
+
+
+def test_a_ufo_file_saved_again_unchanged_is_up_to_date_and_recorded(data_copy, tmp_path, monkeypatch):
+    build(data_copy, tmp_path / "c")
+    before = cache_bytes(tmp_path / "c")
+    edit_ufo(data_copy, lambda images: None)         # same entries, new mtime (and maybe new formatting)
+    r = build(data_copy, tmp_path / "c")
+    assert r.up_to_date and r.computed == 0 and cache_bytes(tmp_path / "c") == before
+    monkeypatch.setattr("preprocess.build.load_splits", lambda *a, **k: pytest.fail("parsed again"))
+    assert build(data_copy, tmp_path / "c").up_to_date, "the new UFO fingerprint was not recorded"
+
+
+def test_a_skipped_image_that_comes_back_is_built(data_copy, tmp_path):
+    victim = sorted((data_copy / "images").iterdir())[0]
+    kept = victim.read_bytes()
+    victim.unlink()
+    assert build(data_copy, tmp_path / "c", skip_bad=True).images == 4
+    victim.write_bytes(kept)
+    r = build(data_copy, tmp_path / "c", skip_bad=True)
+    assert not r.up_to_date and r.images == 5 and r.changes.added == [victim.name]
 
 
 @pytest.mark.parametrize("edit", ["change", "add", "remove"])
