@@ -1,5 +1,6 @@
 """A thin mmap-backed torch Dataset over a cache built by `python -m preprocess build`."""
 from dataset.cache import CacheDataset, StaleCacheError, collate
 from dataset.onthefly import OnTheFlyDataset
+from dataset.prefetch import prefetch
 
-__all__ = ["CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate"]
+__all__ = ["CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate", "prefetch"]

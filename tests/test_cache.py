@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from conftest import small_config
 from dataset import CacheDataset, OnTheFlyDataset, collate
+from dataset.cache import _pool
 from preprocess.build import build_cache
 from preprocess.config import STRATEGIES
 from preprocess.format import FIELDS, file_members
@@ -92,6 +93,25 @@ def test_batch_strategy_reads_a_batch_as_one_slice(caches):
     assert isinstance(got, np.ndarray) and got.shape == (2,)
     batch = collate(got)
     assert np.array_equal(batch["image"][1].numpy(), ds[3]["image"])
+
+
+@pytest.mark.parametrize("strategy", ["batch", "image"])
+def test_batch_buffers_are_reused_only_once_released(caches, strategy):
+    ds = CacheDataset(caches / strategy)
+    first = collate(ds.__getitems__([0, 1]))
+    kept_view = first["image"][1]                 # a view keeps the storage, not the dict or the tensor
+    expected = kept_view.clone()
+    ptr = first["image"].data_ptr()
+    del first
+    second = collate(ds.__getitems__([2, 3]))
+    assert second["image"].data_ptr() != ptr, "a buffer still viewed was handed out again"
+    assert torch.equal(kept_view, expected)
+    assert np.array_equal(second["image"][0].numpy(), ds[2]["image"])
+    del kept_view, second
+    pooled = len(_pool[((2, 3, 96, 96), "|u1")])
+    third = collate(ds.__getitems__([0, 1]))
+    assert len(_pool[((2, 3, 96, 96), "|u1")]) == pooled, "a free buffer was not reused"
+    assert np.array_equal(third["image"][1].numpy(), ds[1]["image"])
 
 
 def test_in_memory_equals_mmap(caches):
