@@ -6,20 +6,14 @@ on document-like crops of ~120 random words. Prints a markdown table; asserts no
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from common import machine, median_time, table  # noqa: E402
-from preprocess.targets import make_targets  # noqa: E402
-from reference import reference_targets  # noqa: E402
+from common import FAST_REPEATS, machine, median_over, table
+from preprocess.targets import make_targets
+from reference import reference_targets
 
 DONT_CARE_SHARE = 0.15   # illegible or ignore-tagged words on a typical page
-FAST_REPEATS = 10        # make_targets runs per reference run
 
 
 def random_page(rng: np.random.Generator, n_words: int, input_size: int):
@@ -40,9 +34,8 @@ def random_page(rng: np.random.Generator, n_words: int, input_size: int):
 def time_targets(pages: list, input_size: int, map_scale: float, repeat: int) -> list:
     """One table row: median seconds per page of make_targets and of the reference, and their ratio.
     The fast code gets FAST_REPEATS times more runs: they are cheap, and steady the median."""
-    fast = np.median([median_time(lambda p=p: make_targets(*p, input_size, map_scale), repeat * FAST_REPEATS)
-                      for p in pages])
-    ref = np.median([median_time(lambda p=p: reference_targets(*p, input_size, map_scale), repeat) for p in pages])
+    fast = median_over(pages, lambda p: make_targets(*p, input_size, map_scale), repeat * FAST_REPEATS)
+    ref = median_over(pages, lambda p: reference_targets(*p, input_size, map_scale), repeat)
     return [f"{input_size}", f"{map_scale}", f"{fast * 1e3:.1f}", f"{ref * 1e3:.0f}", f"{ref / fast:.0f}x"]
 
 

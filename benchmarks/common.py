@@ -1,15 +1,25 @@
-"""Shared by the benchmark scripts: sample data at benchmark scale, timing, markdown tables, machine line."""
+"""Shared by the benchmark scripts: sample data at benchmark scale, timing, markdown tables, machine line.
+
+Importing it puts the repository root (and tests/, home of the plain reference targets) on sys.path,
+so that every script runs as `python benchmarks/NAME.py` from anywhere, without an install.
+"""
 from __future__ import annotations
 
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from preprocess.sampledata import write_sample_dataset
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path]
+
+from preprocess.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from preprocess.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))
+FAST_REPEATS = 10   # timed runs of fast code per run of its slow reference: they are cheap, and steady the median
 
 
 def bench_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
@@ -27,10 +37,9 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+def median_over(pages: list, fn, repeat: int) -> float:
+    """Median over pages of each page's median_time of fn(page): one slow page does not sway it."""
+    return statistics.median(median_time(lambda p=p: fn(p), repeat) for p in pages)
 
 
 def machine() -> str:

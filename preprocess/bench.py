@@ -162,11 +162,12 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
         f"{cache}: {len(paths)} data files, {_size(paths) / 1e6:.1f} MB, {size / 1e6:.2f} MB per sample. "
         f"{platform.machine()}, {os.cpu_count()} cores.",
         f"Each setting: {f'{batches} batches' if batches else f'about {SECONDS:.0f} s'} cold, then the same batches "
-        f"warm; DataLoader workers are started before the clock.", note, "", _table(header, rows), "",
+        f"warm; DataLoader workers are started before the clock.", note, "", table(header, rows), "",
         f"Recommendation: num_workers={w}, batch_size={b} ({rate[(w, b)]:.1f} samples/s "
         f"{'cold' if use_cold else 'warm'}, within {NEAR_BEST:.0%} of the best {best:.1f} with the fewest workers)"])
 
 
-def _table(header: list[str], rows: list[list]) -> str:
+def table(header: list[str], rows: list[list]) -> str:
+    """A GitHub markdown table, the form every benchmark prints (benchmarks/ imports it from here)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])

@@ -1,0 +1,117 @@
+"""Runs every benchmark script in benchmarks/ and writes results.md and results/*.json from their tables.
+
+The README's performance figures come from one command:
+
+    python benchmarks/run_all.py            # the README settings (each script's defaults); long
+    python benchmarks/run_all.py --quick    # small settings, a few minutes: checks that all still run
+    python benchmarks/run_all.py --only sample,loader
+
+Each script runs in its own process and prints markdown tables; that output is the one contract. For
+script NAME (bench_NAME.py) this writes results/NAME.json (command, mode, machine, date, the output
+and its tables as data, for plot.py), then renders results.md from every results/*.json there, so
+that --only refreshes one section and keeps the others. A new script joins by being named
+bench_*.py; without a QUICK entry it runs with its defaults in both modes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import REPO, machine
+
+HERE = Path(__file__).resolve().parent
+# The order of results.md; scripts not listed follow, by name.
+ORDER = ("targets", "sample", "loader", "rebuild", "build_memory", "zarr")
+# Arguments that bring each benchmark down to seconds or a minute on 2 cores.
+QUICK = {
+    "targets": ["--pages", "1", "--repeat", "1"],
+    "sample": ["--pages", "3", "--repeat", "1"],
+    "loader": ["--images", "8", "--epochs", "1"],
+    "rebuild": ["--sizes", "100,1000"],
+    "build_memory": ["--sizes", "10,40", "--input-size", "256"],
+    "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
+}
+
+
+def _rank(name: str) -> tuple:
+    return ORDER.index(name) if name in ORDER else len(ORDER), name
+
+
+def scripts() -> dict[str, Path]:
+    """{NAME: path} of every benchmarks/bench_NAME.py, in ORDER."""
+    found = {p.stem.removeprefix("bench_"): p for p in HERE.glob("bench_*.py")}
+    return {name: found[name] for name in sorted(found, key=_rank)}
+
+
+def parse_tables(text: str) -> list[dict]:
+    """The markdown tables in `text`, as {"header": [cells], "rows": [[cells]]}, cells as printed."""
+    tables, lines = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            lines.append([c.strip() for c in line.strip().strip("|").split("|")])
+        elif lines:
+            tables.append({"header": lines[0], "rows": lines[2:]})   # lines[1] is the |---| rule
+            lines = []
+    return tables
+
+
+def run_one(name: str, script: Path, quick: bool) -> dict:
+    """Runs one script; its stderr passes through, so build progress and errors show as they happen."""
+    args = QUICK.get(name, []) if quick else []
+    command = ["python", str(script.relative_to(REPO)), *args]
+    print(f"$ {shlex.join(command)}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, str(script), *args], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    return {"name": name, "command": shlex.join(command), "mode": "quick" if quick else "full",
+            "machine": machine(), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "seconds": round(time.perf_counter() - t0, 1), "returncode": done.returncode, "output": done.stdout,
+            "tables": parse_tables(done.stdout)}
+
+
+def section(result: dict) -> str:
+    status = "" if result["returncode"] == 0 else f", FAILED with exit status {result['returncode']}"
+    return (f"## bench_{result['name']}.py\n\n`{result['command']}` ({result['mode']} settings; {result['date']}; "
+            f"{result['seconds']:.0f} s{status})\n\n{result['output'].strip()}\n")
+
+
+def render(results: list[dict]) -> str:
+    machines = sorted({r["machine"] for r in results})
+    return "\n".join([
+        "# Benchmark results\n",
+        f"Machine: {'; '.join(machines)}. Written by `python benchmarks/run_all.py` "
+        f"(`--quick` for small settings); `python benchmarks/plot.py` draws results.png from results/*.json.\n",
+        *(section(r) for r in results)])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small settings (minutes in all) instead of the README's")
+    p.add_argument("--only", help="comma-separated benchmark names (e.g. sample,loader); default: all")
+    p.add_argument("--out", type=Path, default=HERE, help="folder for results.md and results/ (default: benchmarks/)")
+    a = p.parse_args()
+    found = scripts()
+    names = a.only.split(",") if a.only else list(found)
+    unknown = [n for n in names if n not in found]
+    if unknown:
+        p.error(f"no benchmark named {', '.join(unknown)}; there are: {', '.join(found)}")
+    (a.out / "results").mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name in names:
+        result = run_one(name, found[name], a.quick)
+        (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        if result["returncode"]:
+            failed.append(name)
+    kept = [json.loads(f.read_text()) for f in (a.out / "results").glob("*.json")]
+    (a.out / "results.md").write_text(render(sorted(kept, key=lambda r: _rank(r["name"]))))
+    print(f"wrote {a.out / 'results.md'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
