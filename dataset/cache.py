@@ -1,8 +1,8 @@
-"""CacheDataset: the cache's records as a torch Dataset, read through memory maps.
+"""CacheDataset: the cache's records as a torch Dataset, read through memory maps (npy) or zarr.
 
 Item i at epoch e is variant (e + offset_i) mod K of image i (images in name order), so every
 epoch sees each image once and the K cached augmentations rotate. Files are opened lazily in
-whichever process reads them (DataLoader workers included); no open map is ever pickled.
+whichever process reads them (DataLoader workers included); no open map or zarr group is pickled.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from preprocess.format import FIELDS, locate, row_quads, variant_offsets
+from preprocess.format import FIELDS, locate, open_records, row_quads, variant_offsets
 from preprocess.manifest import (CacheError, check_stale, data_path, manifest_config, manifest_dtype, quads_path,
                                  read_manifest)
 
@@ -42,7 +42,7 @@ class CacheDataset(Dataset):
         self._quads: dict[int, dict] = {}
         self._pid = os.getpid()
         if in_memory:  # read every file into RAM once; forked workers share the pages copy-on-write
-            self._maps = [np.load(self._path(f)) for f in range(len(self.files))]
+            self._maps = [open_records(self._path(f), in_memory=True) for f in range(len(self.files))]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -80,12 +80,13 @@ class CacheDataset(Dataset):
     def _path(self, f: int) -> Path:
         return data_path(self.cache_dir, self.files[f])
 
-    def _file(self, f: int) -> np.ndarray:
+    def _file(self, f: int):
+        """File f's records: a memory map, a ZarrRecords, or an array read whole (in_memory)."""
         if self._pid != os.getpid():  # forked: open our own maps rather than share the parent's
             self._maps, self._pid = self._unmapped(), os.getpid()
         m = self._maps[f]
         if m is None:
-            m = self._maps[f] = np.load(self._path(f), mmap_mode="r")
+            m = self._maps[f] = open_records(self._path(f))
         return m
 
     def __getstate__(self):
@@ -94,8 +95,8 @@ class CacheDataset(Dataset):
         return state
 
     def _unmapped(self) -> list:
-        """Loaded (in_memory) arrays stay; memory maps are reopened by whoever uses them next."""
-        return [None if isinstance(m, np.memmap) else m for m in self._maps]
+        """Loaded (in_memory) arrays stay; memory maps and zarr groups are reopened by whoever uses them next."""
+        return [m if type(m) is np.ndarray else None for m in self._maps]
 
 
 def _raise_if_stale(cache_dir: Path, manifest: dict) -> None:

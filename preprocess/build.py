@@ -22,15 +22,16 @@ import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
 from preprocess.config import BuildConfig
-from preprocess.format import DATA_DIR, FORMAT_VERSION, QUADS_SUFFIX, record_dtype
+from preprocess.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dtype
 from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
                                  fsync_dir, json_fingerprints, quads_checksum, quads_path, read_manifest,
                                  rows_checksum, source_fingerprints, sources_unchanged, write_manifest)
 from preprocess.plan import CORRUPT_MARKER, FilePlan, Plan, make_plan
 from preprocess.progress import Progress
-from preprocess.strategy import choose_strategy
+from preprocess.strategy import available_ram, choose_strategy
 from preprocess.ufo import load_splits
-from preprocess.worker import RowResult, run_tasks
+from preprocess.worker import RowResult, run_tasks, write_zarr_file
+from preprocess.zarrfile import raw_bytes, shard_checksums
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 
@@ -78,7 +79,7 @@ def build_lock(out: Path):
 
 def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
                 check_content: bool = False, skip_bad: bool = False, auto_strategy: bool = False,
-                backend: str | None = None, log=None) -> BuildReport:
+                backend: str | None = None, log=None, file_format: str = "npy") -> BuildReport:
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     out = Path(out)
     (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
@@ -87,7 +88,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         old = _old_manifest(out, log)
         source = {"data_dirs": [str(Path(d).resolve()) for d in data_dirs], "split": split,
                   "skip_bad": skip_bad, "check_content": check_content}
-        if old is not None and _nothing_to_do(old, cfg, source, auto_strategy, out):
+        if old is not None and _nothing_to_do(old, cfg, source, auto_strategy, out, file_format):
             n = len(old["images"])
             return BuildReport(out, old["config"]["strategy"], old.get("strategy_reason", ""), images=n,
                                samples=n * cfg.variants, files_reused=len(old["files"]), up_to_date=True,
@@ -95,13 +96,13 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
         source["json_files"] = json_fingerprints(source["data_dirs"], split, check_content)
         records, summary = load_splits([Path(d) for d in source["data_dirs"]], split, cfg, skip_bad=skip_bad)
-        cfg, reason = _resolve_strategy(cfg, records, old, auto_strategy)
+        cfg, reason = _resolve_strategy(cfg, records, old, auto_strategy, file_format)
         report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
                              first_build=old is None)
         sources = source_fingerprints(records, check_content)
         build_fp = build_fingerprint(cfg)
         corrupt = _corrupt_files(out)
-        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt)
+        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, file_format)
         report.changes = compare_sources(old["images"], sources) if old else Staleness(added=list(sources))
         if old is not None and old["build_fingerprint"] != build_fp:
             report.full_rebuild_reason = _config_change(old, cfg)
@@ -117,7 +118,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, report)
         manifest = {
             "format_version": FORMAT_VERSION, "build_fingerprint": build_fp, "config": cfg.to_dict(),
-            "strategy_reason": reason,
+            "strategy_reason": reason, "file_format": file_format,
             "source": source,
             "images": sources, "files": entries, "ingest": summary.to_dict(), "notes": notes,
             "build": {"seconds": round(time.perf_counter() - t0, 3), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -134,18 +135,20 @@ def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
     m = read_manifest(cache_dir)
     src = m["source"]
     return build_cache(BuildConfig.from_dict(m["config"]), src["data_dirs"], cache_dir, split=src["split"], jobs=jobs,
-                       quiet=quiet, check_content=src["check_content"], skip_bad=src["skip_bad"])
+                       quiet=quiet, check_content=src["check_content"], skip_bad=src["skip_bad"],
+                       file_format=m.get("file_format", "npy"))
 
 
-def _nothing_to_do(old: dict, cfg: BuildConfig, source: dict, auto_strategy: bool, out: Path) -> bool:
-    """Up to date, decided without reading the annotations: the same source and config, the UFO
-    and image files untouched, every data file in place. Anything else takes the full comparison."""
+def _nothing_to_do(old: dict, cfg: BuildConfig, source: dict, auto_strategy: bool, out: Path, file_format: str) -> bool:
+    """Up to date, decided without reading the annotations: the same source, config and file format, the
+    UFO and image files untouched, every data file in place. Anything else takes the full comparison."""
     if auto_strategy:
         cfg = dataclasses.replace(cfg, strategy=old["config"]["strategy"])
     recorded = {k: old["source"].get(k) for k in source}
     in_place = all(data_path(out, f["name"]).exists() and quads_path(data_path(out, f["name"])).exists()
                    for f in old["files"])
     return (recorded == source and old["build_fingerprint"] == build_fingerprint(cfg)
+            and old.get("file_format", "npy") == file_format
             and not (out / CORRUPT_MARKER).exists() and in_place and sources_unchanged(old))
 
 
@@ -158,7 +161,16 @@ def _old_manifest(out: Path, log) -> dict | None:
         return None
 
 
-def _resolve_strategy(cfg: BuildConfig, records, old: dict | None, auto: bool) -> tuple[BuildConfig, str]:
+def _resolve_strategy(cfg: BuildConfig, records, old: dict | None, auto: bool,
+                      file_format: str) -> tuple[BuildConfig, str]:
+    if file_format not in FILE_FORMATS:
+        raise ValueError(f"file format {file_format!r} is not one of {', '.join(FILE_FORMATS)}")
+    if file_format == "zarr":  # a zarr file holds one shard per field: chunk files are what it is made for
+        if auto:
+            return dataclasses.replace(cfg, strategy="chunked"), "--format zarr: zarr files hold the chunked strategy"
+        if cfg.strategy != "chunked":
+            raise BuildError(f"--format zarr stores the chunked strategy only, not {cfg.strategy}; "
+                             f"use --strategy chunked (or auto)")
     if not auto:
         return cfg, "chosen with --strategy"
     if old is not None:
@@ -189,14 +201,20 @@ def _corrupt_files(out: Path) -> set[str]:
 
 
 def _preallocate(out: Path, cfg: BuildConfig, plan: Plan) -> None:
-    """Reserve every new file's blocks up front: a full disk fails here, with a message, not mid-write."""
+    """Reserve every new file's blocks up front: a full disk fails here, with a message, not mid-write.
+    A zarr file's compressed size is known only once it is written: there, its raw fields must fit,
+    and one worker must be able to hold a whole file in memory."""
     dtype = record_dtype(cfg.input_size, cfg.map_size)
-    need = sum(len(f.keys) * dtype.itemsize for f in plan.to_write)
+    rows = sum(len(f.keys) for f in plan.to_write)
+    need = rows * (raw_bytes(dtype) if plan.file_format == "zarr" else dtype.itemsize)
     free = shutil.disk_usage(out).free
     if need > free:
         raise BuildError(f"{out}: not enough disk space: this build needs {need / 2**30:.2f} GiB, "
                          f"{free / 2**30:.2f} GiB are free. Free some space or build into another --out; "
                          f"the existing cache is unchanged.")
+    if plan.file_format == "zarr":
+        _check_writer_memory(plan, dtype)
+        return
     for f in plan.to_write:
         path = data_path(out, f.name + ".tmp")
         arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(f.keys),))
@@ -212,6 +230,17 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan) -> None:
             os.close(fd)
 
 
+def _check_writer_memory(plan: Plan, dtype: np.dtype) -> None:
+    """zarr encodes a shard in one piece, so a worker assembles a whole file in its memory first."""
+    rows = max((len(f.keys) for f in plan.to_write), default=0)
+    need, ram = rows * dtype.itemsize, available_ram()
+    if need > ram:
+        raise BuildError(f"--format zarr: a worker holds a whole chunk file in memory, {rows} samples x "
+                         f"{dtype.itemsize / 2**20:.1f} MiB = {need / 2**30:.1f} GiB, more than the "
+                         f"{ram / 2**30:.1f} GiB of available RAM. Use a smaller --chunk-size (each of the --jobs "
+                         f"workers holds one file); the existing cache is unchanged.")
+
+
 def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, report) -> list[dict]:
     entries: list[dict | None] = [None] * len(plan.files)
     pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
@@ -219,11 +248,9 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
         if f.reuse is not None:
             entries[i] = f.reuse if f.reuse else _entry_from_disk(out, f)
             report.files_reused += 1
-    batches = [plan.tasks[k:k + TASKS_PER_CALL] for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
     progress = Progress(len(plan.tasks), "samples", quiet)
     with parallel_config(backend=backend) if backend else nullcontext():
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(
-            delayed(run_tasks)(cfg, batch, skip_bad) for batch in batches)
+        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(_calls(cfg, plan, skip_bad))
         for batch in results:
             for r in batch:
                 _record(r, notes, report)
@@ -237,6 +264,18 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
     progress.close()
     fsync_dir(out / DATA_DIR)
     return entries
+
+
+def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
+    """joblib calls: a few rows each for .npy files, which workers fill in place; one whole file each for
+    zarr, whose shards are written in one piece, so that no two workers ever write the same shard."""
+    if plan.file_format == "zarr":
+        by_file: dict[int, list] = {}
+        for t in plan.tasks:
+            by_file.setdefault(t.file, []).append(t)
+        return [delayed(write_zarr_file)(cfg, tasks, skip_bad) for tasks in by_file.values()]
+    return [delayed(run_tasks)(cfg, plan.tasks[k:k + TASKS_PER_CALL], skip_bad)
+            for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
 
 
 def _record(r: RowResult, notes: dict, report: BuildReport) -> None:
@@ -270,26 +309,41 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
         os.fsync(fd)
         os.close(fd)
     os.replace(tmp_quads, final_quads)
-    os.replace(tmp, data_path(out, f.name))
-    return {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": rows_checksum(r.crc for r in ordered),
-            "quads_checksum": quads_checksum(final_quads)}
+    final = data_path(out, f.name)
+    if final.is_dir():  # a zarr file that verify found corrupt: rename cannot replace a directory that has files
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return _file_entry(final, f, rows_checksum(r.crc for r in ordered))
 
 
 def _entry_from_disk(out: Path, f: FilePlan) -> dict:
     """A file finished by an interrupted build: trusted (it was renamed into place complete), checksummed now."""
     path = data_path(out, f.name)
-    return {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": file_checksum(path),
-            "quads_checksum": quads_checksum(quads_path(path))}
+    return _file_entry(path, f, file_checksum(path))
+
+
+def _file_entry(path: Path, f: FilePlan, checksum: str) -> dict:
+    """A data file's manifest entry. checksum covers the decoded records, the same in either format; a zarr
+    file adds one per shard and metadata file, which verify compares without decoding."""
+    entry = {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": checksum,
+             "quads_checksum": quads_checksum(quads_path(path))}
+    if path.suffix == ".zarr":
+        entry["shards"] = shard_checksums(path)
+    return entry
 
 
 def _collect_garbage(out: Path, keep: set[str]) -> int:
     """After the commit: delete data files no manifest names (old versions, leftovers of killed builds)."""
+    keep = keep | {quads_path(data_path(out, name)).name for name in keep}
     removed = 0
     for p in (out / DATA_DIR).iterdir():
-        base = p.name[: -len(QUADS_SUFFIX)] + ".npy" if p.name.endswith(QUADS_SUFFIX) else p.name
-        if base not in keep:
+        if p.name in keep:
+            continue
+        if p.is_dir():  # a zarr file
+            shutil.rmtree(p)
+        else:
             p.unlink()
-            removed += p.name.endswith(".npy")
+        removed += p.suffix[1:] in FILE_FORMATS
     marker = out / CORRUPT_MARKER
     if marker.exists():
         marker.unlink()

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from preprocess.format import FILE_FORMATS
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
@@ -19,6 +21,11 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM (default: auto)")
     p.add_argument("--chunk-size", type=int, default=d.chunk_size, help=f"samples per file, chunked (default {d.chunk_size})")
+    p.add_argument("--format", dest="file_format", choices=FILE_FORMATS, default="npy",
+                   help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
+                        "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
+                        "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
+                        "that chunk-size x sample size fits in a worker's RAM (default npy)")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help=f"samples per file, batch strategy; use your training batch size (default {d.batch_size})")
     p.add_argument("--variants", type=int, default=d.variants,
@@ -35,7 +42,14 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-area", type=float, default=d.min_area, help="px^2; smaller words become don't-care (default 10)")
     p.add_argument("--drop-area", type=float, default=d.drop_area, help="px^2; smaller words are dropped (default 1)")
     p.add_argument("--fit-polygons", action="store_true", help="fit words with 5+ points to a min-area quad instead of don't-care")
-    p.add_argument("--jobs", type=int, default=-1, help="parallel worker processes (joblib; default -1 = all cores)")
+    p.add_argument("--jobs", type=int, default=-1,
+                   help="parallel worker processes (joblib; default -1 = all cores, with dask all the cluster's threads)")
+    p.add_argument("--backend", choices=("loky", "dask"), default="loky",
+                   help="who runs the jobs: loky, processes on this machine; dask, the workers of the dask.distributed "
+                        "cluster at --scheduler (pip install -e \".[dask]\"). With dask, --data and --out must be on "
+                        "storage that every worker sees under the same path (a shared file system), and this package "
+                        "importable on every worker (default loky)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="with --backend dask: the scheduler, e.g. tcp://HOST:8786")
     p.add_argument("--check-content", action="store_true",
                    help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)")
     p.add_argument("--skip-bad", action="store_true",
@@ -54,14 +68,20 @@ def config_from_args(a: argparse.Namespace) -> BuildConfig:
 
 def cmd_build(a: argparse.Namespace) -> int:
     from preprocess.build import build_cache
+    from preprocess.cluster import dask_client
     say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
+    if (a.backend == "dask") != (a.scheduler is not None):
+        print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
+        return 2
     data = a.data
     if not data:
         from preprocess.sampledata import ensure_default_sample
         data = [ensure_default_sample()]
         say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
-    r = build_cache(config_from_args(a), data, a.out, split=a.split, jobs=a.jobs, quiet=a.quiet,
-                    check_content=a.check_content, skip_bad=a.skip_bad, auto_strategy=a.strategy == "auto")
+    with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
+        r = build_cache(config_from_args(a), data, a.out, split=a.split, jobs=a.jobs, quiet=a.quiet,
+                        check_content=a.check_content, skip_bad=a.skip_bad, auto_strategy=a.strategy == "auto",
+                        backend=a.backend, file_format=a.file_format)
     if r.up_to_date:
         say(f"{a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to do "
             f"[{r.seconds:.2f} s]")

@@ -1,7 +1,8 @@
 """The on-disk format, declared once and imported by the writer (build) and the reader (dataset).
 
 A sample is a fixed-size record, so a cache file is one `.npy` array of RECORDS of a structured
-dtype, readable with `np.load(mmap_mode="r")`. A strategy only decides how many records a file
+dtype, readable with `np.load(mmap_mode="r")`, or (chunked strategy only) a zarr v3 group of one
+array per field with compressed maps (zarrfile.py). A strategy only decides how many records a file
 holds and in what order; `locate` is the single place that maps (image, variant) to (file, row).
 Each data file has a sidecar `.quads.npz` with the sample's words in crop coordinates.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +21,9 @@ DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in C
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file: points (P,2) f32, offsets (N+1,) i64 per word, care (N,) u8, sample_offsets (R+1,) i64 per record
 
 FIELDS = ("image", "score", "geo", "roi")
+# How a data file stores its records, and the suffix of its name: npy, one memory-mappable array
+# (fastest to read); zarr, a group of per-field arrays whose maps are compressed (zarrfile.py).
+FILE_FORMATS = ("npy", "zarr")
 
 
 def record_dtype(input_size: int, map_size: int) -> np.dtype:
@@ -89,6 +94,22 @@ def variant_offsets(strategy: str, names: list[str], variants: int, batch_size: 
     keys = [f"batch{i // batch_size}" for i in range(len(names))] if strategy == "batch" else names
     return np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{k}".encode(), digest_size=8).digest(), "little") % variants
                      for k in keys], dtype=np.int64)
+
+
+def open_records(path, in_memory: bool = False):
+    """A data file as an array of records: a read-only memory map (npy) or rows decoded on access (zarr);
+    with in_memory, every record read into RAM at once."""
+    if Path(path).suffix == ".zarr":
+        from preprocess.zarrfile import ZarrRecords  # zarrfile imports this module
+        records = ZarrRecords(path)
+        return records[:] if in_memory else records
+    return np.load(path) if in_memory else np.load(path, mmap_mode="r")
+
+
+def stored_files(path: Path) -> list[Path]:
+    """The plain files a data file is made of: itself (npy), or a zarr group's metadata and shards."""
+    path = Path(path)
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
 
 
 def row_quads(sidecar, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

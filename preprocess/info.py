@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from preprocess.format import stored_files
 from preprocess.manifest import data_path, manifest_config, manifest_dtype, quads_path, read_manifest
 
 
@@ -11,10 +12,11 @@ def summary(cache_dir) -> dict:
     m = read_manifest(cache_dir)
     cfg = manifest_config(m)
     paths = [data_path(Path(cache_dir), f["name"]) for f in m["files"]]
-    data_bytes = sum(p.stat().st_size for p in paths if p.exists())
+    data_bytes = sum(q.stat().st_size for p in paths if p.exists() for q in stored_files(p))
     quad_bytes = sum(quads_path(p).stat().st_size for p in paths if quads_path(p).exists())
     return {
         "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.get("strategy_reason", ""),
+        "file_format": m.get("file_format", "npy"),
         "images": len(m["images"]), "variants": cfg.variants, "samples": sum(f["rows"] for f in m["files"]),
         "files": len(m["files"]), "record_bytes": manifest_dtype(m).itemsize,
         "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": m["build"], "source": m["source"],
@@ -31,7 +33,8 @@ def describe(cache_dir, as_json: bool = False) -> str:
     lines = [
         f"cache      {s['cache']}",
         f"strategy   {s['strategy']} ({s['strategy_reason']})",
-        f"samples    {s['samples']} = {s['images']} images x {s['variants']} variants, in {s['files']} data files",
+        f"samples    {s['samples']} = {s['images']} images x {s['variants']} variants, in {s['files']} "
+        f"{s['file_format']} data files",
         f"on disk    {mib(s['data_bytes'])} data + {mib(s['quads_bytes'])} word quads; {mib(s['record_bytes'])} per sample",
         f"built      {s['build']['finished_at']} in {s['build']['seconds']:.1f} s "
         f"(computed {s['build']['computed']}, copied {s['build']['copied']}, files kept {s['build']['files_reused']})",

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, record_dtype
+from preprocess.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, open_records, record_dtype
 
 
 class CacheError(ValueError):
@@ -59,7 +59,7 @@ def record_crc(record: np.ndarray) -> int:
 
 def file_checksum(path: Path) -> str:
     """Recompute a data file's checksum from its bytes (verify, resume)."""
-    arr = np.load(path, mmap_mode="r")
+    arr = open_records(path)
     return rows_checksum(record_crc(arr[r:r + 1]) for r in range(len(arr)))
 
 
@@ -120,7 +120,8 @@ def data_path(cache_dir: Path, name: str) -> Path:
 
 
 def quads_path(data_file: Path) -> Path:
-    return data_file.with_name(data_file.name[: -len(".npy")] + QUADS_SUFFIX)
+    """X.quads.npz beside X.npy or X.zarr (both hold the same rows when their names share the stem)."""
+    return data_file.with_name(data_file.stem + QUADS_SUFFIX)
 
 
 @dataclass

@@ -5,7 +5,8 @@ variant). A data file's name carries the hash of its rows' keys, so a file whose
 change keeps its name and is reused untouched, and a file is complete whenever it exists under
 its final name (it is renamed into place only after it is written). A row of a file that must be
 rewritten is copied from the previous cache when its key is there, and recomputed otherwise.
-Hence an incremental rebuild gives the same bytes as a full one.
+Hence an incremental rebuild gives the same bytes as a full one. The name's suffix is the file
+format (.npy or .zarr); switching formats copies every row, since the samples are the same.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class FilePlan:
 @dataclass
 class Plan:
     files: list[FilePlan]
+    file_format: str = "npy"      # one of format.FILE_FORMATS
     tasks: list[Task] = field(default_factory=list)
 
     @property
@@ -61,16 +63,17 @@ def tmp_name(name: str) -> str:
 
 
 def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict], old: dict | None,
-              out: Path, corrupt: set[str]) -> Plan:
+              out: Path, corrupt: set[str], file_format: str = "npy") -> Plan:
+    out = out.absolute()  # tasks may run in other processes and directories (a dask cluster's workers)
     image_keys = sample_keys(build_fp, records, sources)
     layout = file_members(cfg.strategy, len(records), cfg.variants, cfg.batch_size, cfg.chunk_size)
     old_files = {f["name"]: f for f in (old or {}).get("files", []) if f["name"] not in corrupt}
     # Where each old sample lives, to copy instead of recompute.
     old_rows = {k: (f["name"], r) for f in old_files.values() for r, k in enumerate(f["keys"])}
-    plan = Plan(files=[])
+    plan = Plan(files=[], file_format=file_format)
     for index, members in enumerate(layout):
         keys = [f"{image_keys[i]}:{v}" for i, v in members]
-        name = f"{cfg.strategy}-{index:05d}-{digest(build_fp, *keys)[:16]}.npy"
+        name = f"{cfg.strategy}-{index:05d}-{digest(build_fp, *keys)[:16]}.{file_format}"
         fp = FilePlan(name=name, keys=keys, members=members)
         fp.reuse = _reusable(out, name, old_files.get(name), corrupt)
         plan.files.append(fp)

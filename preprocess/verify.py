@@ -6,6 +6,7 @@ from pathlib import Path
 
 from preprocess.manifest import data_path, file_checksum, quads_checksum, quads_path, read_manifest, write_atomic
 from preprocess.plan import CORRUPT_MARKER
+from preprocess.zarrfile import shard_checksums
 
 
 def verify(cache_dir) -> list[tuple[str, str]]:
@@ -29,10 +30,23 @@ def _check(path: Path, entry: dict) -> str | None:
     if not quads_path(path).exists():
         return "word quads sidecar missing"
     try:
-        if file_checksum(path) != entry["checksum"]:
+        if "shards" in entry:  # a zarr file: its shard and metadata files, by their bytes
+            why = _check_shards(shard_checksums(path), entry["shards"])
+            if why:
+                return why
+        elif file_checksum(path) != entry["checksum"]:
             return "checksum mismatch (corrupt data)"
         if quads_checksum(quads_path(path)) != entry["quads_checksum"]:
             return "word quads checksum mismatch"
     except (ValueError, OSError) as e:
         return f"unreadable ({e})"
+    return None
+
+
+def _check_shards(found: dict[str, str], recorded: dict[str, str]) -> str | None:
+    for name, checksum in sorted(recorded.items()):
+        if name not in found:
+            return f"{name} missing"
+        if found[name] != checksum:
+            return f"{name}: checksum mismatch (corrupt data)"
     return None

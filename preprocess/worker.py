@@ -1,8 +1,9 @@
-"""What a joblib worker does: fill rows of preallocated data files in place.
+"""What a joblib worker does: fill rows of preallocated data files in place, or write zarr files whole.
 
 A worker writes its samples straight into their rows through a memory map and returns only
 small things (row checksum, the sample's words, a decode note), never image arrays, so the
-parent's memory does not grow with the dataset.
+parent's memory does not grow with the dataset. zarr writes a shard in one piece, so one call
+owns a whole zarr file: it assembles the file's records in its own memory and writes the group.
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.format import row_quads
+from preprocess.format import open_records, record_dtype, row_quads
 from preprocess.manifest import quads_path, record_crc
 from preprocess.plan import Task
+from preprocess.zarrfile import write_group
 
 
 @dataclass
@@ -30,25 +32,40 @@ class RowResult:
 
 
 def run_tasks(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowResult]:
+    """Rows of preallocated .npy files, written in place."""
     dst_maps: dict[str, np.memmap] = {}
-    src_maps: dict[str, tuple[np.ndarray, dict]] = {}
+    sources: dict[str, tuple] = {}
     results = []
     for t in tasks:
         dst = dst_maps.get(t.dst)
         if dst is None:
             dst = dst_maps[t.dst] = np.load(t.dst, mmap_mode="r+")
-        if t.src is None:
-            results.append(_compute(cfg, t, dst, skip_bad))
-        else:
-            if t.src not in src_maps:
-                src_maps[t.src] = (np.load(t.src, mmap_mode="r"), dict(np.load(quads_path(Path(t.src)))))
-            results.append(_copy(t, dst, *src_maps[t.src]))
+        results.append(_fill(cfg, t, dst, sources, skip_bad))
     for m in dst_maps.values():
         m.flush()
     return results
 
 
-def _compute(cfg: BuildConfig, t: Task, dst: np.memmap, skip_bad: bool) -> RowResult:
+def write_zarr_file(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowResult]:
+    """Every row of one zarr file, in row order: it holds rows x record bytes of memory while it works."""
+    assert [t.row for t in tasks] == list(range(len(tasks))), "a zarr file is written whole, rows in order"
+    records = np.zeros(len(tasks), record_dtype(cfg.input_size, cfg.map_size))
+    sources: dict[str, tuple] = {}
+    results = [_fill(cfg, t, records, sources, skip_bad) for t in tasks]
+    write_group(tasks[0].dst, records)
+    return results
+
+
+def _fill(cfg: BuildConfig, t: Task, dst: np.ndarray, sources: dict, skip_bad: bool) -> RowResult:
+    """Row t.row of dst, computed or copied from an old file of either format (opened once per call)."""
+    if t.src is None:
+        return _compute(cfg, t, dst, skip_bad)
+    if t.src not in sources:
+        sources[t.src] = (open_records(t.src), dict(np.load(quads_path(Path(t.src)))))
+    return _copy(t, dst, *sources[t.src])
+
+
+def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowResult:
     from preprocess.sample import make_sample
     from preprocess.ufo import DataError
     rec = dst[t.row]
@@ -68,6 +85,6 @@ def _compute(cfg: BuildConfig, t: Task, dst: np.memmap, skip_bad: bool) -> RowRe
                      t.record.name, s.warning)
 
 
-def _copy(t: Task, dst: np.memmap, src: np.ndarray, quads: dict) -> RowResult:
+def _copy(t: Task, dst: np.ndarray, src, quads: dict) -> RowResult:
     dst[t.row] = src[t.src_row]
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row))
