@@ -16,6 +16,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate
+from preprocess.format import stored_files
 from preprocess.manifest import CacheError, data_path
 
 SECONDS = 2.0          # default length of a timed pass when --batches is not given
@@ -138,7 +139,7 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     ds = CacheDataset(cache, check_stale=False)
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
-    paths = [data_path(ds.cache_dir, f) for f in ds.files]
+    paths = [p for f in ds.files for p in stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
     size = ds.dtype.itemsize
     once = memcpy_rate(ds, 1)
     copy = memcpy_rate(ds, max(1, int(0.5 * once / len(ds))))   # about half a second of copying
