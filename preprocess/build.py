@@ -79,13 +79,16 @@ def build_lock(out: Path):
 
 def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
                 check_content: bool = False, skip_bad: bool = False, auto_strategy: bool = False,
-                backend: str | None = None, log=None, file_format: str = "npy") -> BuildReport:
+                backend: str | None = None, log=None, file_format: str | None = None) -> BuildReport:
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     out = Path(out)
     (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
     with build_lock(out):
         t0 = time.perf_counter()
         old = _old_manifest(out, log)
+        if file_format is None:   # keep the cache's format, unless it cannot hold the strategy asked for
+            kept = (old or {}).get("file_format", "npy")
+            file_format = kept if auto_strategy or cfg.strategy == "chunked" else "npy"
         source = {"data_dirs": [str(Path(d).resolve()) for d in data_dirs], "split": split,
                   "skip_bad": skip_bad, "check_content": check_content}
         if old is not None and _nothing_to_do(old, cfg, source, auto_strategy, out, file_format):

@@ -21,11 +21,11 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM (default: auto)")
     p.add_argument("--chunk-size", type=int, default=d.chunk_size, help=f"samples per file, chunked (default {d.chunk_size})")
-    p.add_argument("--format", dest="file_format", choices=FILE_FORMATS, default="npy",
+    p.add_argument("--format", dest="file_format", choices=FILE_FORMATS,
                    help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
                         "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
                         "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
-                        "that chunk-size x sample size fits in a worker's RAM (default npy)")
+                        "that chunk-size x sample size fits in a worker's RAM (default: the existing cache's format, else npy)")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help=f"samples per file, batch strategy; use your training batch size (default {d.batch_size})")
     p.add_argument("--variants", type=int, default=d.variants,

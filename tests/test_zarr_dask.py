@@ -162,6 +162,17 @@ def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
     assert "--backend dask and --scheduler ADDRESS go together" in capsys.readouterr().err
 
 
+def test_a_build_without_format_keeps_the_caches_format(data_copy, tmp_path):
+    out = tmp_path / "c"
+    build(data_copy, out)
+    edit_ufo(data_copy, nudge_first_word)
+    r = build(data_copy, out, file_format=None)
+    assert r.computed == 2 and read_manifest(out)["file_format"] == "zarr"
+    assert build(data_copy, out, file_format=None).up_to_date
+    build(data_copy, out, file_format=None, strategy="image")   # zarr holds chunk files only: back to npy
+    assert read_manifest(out)["file_format"] == "npy"
+
+
 def test_dask_cluster_writes_the_bytes_of_a_local_build(sample_root, tmp_path):
     distributed = pytest.importorskip("distributed", reason='dask is not installed: pip install -e ".[dask]"')
     build(sample_root, tmp_path / "local", file_format="npy")
