@@ -117,13 +117,18 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
             report.seconds = time.perf_counter() - t0
             return report
         _preallocate(out, cfg, plan)
-        notes = {n: v for n, v in (old or {}).get("notes", {}).items() if n in sources and n not in report.changes.changed}
-        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, report)
+        # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
+        unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
+        notes = {n: v for n, v in (old or {}).get("notes", {}).items() if unchanged(n)}
+        exif = {n for n in (old or {}).get("exif_applied", []) if unchanged(n)}
+        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
+        summary.exif_applied = len(exif)
         manifest = {
             "format_version": FORMAT_VERSION, "build_fingerprint": build_fp, "config": cfg.to_dict(),
             "strategy_reason": reason, "file_format": file_format,
             "source": source,
             "images": sources, "files": entries, "ingest": summary.to_dict(), "notes": notes,
+            "exif_applied": sorted(exif),
             "build": {"seconds": round(time.perf_counter() - t0, 3), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                       "computed": report.computed, "copied": report.copied, "files_reused": report.files_reused},
         }
@@ -244,7 +249,7 @@ def _check_writer_memory(plan: Plan, dtype: np.dtype) -> None:
                          f"workers holds one file); the existing cache is unchanged.")
 
 
-def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, report) -> list[dict]:
+def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report) -> list[dict]:
     entries: list[dict | None] = [None] * len(plan.files)
     pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
     for i, f in enumerate(plan.files):
@@ -256,7 +261,7 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
         results = Parallel(n_jobs=jobs, return_as="generator_unordered")(_calls(cfg, plan, skip_bad))
         for batch in results:
             for r in batch:
-                _record(r, notes, report)
+                _record(r, notes, exif, report)
                 rows = pending[r.file]
                 rows[r.row] = r
                 if len(rows) == len(plan.files[r.file].keys):
@@ -281,11 +286,12 @@ def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
             for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
 
 
-def _record(r: RowResult, notes: dict, report: BuildReport) -> None:
+def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
     if r.name is None:
         report.copied += 1
         return
     report.computed += 1
+    (exif.add if r.exif else exif.discard)(r.name)
     if r.note:
         notes[r.name] = r.note
     else:

@@ -33,6 +33,7 @@ class Sample(NamedTuple):
     offsets: np.ndarray      # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]]
     care: np.ndarray         # uint8 (N,): 1 = legible positive, 0 = don't-care
     warning: str | None      # from the image decoder (frame size mismatch), else None
+    exif_applied: bool = False   # the decoder turned the image as its EXIF orientation says
 
 
 def sample_rng(seed: int, name: str, variant: int) -> np.random.Generator:
@@ -56,15 +57,16 @@ def _decoded_to_frame(sx: float, sy: float) -> np.ndarray:
     return np.array([[1 / sx, 0, 0.5 / sx - 0.5], [0, 1 / sy, 0.5 / sy - 0.5]])
 
 
-def _warp_image(rec: ImageRecord, frame_to_crop: np.ndarray, size: int) -> tuple[np.ndarray, str | None]:
-    """The crop (S, S, 3): the source decoded at the smallest size the warp allows, then warped once."""
+def _warp_image(rec: ImageRecord, frame_to_crop: np.ndarray, size: int):
+    """(crop (S, S, 3), decoder warning, EXIF applied): the source decoded at the smallest size the warp
+    allows, then warped once."""
     from preprocess.imageio import decode_image
     scale = float(np.linalg.svd(frame_to_crop[:, :2], compute_uv=False)[0])
     d = decode_image(rec.path, rec.width, rec.height, scale)
     m = compose(frame_to_crop, _decoded_to_frame(d.sx, d.sy))
     crop = cv2.warpAffine(np.ascontiguousarray(d.image), m, (size, size), flags=cv2.INTER_LINEAR,
                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    return crop, d.warning
+    return crop, d.warning, d.exif_applied
 
 
 def _inside_crop(points: np.ndarray, offsets: np.ndarray, size: int) -> np.ndarray:
@@ -93,7 +95,7 @@ def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
     origin, cut_quads = choose_crop(rng, quads, np.ones(len(quads), bool), image_extent(params, rec.width, rec.height),
                                     cfg.input_size, cfg.crop_tries)
     frame_to_crop = augment_matrix(params, rec.width, rec.height, origin)
-    image, warning = _warp_image(rec, frame_to_crop, cfg.input_size)
+    image, warning, exif = _warp_image(rec, frame_to_crop, cfg.input_size)
 
     points = transform_points(frame_to_crop, rec.points).astype(np.float32)
     offsets = np.asarray(rec.offsets, np.int64)
@@ -104,4 +106,4 @@ def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
     care = care[keep].astype(np.uint8)
     score, geo, roi = make_targets(points, offsets, care, cfg.input_size, cfg.map_scale)
     return Sample(np.ascontiguousarray(image.transpose(2, 0, 1)), score[None], geo, roi[None], points, offsets,
-                  care, warning)
+                  care, warning, exif)

@@ -71,7 +71,8 @@ class IngestSummary:
     fitted: int = 0                 # 5+ point polygons replaced by their minimum-area rectangle
     dropped_degenerate: int = 0     # area under drop_area, or fewer than 3 points
     dropped_invalid: int = 0        # NaN / inf / non-numeric / malformed points
-    exif_applied: int = 0           # frame sizes read from an EXIF-transposed image header
+    exif_applied: int = 0           # ingest: frame sizes read from an EXIF-transposed header; a build
+                                    # replaces it with the images whose decode applied the orientation
     bad: list[tuple[str, str]] = field(default_factory=list)   # (image name, reason), skipped with skip_bad
     warnings: list[str] = field(default_factory=list)
 

@@ -29,6 +29,7 @@ class RowResult:
     care: np.ndarray       # uint8 (N,)
     name: str | None = None       # source image, when computed
     note: str | None = None       # decode warning or skip reason
+    exif: bool = False            # the decoder applied the image's EXIF orientation
 
 
 def run_tasks(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowResult]:
@@ -82,7 +83,7 @@ def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowR
                          np.zeros(0, np.uint8), t.record.name, f"skipped: {e}")
     rec["image"], rec["score"], rec["geo"], rec["roi"] = s.image, s.score, s.geo.astype(np.float16), s.roi
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), s.points, s.offsets, s.care,
-                     t.record.name, s.warning)
+                     t.record.name, s.warning, s.exif_applied)
 
 
 def _copy(t: Task, dst: np.ndarray, src, quads: dict) -> RowResult:

@@ -95,6 +95,17 @@ def test_a_skipped_image_that_comes_back_is_built(data_copy, tmp_path):
     assert not r.up_to_date and r.images == 5 and r.changes.added == [victim.name]
 
 
+def test_exif_rotated_images_are_counted_and_the_count_survives_an_incremental_build(data_copy, tmp_path):
+    build(data_copy, tmp_path / "c")
+    m = read_manifest(tmp_path / "c")
+    rotated = m["exif_applied"]
+    assert len(rotated) == 1 and m["ingest"]["exif_applied"] == 1   # the sample set has one EXIF-rotated page
+    edit_ufo(data_copy, lambda images: images.pop(sorted(n for n in images if n not in rotated)[0]))
+    r = build(data_copy, tmp_path / "c")
+    m = read_manifest(tmp_path / "c")
+    assert r.computed == 0 and m["exif_applied"] == rotated and m["ingest"]["exif_applied"] == 1
+
+
 @pytest.mark.parametrize("edit", ["change", "add", "remove"])
 def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit):
     build(data_copy, tmp_path / "inc")
