@@ -173,3 +173,12 @@ def evaluate(gt_list, det_list) -> dict:
     totals = [sum(c[k] for c in per_image) for k in range(4)]
     precision, recall, hmean = ratios(totals[2], totals[3], totals[0], totals[1])
     return dict(precision=precision, recall=recall, hmean=hmean, per_image=per_image)
+
+
+def gt_quads(points: np.ndarray, offsets: np.ndarray, care: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A cached sample's words (CacheDataset.quads) as DetEval takes them: quads (N, 4, 2) and care (N,) bool.
+    Legible words are quads already; a don't-care polygon of another point count becomes its minimum-area
+    rectangle, which covers it, so detections on it are still forgiven."""
+    words = [points[a:b] if b - a == 4 else cv2.boxPoints(cv2.minAreaRect(points[a:b]))
+             for a, b in zip(offsets[:-1], offsets[1:])]
+    return np.array(words, np.float64).reshape(-1, 4, 2), np.asarray(care, bool)
