@@ -17,7 +17,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from preprocess.format import FIELDS, locate, open_records, row_quads, variant_offsets
 from preprocess.manifest import (CacheError, check_stale, data_path, manifest_config, manifest_dtype, quads_path,
-                                 read_manifest)
+                                 read_manifest, update_command)
 
 
 class StaleCacheError(CacheError):
@@ -58,12 +58,15 @@ class CacheDataset(Dataset):
         rec = self._file(f)[r]
         return {k: rec[k] for k in FIELDS}
 
-    def __getitems__(self, indices: list[int]):
-        """A batch: one contiguous slice when its rows are adjacent in one file (the batch strategy), else items."""
+    def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
+        """A batch's items (views, nothing copied yet). When their rows are adjacent in one file (the batch
+        strategy under BlockSampler), the list also carries them as one slice, which collate copies in one
+        read per field; any other collate sees a plain list of items."""
         where = [self.locate(i, self.variant(i)) for i in indices]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
-            return self._file(f0)[r0:r0 + len(indices)]
+            rows = self._file(f0)[r0:r0 + len(indices)]
+            return Rows([{k: rec[k] for k in FIELDS} for rec in rows], rows)
         return [self[i] for i in indices]
 
     def locate(self, i: int, variant: int) -> tuple[int, int]:
@@ -99,11 +102,19 @@ class CacheDataset(Dataset):
         return [m if type(m) is np.ndarray else None for m in self._maps]
 
 
+class Rows(list):
+    """Items of adjacent rows of one file, with those rows as one structured slice (`rows`)."""
+
+    def __init__(self, items: list, rows: np.ndarray):
+        super().__init__(items)
+        self.rows = rows
+
+
 def _raise_if_stale(cache_dir: Path, manifest: dict) -> None:
     st = check_stale(manifest)
     if st.stale:
         raise StaleCacheError(f"{cache_dir}: the cache is stale: {st.describe()}. Update it with: "
-                              f"python -m preprocess build --out {cache_dir} (only changed images are redone), "
+                              f"{update_command(manifest, cache_dir)} (only changed images are redone), "
                               f"or pass --rebuild to train.py")
 
 
@@ -131,9 +142,13 @@ def _reused(shape: tuple, dtype: np.dtype) -> torch.Tensor:
         return torch.from_numpy(arr)
 
 
-def _empty(shape: tuple, dtype: np.dtype) -> torch.Tensor:
-    """A batch tensor. In the main process, a reused buffer; in a DataLoader worker, one born in shared
-    memory, so that it crosses to the main process uncopied."""
+def _empty(shape: tuple, dtype: np.dtype, pin: bool = False) -> torch.Tensor:
+    """A batch tensor. Pinned: from torch's caching host allocator, which reuses freed blocks and keeps
+    one alive until the non_blocking copies that read it have finished. In the main process, a reused
+    buffer; in a DataLoader worker, one born in shared memory, so that it crosses to the main process
+    uncopied."""
+    if pin:
+        return torch.empty(shape, dtype=_torch_dtype(dtype), pin_memory=True)
     if get_worker_info() is None:
         return _reused(shape, dtype)
     dtype = _torch_dtype(dtype)
@@ -142,17 +157,20 @@ def _empty(shape: tuple, dtype: np.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).new(storage).view(shape)
 
 
-def collate(batch) -> dict[str, torch.Tensor]:
-    """Copy each field once, from the page cache into one batch tensor per field; no float conversion here."""
+def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
+    """Copy each field once, from the page cache into one batch tensor per field; no float conversion here.
+    pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
+    non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed."""
+    batch = getattr(batch, "rows", batch)
     if isinstance(batch, np.ndarray):  # contiguous rows of one file
         out = {}
         for k in FIELDS:
             src = batch[k]
-            t = _empty(src.shape, src.dtype)
+            t = _empty(src.shape, src.dtype, pin)
             np.copyto(t.numpy(), src)
             out[k] = t
         return out
-    out = {k: _empty((len(batch), *batch[0][k].shape), batch[0][k].dtype) for k in FIELDS}
+    out = {k: _empty((len(batch), *batch[0][k].shape), batch[0][k].dtype, pin) for k in FIELDS}
     for k in FIELDS:
         dst = out[k].numpy()
         for j, item in enumerate(batch):

@@ -26,7 +26,7 @@ from preprocess.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dty
 from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
                                  fsync_dir, json_fingerprints, quads_checksum, quads_path, read_manifest,
                                  rows_checksum, source_fingerprints, sources_unchanged, write_manifest)
-from preprocess.plan import CORRUPT_MARKER, FilePlan, Plan, make_plan
+from preprocess.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan
 from preprocess.progress import Progress
 from preprocess.strategy import available_ram, choose_strategy
 from preprocess.ufo import load_splits
@@ -56,6 +56,7 @@ class BuildReport:
     up_to_date: bool = False
     full_rebuild_reason: str = ""
     first_build: bool = True
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
 
 
@@ -133,6 +134,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
                       "computed": report.computed, "copied": report.copied, "files_reused": report.files_reused},
         }
         write_manifest(out, manifest)
+        report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items()) if v.startswith("skipped")]
         report.files_removed = _collect_garbage(out, {e["name"] for e in entries})
         report.seconds = time.perf_counter() - t0
         return report
@@ -342,11 +344,12 @@ def _file_entry(path: Path, f: FilePlan, checksum: str) -> dict:
 
 
 def _collect_garbage(out: Path, keep: set[str]) -> int:
-    """After the commit: delete data files no manifest names (old versions, leftovers of killed builds)."""
+    """After the commit: delete data files no manifest names (old versions, leftovers of killed builds).
+    Only names a build writes are candidates: whatever else lies in the directory is not ours to delete."""
     keep = keep | {quads_path(data_path(out, name)).name for name in keep}
     removed = 0
     for p in (out / DATA_DIR).iterdir():
-        if p.name in keep:
+        if p.name in keep or not OWN_FILE.fullmatch(p.name):
             continue
         if p.is_dir():  # a zarr file
             shutil.rmtree(p)

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
+import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 
 from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from preprocess.format import FILE_FORMATS
+
+
+SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
@@ -37,6 +43,9 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed, help="seed of every random draw (default 0)")
     p.add_argument("--height-jitter", type=float, default=d.height_jitter, help="height scaled by U[1-j, 1+j] (default 0.2)")
     p.add_argument("--max-rotation", type=float, default=d.max_rotation, help="rotation drawn from U[-r, r] degrees (default 10)")
+    p.add_argument("--crop-tries", type=int, default=d.crop_tries,
+                   help=f"random crops tested for cutting no legible word before the least-cutting one is taken "
+                        f"(default {d.crop_tries})")
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care region (default: %(default)s)")
     p.add_argument("--min-area", type=float, default=d.min_area, help="px^2; smaller words become don't-care (default 10)")
@@ -53,17 +62,43 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check-content", action="store_true",
                    help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="leave out missing or unreadable images (listed in the manifest) instead of stopping")
+                   help="go on past bad images instead of stopping: a missing image or annotation entry is left out; "
+                        "an image that cannot be decoded keeps its place as an all-don't-care sample (no loss). "
+                        "Both are named at the end of the build and by `info`")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
 def config_from_args(a: argparse.Namespace) -> BuildConfig:
     return BuildConfig(image_size=a.image_size, input_size=a.input_size, map_scale=a.map_scale, variants=a.variants,
-                       seed=a.seed, height_jitter=a.height_jitter, max_rotation=a.max_rotation,
+                       seed=a.seed, height_jitter=a.height_jitter, max_rotation=a.max_rotation, crop_tries=a.crop_tries,
                        ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
                        min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons,
                        strategy="chunked" if a.strategy == "auto" else a.strategy,
                        chunk_size=a.chunk_size, batch_size=a.batch_size)
+
+
+def build_command(manifest: dict, out) -> str:
+    """The command that brings the cache described by manifest up to date: its recorded --data, split, file
+    format and config, the config as flags wherever it differs from the defaults (config_from_args inverted)."""
+    src, cfg, d = manifest["source"], BuildConfig.from_dict(manifest["config"]), BuildConfig()
+    words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src["data_dirs"])]
+    if src.get("split", "train") != "train":
+        words.append(f"--split {shlex.quote(src['split'])}")
+    words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
+    if manifest.get("file_format", "npy") != "npy":
+        words.append(f"--format {manifest['file_format']}")
+    for f in dataclasses.fields(BuildConfig):
+        value = getattr(cfg, f.name)
+        if f.name == "strategy" or value == getattr(d, f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag)
+        else:
+            words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
+    words += [flag for flag, on in (("--check-content", src.get("check_content")), ("--skip-bad", src.get("skip_bad")))
+              if on]
+    return " ".join(words)
 
 
 def cmd_build(a: argparse.Namespace) -> int:
@@ -93,6 +128,10 @@ def cmd_build(a: argparse.Namespace) -> int:
         say(f"source changes: {r.changes.describe()}")
     say(f"{a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the previous "
         f"cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} [{r.seconds:.1f} s]")
+    if r.skipped:
+        shown = "; ".join(f"{name}: {why}" for name, why in r.skipped[:SHOW_SKIPPED])
+        more = f"; and {len(r.skipped) - SHOW_SKIPPED} more" if len(r.skipped) > SHOW_SKIPPED else ""
+        say(f"--skip-bad: {len(r.skipped)} bad image(s) ({shown}{more}); `python -m preprocess info {a.out}` lists them")
     return 0
 
 
@@ -103,12 +142,14 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
+    from preprocess.manifest import read_manifest
     from preprocess.verify import verify
     bad = verify(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
     if bad:
-        print(f"{len(bad)} bad file(s); `python -m preprocess build --out {a.cache}` rebuilds exactly those", file=sys.stderr)
+        print(f"{len(bad)} bad file(s); `{build_command(read_manifest(a.cache), a.cache)}` rebuilds exactly those",
+              file=sys.stderr)
         return 1
     print(f"{a.cache}: all files match their checksums")
     return 0
@@ -206,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (DataError, CacheError, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a flag value BuildConfig refuses; its message names the flag's field
+        print(f"error: {e}; see `python -m preprocess {args.command} --help`", file=sys.stderr)
+        return 2
+    except OSError as e:  # --out not creatable, a full disk while writing: the previous cache is untouched
+        hint = " Free some space or build into another --out." if e.errno == errno.ENOSPC else ""
+        print(f"error: {e}.{hint} The previous cache, if any, is unchanged.", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the previous cache is intact; run the same command again to finish "

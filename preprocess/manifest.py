@@ -5,6 +5,8 @@ describes complete files, or none the reader will accept.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 import os
@@ -30,10 +32,36 @@ def digest(*parts) -> str:
     return h.hexdigest()
 
 
+# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
+SAMPLE_MODULES = ("ufo", "imageio", "geometry", "targets", "sample")
+
+
 def build_fingerprint(cfg: BuildConfig) -> str:
-    """Changes whenever a sample could change for reasons other than its source: config, maths, format."""
-    from preprocess.sample import SAMPLE_CODE_VERSION
-    return digest(cfg.fingerprint(), SAMPLE_CODE_VERSION, FORMAT_VERSION)
+    """Changes whenever a sample could change for reasons other than its source: config, code, format."""
+    return digest(cfg.fingerprint(), sample_code_version(), FORMAT_VERSION)
+
+
+@functools.lru_cache(maxsize=1)
+def sample_code_version() -> str:
+    """A hash of the syntax trees of SAMPLE_MODULES without docstrings: it changes whenever their code does, and
+    only then (comments, layout and docs do not count), with no version number to remember to bump. A cache
+    built by other code is rebuilt, never read as if the maths were the same."""
+    return code_hash([(Path(__file__).parent / f"{name}.py").read_text() for name in SAMPLE_MODULES])
+
+
+def code_hash(sources: list[str]) -> str:
+    """Hash of Python sources as syntax trees, docstrings dropped (see sample_code_version)."""
+    h = hashlib.blake2b(digest_size=16)
+    for source in sources:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        h.update(ast.dump(tree).encode())
+    return h.hexdigest()
 
 
 def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
@@ -70,11 +98,15 @@ def quads_checksum(path: Path) -> str:
 def write_atomic(path: Path, text: str) -> None:
     """temp file + fsync + rename + fsync of the directory: readers see the old or the new file, never half."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:   # a full disk, an interrupt: the old file stands, and no temp file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 
@@ -94,16 +126,25 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
     path = Path(cache_dir) / MANIFEST
     if not path.exists():
         raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
-                         f"Build one with: python -m preprocess build --out {cache_dir}")
+                         f"Build one with: python -m preprocess build --data DIR --out {cache_dir}")
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise CacheError(f"{path}: unreadable manifest ({e}). Rebuild with: python -m preprocess build --out {cache_dir}") from e
+        raise CacheError(f"{path}: unreadable manifest ({e}). Rebuild with: python -m preprocess build --data DIR "
+                         f"--out {cache_dir} and the options you built it with") from e
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CacheError(f"{cache_dir}: cache format version {manifest.get('format_version')}, this code reads version "
-                         f"{FORMAT_VERSION}. Rebuild it with: python -m preprocess build --out {cache_dir} "
-                         f"(with the same --data and options)")
+                         f"{FORMAT_VERSION}. Rebuild it with: {update_command(manifest, cache_dir)}")
     return manifest
+
+
+def update_command(manifest: dict, cache_dir) -> str:
+    """The build command recorded in manifest, or a template where the manifest is too old to say."""
+    from preprocess.cli import build_command  # the CLI owns the flags
+    try:
+        return build_command(manifest, cache_dir)
+    except (KeyError, TypeError, ValueError):
+        return f"python -m preprocess build --data DIR --out {cache_dir} (with the --data and options it was built with)"
 
 
 def manifest_config(manifest: dict) -> BuildConfig:

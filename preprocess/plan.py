@@ -10,6 +10,8 @@ format (.npy or .zarr); switching formats copies every row, since the samples ar
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +60,15 @@ def sample_keys(build_fp: str, records, sources: dict[str, dict]) -> list[str]:
     return [digest(build_fp, r.name, sources[r.name]["ann"], sources[r.name]["file"]) for r in records]
 
 
+def file_name(strategy: str, index: int, digest16: str, file_format: str) -> str:
+    return f"{strategy}-{index:05d}-{digest16}.{file_format}"
+
+
+# Every name a build writes in CACHE/data/: a data file, its sidecar, and their temp names. Garbage collection
+# deletes only these, so that a --out holding anything else (a dataset's own data/ folder) loses nothing.
+OWN_FILE = re.compile(r"(whole|image|batch|chunked)-\d{5}-[0-9a-f]{16}\.(npy|zarr)(\.tmp)?(\.quads\.npz(\.tmp\.npz)?)?")
+
+
 def tmp_name(name: str) -> str:
     return name + ".tmp"
 
@@ -73,7 +84,7 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict]
     plan = Plan(files=[], file_format=file_format)
     for index, members in enumerate(layout):
         keys = [f"{image_keys[i]}:{v}" for i, v in members]
-        name = f"{cfg.strategy}-{index:05d}-{digest(build_fp, *keys)[:16]}.{file_format}"
+        name = file_name(cfg.strategy, index, digest(build_fp, *keys)[:16], file_format)
         fp = FilePlan(name=name, keys=keys, members=members)
         fp.reuse = _reusable(out, name, old_files.get(name), corrupt)
         plan.files.append(fp)

@@ -19,11 +19,6 @@ from preprocess.geometry import (augment_matrix, choose_crop, compose, gather_qu
 from preprocess.targets import make_targets
 from preprocess.ufo import CARE, ImageRecord
 
-# Bump whenever the maths of a sample change (augmentation, crop choice, targets): it is part of
-# the cache fingerprint, so caches built by older code are rebuilt.
-SAMPLE_CODE_VERSION = "1"
-
-
 class Sample(NamedTuple):
     image: np.ndarray        # uint8 (3, S, S) RGB, S = input_size
     score: np.ndarray        # uint8 (1, m, m), m = map_size

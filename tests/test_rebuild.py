@@ -16,7 +16,9 @@ import pytest
 from conftest import small_config
 from dataset import CacheDataset, StaleCacheError
 from preprocess.build import BuildError, build_cache, build_lock, rebuild
-from preprocess.manifest import CacheError, check_stale, data_path, quads_path, read_manifest
+from preprocess.cli import build_command, config_from_args, get_parser, main as cli_main
+from preprocess.manifest import (CacheError, check_stale, code_hash, data_path, manifest_config, quads_path,
+                                 read_manifest)
 from preprocess.ufo import DataError
 from preprocess.verify import verify
 
@@ -140,7 +142,7 @@ def test_config_change_rebuilds_everything_and_says_why(data_copy, tmp_path):
 def test_stale_cache_is_refused_with_the_command_to_run(data_copy, tmp_path):
     build(data_copy, tmp_path / "c")
     edit_ufo(data_copy, nudge_first_word)
-    with pytest.raises(StaleCacheError, match=r"1 changed image.*python -m preprocess build --out"):
+    with pytest.raises(StaleCacheError, match=r"1 changed image.*python -m preprocess build --data .* --out"):
         CacheDataset(tmp_path / "c")
     CacheDataset(tmp_path / "c", check_stale=False)  # an explicit opt-out still reads
     report = rebuild(tmp_path / "c", jobs=1, quiet=True)
@@ -283,3 +285,59 @@ def test_full_disk_fails_cleanly_and_keeps_the_cache(data_copy, tmp_path, monkey
         build(data_copy, out, seed=5)
     assert cache_bytes(out) == before
     assert np.asarray(CacheDataset(out)[0]["image"]).any()
+
+
+def test_the_printed_update_command_rebuilds_the_same_cache(data_copy, tmp_path):
+    """The command that stale, verify and format errors print carries the cache's own data and options: running
+    it updates the cache in place instead of replacing it with a default build of the sample set."""
+    out = tmp_path / "c"
+    build_cache(small_config(strategy="batch", batch_size=2, variants=3, seed=5, min_area=4.0, fit_polygons=True,
+                             ignore_tags=("stamp",)), [data_copy], out, split="train", jobs=1, quiet=True)
+    words = build_command(read_manifest(out), out).split()
+    assert words[:3] == ["python", "-m", "preprocess"]
+    args = get_parser().parse_args(words[3:])
+    assert args.data == [data_copy.resolve()] and args.out == out and args.strategy == "batch"
+    assert config_from_args(args) == manifest_config(read_manifest(out))
+    edit_ufo(data_copy, nudge_first_word)
+    assert cli_main([*words[3:], "--jobs", "1", "--quiet"]) == 0
+    report = read_manifest(out)["build"]
+    # the edited image's 3 variants are redone; its batch partner's 3 rows are copied; every other file is kept
+    assert (report["computed"], report["copied"], report["files_reused"]) == (3, 3, 6)
+
+
+def test_garbage_collection_deletes_only_what_a_build_wrote(data_copy, tmp_path):
+    """A --out that already holds a data/ folder of the user's keeps every file the build did not write."""
+    out = tmp_path / "c"
+    theirs = [out / "data" / "images" / "page.jpg", out / "data" / "notes.txt", out / "data" / "x.npy"]
+    for f in theirs:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("not the cache's")
+    build(data_copy, out)
+    build(data_copy, out, seed=3)   # a full rebuild: every old data file is garbage now
+    assert all(f.read_text() == "not the cache's" for f in theirs)
+    named = {f["name"] for f in read_manifest(out)["files"]}
+    ours = {p.name for p in (out / "data").glob("chunked-*") if not p.name.endswith(".quads.npz")}
+    assert ours == named, "the old build's files are gone"
+
+
+def test_code_version_sees_code_not_comments_or_docstrings():
+    base = 'def f(x):\n    """Doc."""\n    return x * 0.3  # shrink\n'
+    assert code_hash([base]) == code_hash(['def f(x):\n    """Other doc."""\n\n    return x*0.3\n'])
+    assert code_hash([base]) != code_hash([base.replace("0.3", "0.4")])
+
+
+@pytest.mark.parametrize("flags, expect", [
+    (["--input-size", "100"], "input_size 100 must be a positive multiple of 32"),
+    (["--variants", "0"], "must all be positive"),
+    (["--height-jitter", "1.5"], "height_jitter 1.5 must lie in"),
+])
+def test_bad_flag_values_are_errors_not_tracebacks(data_copy, tmp_path, capsys, flags, expect):
+    assert cli_main(["build", "--data", str(data_copy), "--out", str(tmp_path / "c"), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expect in err and "Traceback" not in err
+
+
+def test_an_out_that_cannot_be_a_directory_is_named(data_copy, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert cli_main(["build", "--data", str(data_copy), "--out", str(tmp_path / "file" / "c"), "--quiet"]) == 2
+    assert str(tmp_path / "file") in capsys.readouterr().err
