@@ -2,5 +2,6 @@
 from dataset.cache import CacheDataset, StaleCacheError, collate
 from dataset.onthefly import OnTheFlyDataset
 from dataset.prefetch import prefetch
+from dataset.sampler import BlockSampler
 
-__all__ = ["CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate", "prefetch"]
+__all__ = ["BlockSampler", "CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate", "prefetch"]

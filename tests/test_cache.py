@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from conftest import small_config
-from dataset import CacheDataset, OnTheFlyDataset, collate
+from dataset import BlockSampler, CacheDataset, OnTheFlyDataset, collate
 from dataset.cache import _pool
 from preprocess.build import build_cache
 from preprocess.config import STRATEGIES
@@ -90,9 +90,38 @@ def test_item_shapes_and_epoch_rotation(caches):
 def test_batch_strategy_reads_a_batch_as_one_slice(caches):
     ds = CacheDataset(caches / "batch")
     got = ds.__getitems__([2, 3])
-    assert isinstance(got, np.ndarray) and got.shape == (2,)
+    assert isinstance(got.rows, np.ndarray) and got.rows.shape == (2,)
     batch = collate(got)
     assert np.array_equal(batch["image"][1].numpy(), ds[3]["image"])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_torch_default_collate_works_too(caches, strategy):
+    """A user's own DataLoader without our collate gets the same batches, one slice or not."""
+    ds = CacheDataset(caches / strategy)
+    batch = next(iter(DataLoader(ds, batch_size=2)))
+    assert torch.equal(batch["image"][1], torch.from_numpy(ds[1]["image"]))
+    assert batch["geo"].dtype == torch.float16 and batch["roi"].shape == (2, 1, 48, 48)
+
+
+@pytest.mark.parametrize("n, block, world", [(10, 4, 1), (10, 4, 2), (10, 4, 3), (8, 2, 2), (3, 8, 2)])
+def test_block_sampler_shuffles_whole_blocks_and_splits_them_evenly(n, block, world):
+    ranks = [BlockSampler(n, block, seed=1, rank=r, world=world) for r in range(world)]
+    for s in ranks:
+        s.set_epoch(4)
+    orders = [list(s) for s in ranks]
+    assert all(len(o) == len(s) for o, s in zip(orders, ranks))
+    assert len({-(-len(o) // block) for o in orders}) == 1, "every rank runs the same number of batches"
+    assert set().union(*orders) == set(range(n)), "an epoch sees every image"
+    for o in orders:
+        for k in range(0, len(o), block):   # each batch is one block: consecutive indices from a block start
+            piece = o[k:k + block]
+            assert piece[0] % block == 0 and piece == list(range(piece[0], piece[0] + len(piece)))
+    epochs = {tuple(BlockSampler(40, 4, seed=1).__iter__()) for _ in range(2)}
+    assert len(epochs) == 1, "seeded: the same order for the same epoch"
+    later = BlockSampler(40, 4, seed=1)
+    later.set_epoch(1)
+    assert list(later) != list(BlockSampler(40, 4, seed=1)), "and a new order the next epoch"
 
 
 @pytest.mark.parametrize("strategy", ["batch", "image"])
