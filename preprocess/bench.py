@@ -15,26 +15,31 @@ import time
 import numpy as np
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate
+from dataset import CacheDataset, collate, prefetch
 from preprocess.format import stored_files
 from preprocess.manifest import CacheError, data_path
 
 SECONDS = 2.0          # default length of a timed pass when --batches is not given
 NEAR_BEST = 0.05       # a setting within 5% of the best counts as "as fast" for the recommendation
 PROBE_BYTES = 16 << 20  # read to check whether the OS honoured DONTNEED
+MEMCPY_BATCH = 8       # records per destination buffer of the memcpy reference (train.py's default batch)
 CAN_DROP = hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
 
 
-def memcpy_rate(ds: CacheDataset, repeat: int) -> float:
-    """One core copying each record from the (warm) page cache into a preallocated buffer: the physical limit."""
-    dst = np.empty(1, ds.dtype)
+def memcpy_rate(ds: CacheDataset, repeat: int, batch: int = MEMCPY_BATCH) -> float:
+    """Samples/s of one core copying the records from the (warm) page cache into a preallocated buffer of
+    `batch` records, batch after batch: the least any loader must do, so the physical limit. (A one-record
+    buffer would stay in the CPU cache and flatter the reference; a batch buffer, like a loader's, does not.)"""
+    dst = np.empty(batch, ds.dtype)
     rows = [ds._file(f)[r:r + 1] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
-    for src in rows:
-        np.copyto(dst, src)
+
+    def copy_all() -> None:
+        for k, src in enumerate(rows):
+            np.copyto(dst[k % batch:k % batch + 1], src)
+    copy_all()   # fault in dst and the maps' pages
     t0 = time.perf_counter()
     for _ in range(repeat):
-        for src in rows:
-            np.copyto(dst, src)
+        copy_all()
     return repeat * len(rows) / (time.perf_counter() - t0)
 
 
@@ -106,13 +111,17 @@ class Order:
 
 
 def timed_pass(loader, order: Order, batch: int, batches: int | None) -> tuple[int, float]:
-    """(batches read, seconds). Without a batch count, runs for about SECONDS."""
+    """(batches read, seconds). Without a batch count, runs for about SECONDS. With no worker processes the
+    batches come as train.py reads them: one ahead, from a thread of this process (dataset.prefetch)."""
     order.count = batches * batch if batches else 1 << 62
     n, t0 = 0, time.perf_counter()
-    for _ in loader:
+    it = prefetch(loader) if loader.num_workers == 0 else iter(loader)
+    for _ in it:
         n += 1
         if n == batches or (not batches and n >= 2 and time.perf_counter() - t0 >= SECONDS):
             break
+    if hasattr(it, "close"):
+        it.close()
     return n, time.perf_counter() - t0
 
 
@@ -160,11 +169,12 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     near = [k for k, r in rate.items() if r >= (1 - NEAR_BEST) * best]
     w, b = min(near, key=lambda k: (k[0], -rate[k]))
     return "\n".join([
+        "workers 0: this process reads, one batch ahead in a thread (train.py's default); N: DataLoader processes.",
         f"{cache}: {len(paths)} data files, {_size(paths) / 1e6:.1f} MB, {size / 1e6:.2f} MB per sample. "
         f"{platform.machine()}, {os.cpu_count()} cores.",
         f"Each setting: {f'{batches} batches' if batches else f'about {SECONDS:.0f} s'} cold, then the same batches "
         f"warm; DataLoader workers are started before the clock.", note, "", table(header, rows), "",
-        f"Recommendation: num_workers={w}, batch_size={b} ({rate[(w, b)]:.1f} samples/s "
+        f"Recommendation: train.py --workers {w} --batch-size {b} ({rate[(w, b)]:.1f} samples/s "
         f"{'cold' if use_cold else 'warm'}, within {NEAR_BEST:.0%} of the best {best:.1f} with the fewest workers)"])
 
 

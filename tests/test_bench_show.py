@@ -46,14 +46,14 @@ def test_bench_prints_a_row_per_setting_a_memcpy_row_and_a_recommendation(cache,
         numbers = [float(c) for c in r[2:] if c not in ("n/a", "-")]
         assert len(numbers) >= 3 and all(x > 0 for x in numbers), r
     assert "fadvise" in out
-    assert "Recommendation: num_workers=" in out
+    assert "Recommendation: train.py --workers " in out
 
 
 def test_bench_reads_a_zarr_cache(sample_root, tmp_path, capsys):
     build_cache(small_config(strategy="chunked", chunk_size=4), [sample_root], tmp_path / "z", jobs=1, quiet=True,
                 file_format="zarr")
     assert main(["bench", str(tmp_path / "z"), "--workers", "0", "--batch-sizes", "2", "--batches", "2"]) == 0
-    assert "Recommendation: num_workers=0" in capsys.readouterr().out
+    assert "Recommendation: train.py --workers 0 " in capsys.readouterr().out
 
 
 def test_bench_rejects_a_bad_list(cache, capsys):
