@@ -20,6 +20,7 @@ import importlib
 import json
 import math
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -36,10 +37,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from tqdm import tqdm
 
-from dataset import CacheDataset, collate
+from dataset import BlockSampler, CacheDataset, collate, prefetch
+from preprocess.build import BuildError
 from preprocess.decode import decode_maps
 from preprocess.deteval import evaluate_image, gt_quads, ratios
 from preprocess.manifest import CacheError, check_stale, read_manifest
+from preprocess.ufo import DataError
 
 MAX_DISTANCE = 512.0         # px; the distance head's range, sigmoid * MAX_DISTANCE (the paper's text scale)
 ANGLE_WEIGHT = 10.0          # weight of the angle loss against the IoU loss, as in the paper (lambda_theta)
@@ -53,6 +56,10 @@ VGG16_BN = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 
 MERGE_WIDTHS = (128, 64, 32)  # channels after merging strides 16, 8, 4 (the paper's g/h branch)
 HEAD_WIDTH = 32
 HEAD_INIT_STD = 0.01  # small head weights: sigmoids start unsaturated (distance ~256 px, angle ~0)
+# px of score added to the dice numerator and denominator (Laplace smoothing): a text-free batch predicted
+# text-free costs 0, not 1, and one with false positives still costs > 0 with a gradient pushing them down.
+# Negligible next to the hundreds of positive px of a batch with words.
+DICE_SMOOTH = 1.0
 BATCH_SIZE = 8               # samples per step per process, and per inference batch of --eval-only
 # `python train.py` without a GPU: a check run that ends within minutes on 2 cores, even at 1024 px
 CPU_BUDGET_STEPS = 20        # optimiser steps
@@ -138,18 +145,40 @@ def init_weights(m: nn.Module) -> None:
         nn.init.zeros_(m.bias)
 
 
+BACKBONE_HINT = ("--backbone-weights needs a torchvision vgg16_bn state dict, e.g. "
+                 "torch.save(torchvision.models.vgg16_bn(weights='IMAGENET1K_V1').state_dict(), 'vgg16_bn.pth')")
+
+
+def check_backbone_file(path: Path) -> None:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file; {BACKBONE_HINT}")
+
+
 def load_backbone(model: EAST, path: Path) -> None:
-    """Load the `features.*` part of a torchvision-format VGG16-BN state dict (the classifier is ignored)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    feats = {k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
+    """Load the `features.*` part of a torchvision-format VGG16-BN state dict (the classifier is ignored).
+    Anything else raises a UsageError that names the file and says what it must hold."""
+    check_backbone_file(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # weights_only's refusal is a page of advice on trusting the source
+        raise UsageError(f"{path}: holds more than tensors (a whole model saved with torch.save(model)?) or is "
+                         f"not a torch file; {BACKBONE_HINT}") from None
+    except Exception as e:  # truncated, not a zip: unreadable alike
+        raise UsageError(f"{path}: cannot be read as a state dict ({type(e).__name__}: {str(e)[:200]}); "
+                         f"{BACKBONE_HINT}") from None
+    feats = ({k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
+             if isinstance(state, dict) else {})
     if not feats:
-        raise ValueError(f"{path}: no `features.N.*` keys; expected a torchvision vgg16_bn state dict")
-    model.features.load_state_dict(feats)
+        raise UsageError(f"{path}: no `features.N.*` keys; {BACKBONE_HINT}")
+    try:
+        model.features.load_state_dict(feats)
+    except RuntimeError as e:  # other keys or shapes: plain vgg16 (no BN) numbers its layers differently
+        raise UsageError(f"{path}: its `features` do not fit VGG16-BN ({str(e)[:300]}); {BACKBONE_HINT}") from None
 
 
 # ---------------------------------------------------------------- loss
 
-def east_loss(score, geo, gt_score, gt_geo, roi, eps: float = 1e-6) -> dict[str, torch.Tensor]:
+def east_loss(score, geo, gt_score, gt_geo, roi) -> dict[str, torch.Tensor]:
     """Dice + IoU + ANGLE_WEIGHT * (1 - cos) loss, in float32 whatever the prediction dtype.
 
     A 512 px box has an area of 1e6, past float16's 65504: the common baseline computes it under
@@ -158,7 +187,7 @@ def east_loss(score, geo, gt_score, gt_geo, roi, eps: float = 1e-6) -> dict[str,
     p, d, theta = score.float(), geo[:, :4].float(), geo[:, 4:].float()
     roi = roi.float()
     pos = (gt_score > 0).float() * roi
-    cls = 1 - 2 * (p * pos).sum() / ((p * roi).sum() + pos.sum() + eps)
+    cls = 1 - (2 * (p * pos).sum() + DICE_SMOOTH) / ((p * roi).sum() + pos.sum() + DICE_SMOOTH)
     keep = pos > 0  # targets elsewhere are irrelevant; zeroing them keeps every map finite
     dg = torch.where(keep, gt_geo[:, :4].float(), 0.0)
     tg = torch.where(keep, gt_geo[:, 4:].float(), 0.0)
@@ -235,7 +264,7 @@ class EpochSampler(Sampler):
     """Yields (epoch, index). Persistent DataLoader workers keep their own copy of the dataset, so
     `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate."""
 
-    def __init__(self, base: DistributedSampler):
+    def __init__(self, base: DistributedSampler | BlockSampler):
         self.base, self.epoch = base, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -269,12 +298,26 @@ class EpochDataset(Dataset):
 
 
 def make_loader(ds: CacheDataset, args, device: torch.device, rank: int, world: int, train: bool) -> DataLoader:
-    # DistributedSampler with one replica is a seeded shuffle (seed + epoch): one code path, reproducible resumes
-    sampler = EpochSampler(DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=train, seed=args.seed))
-    cuda = device.type == "cuda"
-    return DataLoader(EpochDataset(ds), batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
-                      collate_fn=collate, pin_memory=cuda, persistent_workers=cuda and args.workers > 0,
-                      drop_last=train and len(sampler) >= args.batch_size)
+    # Both are seeded shuffles (seed, epoch), split over the ranks: one code path, reproducible resumes. A batch-strategy
+    # cache read in batches of its files' size keeps each file whole, so that a batch is one read per field.
+    c = ds.config
+    if c.strategy == "batch" and args.batch_size == c.batch_size:
+        base = BlockSampler(len(ds), c.batch_size, shuffle=train, seed=args.seed, rank=rank, world=world)
+    else:
+        base = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=train, seed=args.seed)
+    sampler = EpochSampler(base)
+    cuda, workers = device.type == "cuda", args.workers
+    # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
+    # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
+    return DataLoader(EpochDataset(ds), batch_size=args.batch_size, sampler=sampler, num_workers=workers,
+                      collate_fn=functools.partial(collate, pin=cuda and workers == 0), pin_memory=cuda and workers > 0,
+                      persistent_workers=cuda and workers > 0, drop_last=train and len(sampler) >= args.batch_size)
+
+
+def batches(loader: DataLoader):
+    """An epoch of batches. With no worker processes, a thread of this process reads them one batch ahead
+    (dataset.prefetch): a cached batch is a memcpy that releases the GIL, so it overlaps the step."""
+    return prefetch(loader) if loader.num_workers == 0 else iter(loader)
 
 
 def open_cache(path: Path, rebuild: bool, rank: int, world: int) -> CacheDataset:
@@ -369,7 +412,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Ctx, epoch: int) -> dict:
     wait, steps, t0 = 0.0, 0, time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     bar = tqdm(total=n_micro // accum, desc=f"epoch {epoch}", disable=ctx.rank != 0, leave=False, dynamic_ncols=True)
-    it = iter(loader)
+    it = batches(loader)
     for i in range(n_micro):
         t = time.perf_counter()
         batch = next(it)
@@ -394,6 +437,8 @@ def train_one_epoch(model, loader, optimizer, ctx: Ctx, epoch: int) -> dict:
             ctx.stopped = True
             break
     bar.close()
+    if hasattr(it, "close"):
+        it.close()  # a prefetch thread left mid-epoch stops now, not when the generator is collected
     if ctx.device.type == "cuda":
         torch.cuda.synchronize(ctx.device)  # the epoch's time must include the queued GPU work
     seconds = time.perf_counter() - t0
@@ -467,7 +512,7 @@ def check_bad_steps(ctx: Ctx) -> None:
 def evaluate(model, loader, ctx: Ctx) -> dict:
     model.eval()
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.device)
-    for batch in loader:
+    for batch in batches(loader):
         parts = forward_loss(model, batch, ctx, jitter=0.0)
         n = parts["loss"].new_full((1,), batch["image"].shape[0])
         sums += torch.cat((torch.stack([parts[k] for k in LOSS_KEYS]) * n, n))
@@ -523,9 +568,9 @@ def save_atomic(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(state: dict, out: Path, epoch: int) -> None:
-    """epoch_N.pt (N epochs done), then latest.pt as a hard link to it (no second write), both atomic."""
-    path = out / f"epoch_{epoch}.pt"
+def save_checkpoint(state: dict, path: Path) -> None:
+    """path (e.g. OUT/epoch_N.pt), then latest.pt beside it as a hard link to it (no second write), both atomic."""
+    out = path.parent
     save_atomic(state, path)
     tmp = out / "latest.pt.tmp"
     tmp.unlink(missing_ok=True)
@@ -592,7 +637,11 @@ def resume(path: Path, model, optimizer, scheduler, ctx: Ctx, ds: CacheDataset) 
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
-    ctx.scaler.load_state_dict(ck["scaler"])
+    if ctx.scaler.is_enabled() and ck["scaler"]:
+        ctx.scaler.load_state_dict(ck["scaler"])
+    elif ctx.scaler.is_enabled() and ctx.rank == 0:  # trained without GradScaler: --amp bf16 / off, or the CPU
+        warnings.warn(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss "
+                      f"scale", stacklevel=2)
     ctx.step = ck["step"]
     return ck["epoch"]
 
@@ -649,7 +698,15 @@ def setup_device(args) -> tuple[torch.device, int, int]:
     world = int(os.environ.get("WORLD_SIZE", 1))
     rank, local = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name}: not a device; pass cuda, cuda:N or cpu") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: no CUDA device here; pass --device cpu, or leave --device out")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}; pass one of them")
     if device.type == "cuda":
         device = torch.device("cuda", local if world > 1 else (device.index or 0))
         torch.cuda.set_device(device)
@@ -697,10 +754,11 @@ def jsonl_writer(path: Path):
     return write
 
 
-def profiler(args, out: Path, say):
-    """--profile N: record N steps after one warm-up step, write a Chrome trace and print the top ops."""
+def profiler(args, out: Path, device: torch.device, say):
+    """--profile N: record N steps after one warm-up step, write a Chrome trace and print the top ops.
+    CUDA activity only when the run is on CUDA: a --device cpu run on a GPU machine has no kernels to trace."""
     from torch.profiler import ProfilerActivity, profile, schedule
-    cuda = torch.cuda.is_available()
+    cuda = device.type == "cuda"
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
 
     def ready(p) -> None:
@@ -740,8 +798,11 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--jitter", type=float, default=0.5,
                    help="colour jitter strength: brightness/contrast/saturation x U[1-j,1+j], hue U[-j/2,j/2] (0: off)")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                   help="DataLoader worker processes (default: min(8, CPU count))")
+    p.add_argument("--workers", type=int, default=0,
+                   help="DataLoader worker processes. 0 (default): this process reads the cache one batch ahead in "
+                        "a thread, copying once into pinned memory; a cached batch is a memcpy, so one thread keeps "
+                        "up (`python -m preprocess bench CACHE` measures both on your disk). N > 0: N processes, "
+                        "e.g. for a cache on network storage where reads wait on I/O")
     p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
     p.add_argument("--seed", type=int, default=0, help="seed of shuffling, jitter and initialisation")
     p.add_argument("--backbone-weights", type=Path,
@@ -767,9 +828,22 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
+# counts that have a floor: the least value each flag takes (0 for --workers: read in this process;
+# 0 for --eval-every: no detection metrics)
+LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batch-size": 1, "--epochs": 1,
+                "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0}
+
+
 def check_flags(args) -> None:
     """Flags that only make sense together: --checkpoint with the modes that read it, --eval-every with the
-    cache it evaluates on. Checked before anything slow starts."""
+    cache it evaluates on; counts out of range; a --backbone-weights file that is not there. Checked before
+    anything slow starts."""
+    for flag, least in LEAST_VALUES.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None and value < least:  # None: not given, a default follows
+            raise UsageError(f"{flag} {value}: must be {least} or more")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError(f"--time-limit {args.time_limit}: must be a positive number of seconds")
     wants = "--eval-only" if args.eval_only else "--export-onnx" if args.export_onnx else None
     if wants and args.checkpoint is None:
         raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. runs/east/latest.pt)")
@@ -778,6 +852,8 @@ def check_flags(args) -> None:
                          "pass --resume")
     if args.eval_every and not args.val_cache:
         raise UsageError("--eval-every needs --val-cache DIR, the cache whose words the predictions are scored on")
+    if args.backbone_weights is not None:
+        check_backbone_file(args.backbone_weights)
 
 
 def main(args) -> None:
@@ -857,7 +933,7 @@ def check_caches(ds: CacheDataset, val: CacheDataset | None, args) -> None:
 
 def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Ctx, ds, start: int, say) -> None:
     args = ctx.args
-    prof = profiler(args, args.out, say) if args.profile and ctx.rank == 0 else nullcontext()
+    prof = profiler(args, args.out, ctx.device, say) if args.profile and ctx.rank == 0 else nullcontext()
     if args.profile:
         args.max_steps = ctx.step + args.profile + 1  # + the warm-up step
     with prof:
@@ -868,20 +944,26 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Ctx, ds, start: i
             loaders[0].sampler.set_epoch(epoch)
             stats = train_one_epoch(net, loaders[0], optimizer, ctx, epoch)
             lr = optimizer.param_groups[0]["lr"]
-            scheduler.step()
+            # An epoch cut short by --max-steps / --time-limit is not done: its checkpoint counts it out and the
+            # lr schedule stays put, so that --resume runs it again whole rather than skipping its other batches.
+            whole = stats["steps"] == len(loaders[0]) // args.accum_steps
+            if whole:
+                scheduler.step()
             if loaders[1] is not None:
                 stats.update(evaluate(net, loaders[1], ctx))
             if args.eval_every and ((epoch + 1) % args.eval_every == 0 or last_epoch(epoch, ctx)):
                 stats.update(detection_metrics(model, loaders[1].dataset.ds, ctx))
-            end_epoch(stats, epoch, lr, model, optimizer, scheduler, ctx, ds, say)
+            end_epoch(stats, epoch, whole, lr, model, optimizer, scheduler, ctx, ds, say)
     say(f"done: {ctx.step} steps, {int(ctx.bad_total)} skipped as non-finite; outputs in {args.out}")
 
 
-def end_epoch(stats: dict, epoch: int, lr: float, model, optimizer, scheduler, ctx: Ctx, ds, say) -> None:
-    """Log the epoch and write checkpoints (rank 0 only)."""
+def end_epoch(stats: dict, epoch: int, whole: bool, lr: float, model, optimizer, scheduler, ctx: Ctx, ds,
+              say) -> None:
+    """Log the epoch and write checkpoints (rank 0 only). A cut epoch (not whole) is saved as
+    epoch_N_step_S.pt with N epochs done, beside epoch_N.pt rather than over it."""
     if ctx.rank != 0:
         return
-    args, done = ctx.args, epoch + 1
+    args, done = ctx.args, epoch + whole
     record = {"event": "epoch", "epoch": epoch, "step": ctx.step, "lr": lr, **stats, "bad_steps": int(ctx.bad_total)}
     ctx.log(record)
     val = f", val loss {stats['val_loss']:.4f}" if "val_loss" in stats else ""
@@ -890,8 +972,9 @@ def end_epoch(stats: dict, epoch: int, lr: float, model, optimizer, scheduler, c
     say(f"epoch {epoch}: loss {stats['loss']:.4f} (dice {stats['cls']:.4f}, iou {stats['iou']:.4f}, "
         f"angle {stats['angle']:.4f}){val}; {stats['samples_per_s']:.3g} samples/s, "
         f"{100 * stats['data_wait']:.0f}% of the time waiting for data")
-    if not args.profile and (done % args.save_every == 0 or last_epoch(epoch, ctx)):
-        save_checkpoint(checkpoint_state(model, optimizer, scheduler, ctx, done, ds), args.out, done)
+    if not args.profile and ((whole and done % args.save_every == 0) or last_epoch(epoch, ctx)):
+        name = f"epoch_{done}.pt" if whole else f"epoch_{done}_step_{ctx.step}.pt"
+        save_checkpoint(checkpoint_state(model, optimizer, scheduler, ctx, done, ds), args.out / name)
 
 
 def last_epoch(epoch: int, ctx: Ctx) -> bool:
@@ -899,12 +982,19 @@ def last_epoch(epoch: int, ctx: Ctx) -> bool:
     return epoch + 1 >= ctx.args.epochs or ctx.stopped
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> int:
+    """main() for the command line: the errors whose messages say what to do print as one line, no traceback.
+    Returns the exit status: 2 for bad flags, caches or data (also from --rebuild), 1 when training diverged."""
     try:
-        main(get_args_parser().parse_args())
-    except (CacheError, UsageError) as e:  # bad cache or flags: the message says what to do
+        main(get_args_parser().parse_args(argv))
+    except (CacheError, UsageError, DataError, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except NonFiniteLoss as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -30,7 +30,10 @@ class BlockSampler(Sampler[int]):
         per_rank = -(-len(starts) // self.world)
         if len(starts):
             starts = np.resize(starts, per_rank * self.world)
-        return starts[self.rank::self.world]
+        mine = starts[self.rank::self.world]
+        # A short block (the last n % block images) goes last: anywhere else, every later batch would straddle
+        # two files, and drop_last would drop the wrong samples.
+        return mine[np.argsort(mine + self.block > self.n, kind="stable")]
 
     def __iter__(self):
         for s in self._blocks().tolist():

@@ -96,6 +96,7 @@ def test_batch_strategy_reads_a_batch_as_one_slice(caches):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")  # torch's collate over read-only maps
 def test_torch_default_collate_works_too(caches, strategy):
     """A user's own DataLoader without our collate gets the same batches, one slice or not."""
     ds = CacheDataset(caches / strategy)
@@ -114,6 +115,7 @@ def test_block_sampler_shuffles_whole_blocks_and_splits_them_evenly(n, block, wo
     assert len({-(-len(o) // block) for o in orders}) == 1, "every rank runs the same number of batches"
     assert set().union(*orders) == set(range(n)), "an epoch sees every image"
     for o in orders:
+        assert all(len(o[k:k + block]) == block for k in range(0, len(o) - block, block)), "only the last is short"
         for k in range(0, len(o), block):   # each batch is one block: consecutive indices from a block start
             piece = o[k:k + block]
             assert piece[0] % block == 0 and piece == list(range(piece[0], piece[0] + len(piece)))

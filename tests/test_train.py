@@ -3,20 +3,24 @@ tiny cache (64 px crops of two small pages), on the CPU, in the main process and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 import train
-from dataset import CacheDataset, collate
+from conftest import small_config
+from dataset import BlockSampler, CacheDataset, collate
 from preprocess.build import build_cache
 from preprocess.config import BuildConfig
 from preprocess.sampledata import write_sample_dataset
@@ -88,6 +92,46 @@ def test_backbone_has_torchvision_keys_and_loads_them(tmp_path):
         train.load_backbone(model, tmp_path / "other.pth")
 
 
+def plain_vgg16_features() -> dict:
+    """torchvision vgg16's (no BN) `features` keys: conv layers at 0, 2, 5, 7, ... where vgg16_bn has BN."""
+    state, i, c_in = {}, 0, 3
+    for v in train.VGG16_BN:
+        if v == "M":
+            i += 1
+            continue
+        state[f"features.{i}.weight"], state[f"features.{i}.bias"] = torch.zeros(v, c_in, 3, 3), torch.zeros(v)
+        i, c_in = i + 2, v
+    return state
+
+
+@pytest.mark.parametrize("case", ["missing", "truncated", "whole model", "not a dict", "no features",
+                                  "plain vgg16", "wrong shape"])
+def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
+    path = tmp_path / "weights.pth"
+    good = {f"features.{k}": v for k, v in train.EAST().features.state_dict().items()}
+    if case == "truncated":
+        torch.save(good, path)
+        path.write_bytes(path.read_bytes()[:1000])
+    elif case == "whole model":
+        torch.save(nn.Linear(2, 2), path)  # weights_only refuses a pickled module
+    elif case == "not a dict":
+        torch.save(torch.zeros(3), path)
+    elif case == "no features":
+        torch.save({"classifier.0.weight": torch.zeros(1)}, path)
+    elif case == "plain vgg16":
+        torch.save(plain_vgg16_features(), path)
+    elif case == "wrong shape":
+        torch.save({**good, "features.0.weight": torch.zeros(64, 1, 3, 3)}, path)
+    with pytest.raises(train.UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights needs a torchvision vgg16_bn state dict"):
+        train.load_backbone(train.EAST(), path)
+
+
+def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
+    with pytest.raises(train.UsageError, match=r"nope\.pth: no such file; --backbone-weights needs"):
+        train.main(train.get_args_parser().parse_args(["--cache", str(tmp_path / "no-cache"),
+                                                        "--backbone-weights", str(tmp_path / "nope.pth")]))
+
+
 # ---------------------------------------------------------------- loss
 
 def targets(b: int = 2, m: int = 16):
@@ -134,6 +178,17 @@ def test_loss_without_positives_has_zero_geometry_and_a_graph():
     assert parts["iou"].requires_grad and parts["angle"].requires_grad
     parts["loss"].backward()
     assert torch.isfinite(geo.grad).all() and geo.grad.abs().sum() == 0
+    # no text predicted on a text-free crop: nothing to learn, and nothing added to the logged mean
+    score = torch.zeros(2, 1, 16, 16, requires_grad=True)
+    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    assert parts["loss"] == 0 and parts["loss"].requires_grad
+    # text predicted there: a loss, whose gradient descent lowers the score inside the roi
+    score = torch.full((2, 1, 16, 16), 0.3, requires_grad=True)
+    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    assert parts["loss"] > 0
+    parts["loss"].backward()
+    inside = roi.bool().expand_as(score)
+    assert (score.grad[inside] > 0).all() and (score.grad[~inside] == 0).all()
 
 
 def test_pixels_outside_the_roi_do_not_count():
@@ -251,6 +306,30 @@ def test_resume_continues_from_the_saved_epoch(tiny_data, cache, tmp_path):
         run(coarse, tmp_path / "r3", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
 
 
+def test_a_cut_epoch_is_saved_as_not_done_and_resumed_whole(cache, tmp_path):
+    """--max-steps 3 with 2 steps per epoch stops in the middle of epoch 1: that epoch is run again on --resume."""
+    run(cache, tmp_path, "--epochs", "3", "--batch-size", "1", "--max-steps", "3")
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_1_step_3.pt", "latest.pt"]
+    ck = torch.load(tmp_path / "latest.pt", weights_only=True)
+    assert (ck["epoch"], ck["step"]) == (1, 3)
+    assert ck["scheduler"]["last_epoch"] == 1, "the lr schedule does not count the cut epoch"
+    log = run(cache, tmp_path / "r", "--epochs", "2", "--batch-size", "1", "--resume", str(tmp_path / "latest.pt"))
+    assert [(r["epoch"], r["steps"]) for r in epochs_of(log)] == [(1, 2)]
+    assert torch.load(tmp_path / "r" / "latest.pt", weights_only=True)["epoch"] == 2
+
+
+def test_resume_without_scaler_state_starts_a_fresh_scale(cache, tmp_path):
+    """A checkpoint of a bf16 / float32 run has an empty GradScaler state; an fp16 run resumes from it."""
+    run(cache, tmp_path, "--epochs", "1")
+    model = train.EAST(0.5)
+    optimizer = torch.optim.Adam(model.parameters())
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [1])
+    ctx = train.Ctx(torch.device("cpu"), torch.float16, torch.amp.GradScaler("cpu", enabled=True), True, None)
+    with pytest.warns(UserWarning, match=r"latest\.pt has no GradScaler state.*fresh loss scale"):
+        assert train.resume(tmp_path / "latest.pt", model, optimizer, scheduler, ctx, CacheDataset(cache)) == 1
+    assert ctx.step == 1 and ctx.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+
+
 def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
     # 40 steps; the lr milestone (half of 80 epochs) is never reached
     log = run(cache, tmp_path, "--epochs", "80", "--max-steps", "40", "--jitter", "0", "--save-every", "1000")
@@ -279,6 +358,53 @@ def test_cpu_defaults_are_a_short_check_run():
         train.resolve_defaults(train.get_args_parser().parse_args(["--amp", "fp16"]), torch.device("cpu"), print)
 
 
+@pytest.mark.parametrize("flag, value, floor", [
+    ("--accum-steps", 0, 1), ("--log-every", 0, 1), ("--save-every", 0, 1), ("--batch-size", 0, 1),
+    ("--epochs", 0, 1), ("--profile", 0, 1), ("--max-steps", -1, 1), ("--max-bad-steps", 0, 1),
+    ("--workers", -1, 0), ("--eval-every", -1, 0)])
+def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
+    args = train.get_args_parser().parse_args(["--cache", str(tmp_path / "no-cache"), flag, str(value)])
+    with pytest.raises(train.UsageError, match=f"^{flag} {value}: must be {floor} or more"):
+        train.main(args)  # before the cache is opened: that would raise CacheError
+    with pytest.raises(train.UsageError, match="--time-limit"):
+        train.main(train.get_args_parser().parse_args(["--time-limit", "0"]))
+
+
+def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(train.UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):
+        train.setup_device(train.get_args_parser().parse_args(["--device", "cuda"]))
+    with pytest.raises(train.UsageError, match="--device gpu: not a device"):
+        train.setup_device(train.get_args_parser().parse_args(["--device", "gpu"]))
+
+
+def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
+    from torch.profiler import ProfilerActivity
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, but a --device cpu run
+    prof = train.profiler(argparse.Namespace(profile=1), tmp_path, torch.device("cpu"), print)
+    assert ProfilerActivity.CUDA not in prof.activities
+
+
+@pytest.mark.parametrize("case", ["bad UFO file", "cache locked"])
+def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
+    import shutil
+    from preprocess.build import build_lock
+    data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
+    stale = make_cache(data, tmp_path / "c")
+    ufo = data / "ufo" / "train.json"
+    if case == "bad UFO file":
+        ufo.write_text(ufo.read_text()[:-10])
+        lock, expect = contextlib.nullcontext(), r"train\.json: invalid JSON at line"
+    else:
+        for p in (data / "images").iterdir():
+            os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+        lock, expect = build_lock(stale), r"/c: another build \(pid \d+\) is writing this cache"
+    with lock:
+        status = train.cli(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
+    err = capsys.readouterr().err
+    assert status == 2 and re.search(f"^error: .*{expect}", err) and "Traceback" not in err, err
+
+
 def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
     import shutil
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
@@ -303,3 +429,18 @@ def test_two_processes_with_torchrun(cache, tmp_path):
     assert [r["step"] for r in ep] == [1, 2], "two images over two ranks: one step per epoch"
     assert all(r["samples_per_s"] > 0 and math.isfinite(r["loss"]) for r in ep)
     assert (tmp_path / "latest.pt").exists()
+
+
+def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
+    """train.py's loader over a batch cache at its batch size: whole files in a shuffled order, each batch one
+    slice (CacheDataset.__getitems__ gives Rows), read ahead by the prefetch thread when there are no workers."""
+    build_cache(small_config(strategy="batch", batch_size=2, variants=1), [sample_root], tmp_path, jobs=1, quiet=True)
+    ds = CacheDataset(tmp_path)
+    args = argparse.Namespace(batch_size=2, workers=0, seed=0)
+    loader = train.make_loader(ds, args, torch.device("cpu"), 0, 1, train=True)
+    assert isinstance(loader.sampler.base, BlockSampler)
+    assert all(hasattr(ds.__getitems__(list(range(s, min(s + 2, len(ds))))), "rows") for s in range(0, len(ds), 2))
+    seen = [b["image"] for b in train.batches(loader)]
+    firsts = sorted(int(np.argmax([np.array_equal(b[0].numpy(), ds[i]["image"]) for i in range(len(ds))]))
+                    for b in seen)
+    assert firsts == [0, 2] and len(seen) == 2, "two whole batch files (the odd fifth image is dropped: drop_last)"
