@@ -60,9 +60,13 @@ def loader_panel(ax, results: dict) -> bool:
     ax.set_title("Loader throughput\ncache strategies (blue) vs memcpy and on-the-fly (grey)")
     if not (t := find_table(results.get("loader"), "samples/s")):
         return False
-    names, rates = t["reader"], [number(v) for v in t["samples/s"]]
+    readers, rates = t["reader"], [number(v) for v in t["samples/s"]]
+    how = t.get("loading in", [""] * len(readers))
+    short = {"main process": "main process", "main process + prefetch thread": "prefetch thread (train.py)"}
+    names = [r if r.startswith(("memcpy", "on-the-fly")) else f"{r}, {short.get(h, h)}" for r, h in zip(readers, how)]
     colours = [SLOW if n.startswith(("memcpy", "on-the-fly")) else FAST for n in names]
-    ax.barh(names, rates, color=colours)
+    ax.barh(range(len(names)), rates, color=colours)   # positions, not labels: a repeated label would merge bars
+    ax.set_yticks(range(len(names)), names)
     for i, r in enumerate(rates):
         ax.text(r * 1.1, i, f"{r:.0f}" if r >= 10 else f"{r:.1f}", va="center", fontsize=9)
     ax.tick_params(axis="y", labelsize=8)

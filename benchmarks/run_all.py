@@ -6,6 +6,8 @@ The README's performance figures come from one command:
     python benchmarks/run_all.py --quick    # small settings, a few minutes: checks that all still run
     python benchmarks/run_all.py --only sample,loader
 
+It also rewrites the README's performance section (benchmarks/readme.py) from the same results.
+
 Each script runs in its own process and prints markdown tables; that output is the one contract. For
 script NAME (bench_NAME.py) this writes results/NAME.json (command, mode, machine, date, the output
 and its tables as data, for plot.py), then renders results.md from every results/*.json there, so
@@ -23,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import REPO, machine
+from common import REPO, machine, table
+from readme import update_readme
 
 HERE = Path(__file__).resolve().parent
 # The order of results.md; scripts not listed follow, by name.
@@ -109,6 +112,8 @@ def main() -> int:
             failed.append(name)
     kept = [json.loads(f.read_text()) for f in (a.out / "results").glob("*.json")]
     (a.out / "results.md").write_text(render(sorted(kept, key=lambda r: _rank(r["name"]))))
+    if a.out == HERE and update_readme(REPO / "README.md", {r["name"]: r for r in kept}, table):
+        print("README.md: performance section rewritten", file=sys.stderr)
     print(f"wrote {a.out / 'results.md'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
 

@@ -1,0 +1,110 @@
+"""The README's performance section, written from results/*.json by run_all.py: every figure it quotes is one a
+benchmark printed, never typed in. It replaces what lies between the two markers in README.md.
+
+Goals come from the project's issues; each is read off a benchmark's parsed tables. A goal whose benchmark has
+not run (or that needs a GPU this machine lacks) says so instead of showing a number.
+
+    python benchmarks/readme.py     # rewrite the README section from benchmarks/results/*.json alone
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+START, END = "<!-- performance:start -->", "<!-- performance:end -->"
+# Tables copied whole into the README, by benchmark name and table index; the rest stay in results.md.
+SHOWN = (("targets", 0), ("sample", 0), ("loader", 0), ("loader", 1), ("loader", 2), ("rebuild", 0),
+         ("build_memory", 0), ("zarr", 0), ("zarr", 1))
+
+
+def rows(results: dict, name: str, table: int) -> list[dict[str, str]]:
+    """Rows of a benchmark's table as {header: cell}; [] when it has not run or printed no such table."""
+    tables = results.get(name, {}).get("tables", [])
+    if table >= len(tables):
+        return []
+    t = tables[table]
+    return [dict(zip(t["header"], r)) for r in t["rows"]]
+
+
+def number(cell: str) -> float:
+    return float(re.sub(r"[^0-9.eE+-]", "", cell))
+
+
+def span(values: list[float], fmt: str) -> str:
+    if not values:
+        return "not measured"
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if lo == hi else f"{format(lo, fmt)} to {format(hi, fmt)}"
+
+
+def goals(results: dict) -> list[list[str]]:
+    targets = [number(r["speed-up"]) for r in rows(results, "targets", 0)]
+    loader = rows(results, "loader", 0)
+    thread = [number(r["x memcpy"]) for r in loader if r["loading in"] == "main process + prefetch thread"]
+    fly = [r for r in loader if r["reader"].startswith("on-the-fly")]
+    best = max((number(r["samples/s"]) for r in loader if r["reader"] in ("whole", "image", "batch", "chunked")),
+               default=None)
+    build = {r["build"]: r for r in rows(results, "loader", 2)}
+    rebuild = rows(results, "rebuild", 0)
+    noop = {r["source images"]: number(r["seconds"]) for r in rebuild if r["operation"].startswith("no-op, quick")}
+    edit = [r for r in rebuild if r["operation"].startswith("rebuild after editing")]
+    memory = [f"{r['pages']} pages: {r['parent peak RSS (MiB)']} MiB" for r in rows(results, "build_memory", 0)]
+    zarr = rows(results, "zarr", 1)
+    disk = [r for r in rows(results, "zarr", 0) if r["on disk"] == "total"]
+    return [
+        ["targets vs the plain per-word reference", ">= 50x", span(targets, ".0f") + "x" if targets else "not measured"],
+        ["DataLoader (train.py's feeding) vs memcpy of the same bytes", ">= 0.5x",
+         span(thread, ".2f") + "x over the 4 strategies" if thread else "not measured"],
+        ["cache vs the on-the-fly Dataset", "reported",
+         f"{best / number(fly[0]['samples/s']):.0f}x (best strategy)" if fly and best else "not measured"],
+        ["build, 2 jobs vs 1", ">= 1.8x", f"{build['2 jobs']['speed-up']}x" if "2 jobs" in build else "not measured"],
+        ["no-op rebuild, 10k source images, process start included", "< 3 s",
+         f"{noop['10000']:.2f} s (1k: {noop.get('1000', float('nan')):.2f} s)" if "10000" in noop else "not measured"],
+        ["rebuild after editing 1 of 1k images", "reported",
+         f"{edit[0]['seconds']} s = {edit[0]['x full build']} x the full build" if edit else "not measured"],
+        ["parent peak RSS, 50 vs 400 pages", "does not grow", "; ".join(memory) or "not measured"],
+        ["zarr vs npy chunked: size on disk, samples/s", "reported",
+         "; ".join([f"npy {d['npy MiB']} MiB, zarr {d['zarr MiB']} MiB" for d in disk]
+                   + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
+        ["data wait at batch 8, input 1024, on a GPU", "< 2 % of step time",
+         "not measured here (no GPU); train.py logs it as data_wait per epoch"],
+    ]
+
+
+def section(results: dict, table) -> str:
+    machines = sorted({r["machine"] for r in results.values()})
+    dates = sorted({r["date"] for r in results.values()})
+    modes = sorted({r["mode"] for r in results.values()})
+    parts = [START, "",
+             f"Measured on {'; '.join(machines)}, no GPU, {dates[0]} to {dates[-1]} ({'/'.join(modes)} settings), by "
+             f"`python benchmarks/run_all.py`, which writes this section, `benchmarks/results.md` (every table, with "
+             f"the command that printed it) and the data of `benchmarks/results.png` (`python benchmarks/plot.py`).",
+             "", table(["what", "goal", "measured"], goals(results)), "", "![benchmarks](benchmarks/results.png)", ""]
+    for name, k in SHOWN:
+        found = results.get(name, {}).get("tables", [])
+        if k < len(found):
+            t = found[k]
+            parts += [f"`{results[name]['command']}`:", "", table(t["header"], t["rows"]), ""]
+    return "\n".join(parts + [END])
+
+
+def update_readme(readme: Path, results: dict, table) -> bool:
+    """Replace the marked section of readme; False (and no change) when the markers are missing."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        return False
+    head, rest = text.split(START, 1)
+    readme.write_text(head + section(results, table) + rest.split(END, 1)[1])
+    return True
+
+
+def load_results(folder: Path) -> dict:
+    import json
+    return {r["name"]: r for r in (json.loads(f.read_text()) for f in sorted(folder.glob("*.json")))}
+
+
+if __name__ == "__main__":
+    from common import REPO, table
+    here = Path(__file__).resolve().parent
+    done = update_readme(REPO / "README.md", load_results(here / "results"), table)
+    print("README.md: performance section rewritten" if done else f"README.md has no {START} ... {END} markers")
