@@ -34,10 +34,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
-from dataset import BlockSampler, CacheDataset, collate, prefetch
+from dataset import CacheDataset, batches, collate, make_sampler
 from preprocess.build import BuildError
 from preprocess.decode import decode_maps
 from preprocess.deteval import evaluate_image, gt_quads, ratios
@@ -264,7 +264,7 @@ class EpochSampler(Sampler):
     """Yields (epoch, index). Persistent DataLoader workers keep their own copy of the dataset, so
     `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate."""
 
-    def __init__(self, base: DistributedSampler | BlockSampler):
+    def __init__(self, base: Sampler):
         self.base, self.epoch = base, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -298,26 +298,14 @@ class EpochDataset(Dataset):
 
 
 def make_loader(ds: CacheDataset, args, device: torch.device, rank: int, world: int, train: bool) -> DataLoader:
-    # Both are seeded shuffles (seed, epoch), split over the ranks: one code path, reproducible resumes. A batch-strategy
-    # cache read in batches of its files' size keeps each file whole, so that a batch is one read per field.
-    c = ds.config
-    if c.strategy == "batch" and args.batch_size == c.batch_size:
-        base = BlockSampler(len(ds), c.batch_size, shuffle=train, seed=args.seed, rank=rank, world=world)
-    else:
-        base = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=train, seed=args.seed)
-    sampler = EpochSampler(base)
+    # seeded by (seed, epoch) and split over the ranks: one code path, reproducible resumes
+    sampler = EpochSampler(make_sampler(ds, args.batch_size, train, args.seed, rank, world))
     cuda, workers = device.type == "cuda", args.workers
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
     return DataLoader(EpochDataset(ds), batch_size=args.batch_size, sampler=sampler, num_workers=workers,
                       collate_fn=functools.partial(collate, pin=cuda and workers == 0), pin_memory=cuda and workers > 0,
                       persistent_workers=cuda and workers > 0, drop_last=train and len(sampler) >= args.batch_size)
-
-
-def batches(loader: DataLoader):
-    """An epoch of batches. With no worker processes, a thread of this process reads them one batch ahead
-    (dataset.prefetch): a cached batch is a memcpy that releases the GIL, so it overlaps the step."""
-    return prefetch(loader) if loader.num_workers == 0 else iter(loader)
 
 
 def open_cache(path: Path, rebuild: bool, rank: int, world: int) -> CacheDataset:

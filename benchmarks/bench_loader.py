@@ -14,10 +14,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader
 
 from common import bench_pages, machine, memcpy_rate, table
-from dataset import BlockSampler, CacheDataset, OnTheFlyDataset, collate, prefetch
+from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
 from preprocess.build import build_cache
 from preprocess.config import STRATEGIES, BuildConfig
 
@@ -29,14 +29,12 @@ MIN_SECONDS = 2.0    # s; each loader figure covers at least this long
 def batches(ds, workers: int, batch_size: int, threaded: bool):
     """A DataLoader over ds, shuffled as train.py shuffles it (whole batch files for the batch strategy);
     threaded: workers=0 read ahead by dataset.prefetch's thread, train.py's default."""
-    c = getattr(ds, "config", None)
-    blocks = isinstance(ds, CacheDataset) and c.strategy == "batch" and c.batch_size == batch_size
-    sampler = BlockSampler(len(ds), batch_size) if blocks else RandomSampler(ds)
+    sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate,
                         persistent_workers=workers > 0, sampler=sampler)
 
     def epoch():
-        sampler.set_epoch(ds.epoch) if blocks else None
+        sampler.set_epoch(ds.epoch)
         return prefetch(loader) if threaded else iter(loader)
     return epoch
 

@@ -1,7 +1,8 @@
 """A thin mmap-backed torch Dataset over a cache built by `python -m preprocess build`."""
 from dataset.cache import CacheDataset, StaleCacheError, collate
 from dataset.onthefly import OnTheFlyDataset
-from dataset.prefetch import prefetch
-from dataset.sampler import BlockSampler
+from dataset.prefetch import batches, prefetch
+from dataset.sampler import BlockSampler, make_sampler
 
-__all__ = ["BlockSampler", "CacheDataset", "OnTheFlyDataset", "StaleCacheError", "collate", "prefetch"]
+__all__ = ["BlockSampler", "CacheDataset", "OnTheFlyDataset", "StaleCacheError", "batches", "collate",
+           "make_sampler", "prefetch"]

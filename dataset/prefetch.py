@@ -59,3 +59,10 @@ def prefetch(batches: Iterable, depth: int = 2) -> Iterator:
     finally:
         stop.set()
         thread.join()
+
+
+def batches(loader) -> Iterator:
+    """An epoch of a DataLoader's batches, as train.py reads them: with no worker processes, one batch ahead
+    from a thread of this process; with workers, as they deliver. Close it (or let it be collected) to stop
+    the thread early."""
+    return prefetch(loader) if loader.num_workers == 0 else iter(loader)

@@ -8,7 +8,7 @@ block the order is fixed, which is the price: an epoch still sees every image on
 from __future__ import annotations
 
 import numpy as np
-from torch.utils.data import Sampler
+from torch.utils.data import DistributedSampler, Sampler
 
 
 class BlockSampler(Sampler[int]):
@@ -41,3 +41,13 @@ class BlockSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return sum(min(self.block, self.n - s) for s in self._blocks().tolist())
+
+
+def make_sampler(ds, batch_size: int, shuffle: bool, seed: int, rank: int = 0, world: int = 1) -> Sampler:
+    """A seeded (seed, epoch) order of ds split over `world` ranks. A batch-strategy cache read in batches of
+    its files' size keeps each file whole (BlockSampler), so that a batch is one read per field; anything else
+    is shuffled per sample (DistributedSampler, which with one replica is a plain seeded shuffle)."""
+    c = ds.config
+    if c.strategy == "batch" and batch_size == c.batch_size:
+        return BlockSampler(len(ds), batch_size, shuffle=shuffle, seed=seed, rank=rank, world=world)
+    return DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)

@@ -15,7 +15,8 @@ import time
 import numpy as np
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate, prefetch
+from dataset import BlockSampler, CacheDataset, collate
+from dataset import batches as epoch_batches  # `batches` is a count here
 from preprocess.format import stored_files
 from preprocess.manifest import CacheError, data_path
 
@@ -91,23 +92,23 @@ def _size(paths) -> int:
 
 
 class Order:
-    """Sample indices of one pass: the same seeded shuffle every pass, so the warm pass re-reads what the
-    cold pass read. With the batch strategy, whole file-batches are shuffled (so a batch is one read)."""
+    """Sample indices of one pass, `count` of them: BlockSampler's epochs 0, 1, ... in turn, so that every pass
+    reads the same samples in the same order (the warm pass re-reads what the cold pass read). With the batch
+    strategy, whole file-batches are shuffled (so a batch is one read)."""
 
     def __init__(self, n: int, block: int):
-        self.n, self.block, self.count = n, block, 0
+        self.blocks, self.count = BlockSampler(n, block), 0
 
     def __iter__(self):
-        rng = np.random.default_rng(0)
-        starts = np.arange(0, self.n, self.block)
-        k = 0
-        while 0 < self.n and k < self.count:
-            for s in rng.permutation(starts):
-                for i in range(s, min(s + self.block, self.n)):
-                    if k >= self.count:
-                        return
-                    yield int(i)
-                    k += 1
+        k, epoch = 0, 0
+        while self.blocks.n > 0 and k < self.count:
+            self.blocks.set_epoch(epoch)
+            for i in self.blocks:
+                if k >= self.count:
+                    return
+                yield i
+                k += 1
+            epoch += 1
 
 
 def timed_pass(loader, order: Order, batch: int, batches: int | None) -> tuple[int, float]:
@@ -115,7 +116,7 @@ def timed_pass(loader, order: Order, batch: int, batches: int | None) -> tuple[i
     batches come as train.py reads them: one ahead, from a thread of this process (dataset.prefetch)."""
     order.count = batches * batch if batches else 1 << 62
     n, t0 = 0, time.perf_counter()
-    it = prefetch(loader) if loader.num_workers == 0 else iter(loader)
+    it = epoch_batches(loader)
     for _ in it:
         n += 1
         if n == batches or (not batches and n >= 2 and time.perf_counter() - t0 >= SECONDS):
