@@ -26,11 +26,11 @@ from preprocess.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dty
 from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
                                  fsync_dir, json_fingerprints, quads_checksum, quads_path, read_manifest,
                                  rows_checksum, source_fingerprints, sources_unchanged, write_manifest)
-from preprocess.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan
+from preprocess.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
 from preprocess.progress import Progress
 from preprocess.strategy import available_ram, choose_strategy
 from preprocess.ufo import load_splits
-from preprocess.worker import RowResult, run_tasks, write_zarr_file
+from preprocess.worker import SKIPPED_NOTE, RowResult, run_tasks, write_zarr_file
 from preprocess.zarrfile import raw_bytes, shard_checksums
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
@@ -134,7 +134,8 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
                       "computed": report.computed, "copied": report.copied, "files_reused": report.files_reused},
         }
         write_manifest(out, manifest)
-        report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items()) if v.startswith("skipped")]
+        report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
+                                                             if v.startswith(SKIPPED_NOTE)]
         report.files_removed = _collect_garbage(out, {e["name"] for e in entries})
         report.seconds = time.perf_counter() - t0
         return report
@@ -226,7 +227,7 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan) -> None:
         _check_writer_memory(plan, dtype)
         return
     for f in plan.to_write:
-        path = data_path(out, f.name + ".tmp")
+        path = data_path(out, tmp_name(f.name))
         arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(f.keys),))
         del arr
         fd = os.open(path, os.O_RDWR)
@@ -302,7 +303,7 @@ def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
 
 def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
     """Write the sidecar, make the data file durable, then rename both into place (sidecar first)."""
-    tmp = data_path(out, f.name + ".tmp")
+    tmp = data_path(out, tmp_name(f.name))
     ordered = [rows[i] for i in range(len(f.keys))]
     word_counts = [len(r.care) for r in ordered]
     point_base = np.cumsum([0] + [len(r.points) for r in ordered])
@@ -313,7 +314,7 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
         "sample_offsets": np.cumsum([0] + word_counts).astype(np.int64),
     }
     final_quads = quads_path(data_path(out, f.name))
-    tmp_quads = final_quads.with_name(final_quads.name + ".tmp.npz")
+    tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
     np.savez(tmp_quads, **quads)
     for p in (tmp_quads, tmp):
         fd = os.open(p, os.O_RDONLY)

@@ -142,13 +142,13 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from preprocess.manifest import read_manifest
+    from preprocess.manifest import read_manifest, update_command
     from preprocess.verify import verify
     bad = verify(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
     if bad:
-        print(f"{len(bad)} bad file(s); `{build_command(read_manifest(a.cache), a.cache)}` rebuilds exactly those",
+        print(f"{len(bad)} bad file(s); `{update_command(read_manifest(a.cache), a.cache)}` rebuilds exactly those",
               file=sys.stderr)
         return 1
     print(f"{a.cache}: all files match their checksums")

@@ -11,12 +11,11 @@ format (.npy or .zarr); switching formats copies every row, since the samples ar
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from preprocess.config import BuildConfig
-from preprocess.format import file_members
+from preprocess.config import STRATEGIES, BuildConfig
+from preprocess.format import FILE_FORMATS, QUADS_SUFFIX, file_members
 from preprocess.manifest import data_path, digest, quads_path
 
 CORRUPT_MARKER = ".corrupt.json"   # written by `verify`, read by the next build: files not to trust
@@ -60,17 +59,28 @@ def sample_keys(build_fp: str, records, sources: dict[str, dict]) -> list[str]:
     return [digest(build_fp, r.name, sources[r.name]["ann"], sources[r.name]["file"]) for r in records]
 
 
+TMP_SUFFIX = ".tmp"   # a file being written; renamed to its final name when complete
+
+
 def file_name(strategy: str, index: int, digest16: str, file_format: str) -> str:
     return f"{strategy}-{index:05d}-{digest16}.{file_format}"
 
 
-# Every name a build writes in CACHE/data/: a data file, its sidecar, and their temp names. Garbage collection
-# deletes only these, so that a --out holding anything else (a dataset's own data/ folder) loses nothing.
-OWN_FILE = re.compile(r"(whole|image|batch|chunked)-\d{5}-[0-9a-f]{16}\.(npy|zarr)(\.tmp)?(\.quads\.npz(\.tmp\.npz)?)?")
-
-
 def tmp_name(name: str) -> str:
-    return name + ".tmp"
+    """The temp name of a data file (name) or a sidecar (name ending .npz, which np.savez keeps)."""
+    return name + TMP_SUFFIX + (".npz" if name.endswith(".npz") else "")
+
+
+def _alternatives(words) -> str:
+    return "(" + "|".join(re.escape(w) for w in words) + ")"
+
+
+# Every name a build writes in CACHE/data/: file_name's data files, their sidecars, and the temp names of both.
+# Garbage collection deletes only these, so that a --out holding anything else (a dataset's own data/ folder)
+# loses nothing.
+OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}\.{_alternatives(FILE_FORMATS)}"
+                      rf"({re.escape(TMP_SUFFIX)})?({re.escape(QUADS_SUFFIX)}"
+                      rf"({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)?")
 
 
 def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict], old: dict | None,

@@ -19,6 +19,9 @@ from preprocess.plan import Task
 from preprocess.zarrfile import write_group
 
 
+SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)
+
+
 @dataclass
 class RowResult:
     file: int
@@ -80,7 +83,7 @@ def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowR
         rec["image"], rec["score"], rec["geo"], rec["roi"] = 0, 0, 0, 0
         empty = np.zeros((0, 2), np.float32)
         return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), empty, np.zeros(1, np.int64),
-                         np.zeros(0, np.uint8), t.record.name, f"skipped: {e}")
+                         np.zeros(0, np.uint8), t.record.name, f"{SKIPPED_NOTE}{e}")
     rec["image"], rec["score"], rec["geo"], rec["roi"] = s.image, s.score, s.geo.astype(np.float16), s.roi
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), s.points, s.offsets, s.care,
                      t.record.name, s.warning, s.exif_applied)

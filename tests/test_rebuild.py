@@ -313,8 +313,11 @@ def test_garbage_collection_deletes_only_what_a_build_wrote(data_copy, tmp_path)
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("not the cache's")
     build(data_copy, out)
+    leftover = out / "data" / "chunked-00000-0123456789abcdef.npy.quads.npz.tmp.npz"   # of a killed build
+    leftover.write_bytes(b"")
     build(data_copy, out, seed=3)   # a full rebuild: every old data file is garbage now
     assert all(f.read_text() == "not the cache's" for f in theirs)
+    assert not leftover.exists()
     named = {f["name"] for f in read_manifest(out)["files"]}
     ours = {p.name for p in (out / "data").glob("chunked-*") if not p.name.endswith(".quads.npz")}
     assert ours == named, "the old build's files are gone"
