@@ -8,8 +8,9 @@ not run (or that needs a GPU this machine lacks) says so instead of showing a nu
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from plot import load, number
 
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 # Tables copied whole into the README, by benchmark name and table index; the rest stay in results.md.
@@ -24,10 +25,6 @@ def rows(results: dict, name: str, table: int) -> list[dict[str, str]]:
         return []
     t = tables[table]
     return [dict(zip(t["header"], r)) for r in t["rows"]]
-
-
-def number(cell: str) -> float:
-    return float(re.sub(r"[^0-9.eE+-]", "", cell))
 
 
 def span(values: list[float], fmt: str) -> str:
@@ -98,13 +95,8 @@ def update_readme(readme: Path, results: dict, table) -> bool:
     return True
 
 
-def load_results(folder: Path) -> dict:
-    import json
-    return {r["name"]: r for r in (json.loads(f.read_text()) for f in sorted(folder.glob("*.json")))}
-
-
 if __name__ == "__main__":
     from common import REPO, table
     here = Path(__file__).resolve().parent
-    done = update_readme(REPO / "README.md", load_results(here / "results"), table)
+    done = update_readme(REPO / "README.md", load(here / "results"), table)
     print("README.md: performance section rewritten" if done else f"README.md has no {START} ... {END} markers")
