@@ -5,11 +5,13 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
+from preprocess import jsonstream
 from preprocess.config import BuildConfig
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
@@ -114,10 +116,15 @@ def load_splits(data_dirs: list, split: str, cfg: BuildConfig, skip_bad: bool = 
 
 def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> tuple[list[ImageRecord], IngestSummary]:
     """One ImageRecord per image of a UFO file, sorted by name. Reads no pixels: a missing file is
-    found with os.stat, and image headers are read only for entries without img_w/img_h."""
+    found with os.stat, and image headers are read only for entries without img_w/img_h. The file is
+    decoded one image entry at a time, so what stays in memory is the compact records."""
     json_path, image_dir = Path(json_path), Path(image_dir)
-    summary, records = IngestSummary(), []
-    for name, entry in sorted(_read_images(json_path).items()):
+    summary, records, seen = IngestSummary(), [], set()
+    for name, entry in _read_images(json_path):
+        if name in seen:
+            raise DataError(f"{json_path}: image {name!r} has two entries in the \"images\" object; "
+                            f"merge them into one or delete one")
+        seen.add(name)
         try:
             records.append(_image(name, entry, json_path, image_dir, cfg, summary))
         except DataError as e:
@@ -126,24 +133,34 @@ def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> 
             summary.bad.append((name, str(e)))
             continue
         summary.images += 1
+    records.sort(key=lambda r: r.name)
+    summary.bad.sort()
     return records, summary
 
 
-def _read_images(json_path: Path) -> dict:
+def _read_images(json_path: Path) -> Iterator[tuple[str, object]]:
+    """(image name, entry) of each member of the file's "images" object, in file order."""
     try:
         with open(json_path, encoding="utf-8-sig") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
+            yield from jsonstream.members(f, "images")
+    except jsonstream.JSONError as e:
         raise DataError(f"{json_path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file there") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{json_path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+    except jsonstream.NotAnObject:
+        raise DataError(f'{json_path}: no "images" object at the top level; a UFO file reads '
+                        f'{{"images": {{"file_name": {{"img_w": ..., "img_h": ..., "words": {{...}}}}}}}}') from None
+    except UnicodeDecodeError:
+        raise DataError(f"{json_path}: not UTF-8 text ({_decode_error(json_path)}); save it as UTF-8") from None
     except OSError as e:
         raise DataError(f"{json_path}: cannot read the file ({e.strerror}); check the path and its permissions") from None
-    images = data.get("images") if isinstance(data, dict) else None
-    if not isinstance(images, dict):
-        raise DataError(f'{json_path}: no "images" object at the top level; a UFO file reads '
-                        f'{{"images": {{"file_name": {{"img_w": ..., "img_h": ..., "words": {{...}}}}}}}}')
-    return images
+
+
+def _decode_error(json_path: Path) -> str:
+    """Where the file stops being UTF-8, in bytes from its start (a piecewise read knows only the piece)."""
+    try:
+        json_path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        return f"{e.reason} at byte {e.start}"
+    return "a decoding error"
 
 
 def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig, summary: IngestSummary) -> ImageRecord:
