@@ -852,6 +852,10 @@ def main(args) -> None:
     device, rank, world = setup_device(args)
     try:
         (evaluate_checkpoint if args.eval_only else train)(args, device, rank, world)
+        if world > 1:
+            # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
+            # group down while a peer is still connected can abort at exit (a 2-process gloo run did, once).
+            dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
     finally:
         if world > 1:
             dist.destroy_process_group()

@@ -423,8 +423,10 @@ def test_two_processes_with_torchrun(cache, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "--cache", str(cache), "--out", str(tmp_path), "--epochs", "2", "--batch-size", "1", "--workers", "0",
            "--log-every", "1"]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # PYTHONFAULTHANDLER: if a rank dies of a signal, its stderr says which thread was where
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert r.returncode == 0, r.stderr[-6000:]
     ep = epochs_of(read_log(tmp_path))
     assert [r["step"] for r in ep] == [1, 2], "two images over two ranks: one step per epoch"
     assert all(r["samples_per_s"] > 0 and math.isfinite(r["loss"]) for r in ep)
