@@ -45,8 +45,8 @@ def run_tasks(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowRe
         if dst is None:
             dst = dst_maps[t.dst] = np.load(t.dst, mmap_mode="r+")
         results.append(_fill(cfg, t, dst, sources, skip_bad))
-    for m in dst_maps.values():
-        m.flush()
+    # No msync here: the rows sit in the page cache, which the parent's fsync of the finished file writes
+    # out; a file is trusted only after that fsync and its rename, so a crash before then loses nothing.
     return results
 
 
