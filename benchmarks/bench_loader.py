@@ -12,6 +12,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from multiprocessing import get_context
 from pathlib import Path
 
 from torch.utils.data import DataLoader
@@ -20,6 +21,8 @@ from common import bench_pages, machine, memcpy_rate, table
 from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
 from preprocess.build import build_cache
 from preprocess.config import STRATEGIES, BuildConfig
+from preprocess.sample import make_sample
+from preprocess.ufo import load_splits
 
 MEMCPY_TRIES = 3     # the reference is the best of these: a limit, so noise from other processes should not lower it
 WARM_SECONDS = 1.0   # s of untimed epochs first: the first reads in a process run several times slower
@@ -75,6 +78,22 @@ def wait_share(ds, workers: int, batch_size: int, step_s: float, threaded: bool)
     return waited / (time.perf_counter() - t0)
 
 
+def _make_samples(cfg: BuildConfig, records: list) -> None:
+    for r in records:
+        make_sample(r, cfg, 0)
+
+
+def sample_seconds(cfg: BuildConfig, data: Path, procs: int) -> float:
+    """The reference for the build's speed-up: the build's sample-making alone (no joblib, no files), its
+    images split over `procs` plain forked processes. What 2 cores give this work is its ceiling."""
+    records, _ = load_splits([data], "train", cfg)
+    with get_context("fork").Pool(procs) as pool:
+        pool.starmap(_make_samples, [(cfg, records[:1])] * procs)   # imports and first calls, untimed
+        t0 = time.perf_counter()
+        pool.starmap(_make_samples, [(cfg, records[k::procs]) for k in range(procs)])
+        return time.perf_counter() - t0
+
+
 def build_seconds(cfg: BuildConfig, data: Path, out: Path, jobs: int) -> float:
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
@@ -101,6 +120,8 @@ def main() -> None:
         build_cfg = BuildConfig(**{**cfg.to_dict(), "chunk_size": max(1, a.build_images // 8)})
         builds = [statistics.median(build_seconds(build_cfg, build_data, work / "build", jobs)
                                     for _ in range(a.build_repeat)) for jobs in (1, 2)]
+        alone = [statistics.median(sample_seconds(build_cfg, build_data, n) for _ in range(a.build_repeat))
+                 for n in (1, 2)]
         rows, copy = [], None
         readers = (("main process", 0, False), ("main process + prefetch thread", 0, True),
                    (f"{a.workers} worker processes", a.workers, False))
@@ -133,9 +154,13 @@ def main() -> None:
         print(table(["loading in", "share of loop time waiting for data"], waits))
         print()
         print(f"Build from scratch: {a.build_images} pages, {build_data.name}, {build_cfg.strategy} files of "
-              f"{build_cfg.chunk_size}; median of {a.build_repeat}, process pool start-up included.\n")
+              f"{build_cfg.chunk_size}; median of {a.build_repeat}, process pool start-up included. Reference: "
+              f"the same make_sample calls alone (no joblib, no files) in 1 and 2 plain forked processes, "
+              f"what this machine's cores give that work.\n")
         print(table(["build", "seconds", "speed-up"],
-                    [["1 job", f"{builds[0]:.1f}", "1.00"], ["2 jobs", f"{builds[1]:.1f}", f"{builds[0] / builds[1]:.2f}"]]))
+                    [["1 job", f"{builds[0]:.1f}", "1.00"], ["2 jobs", f"{builds[1]:.1f}", f"{builds[0] / builds[1]:.2f}"],
+                     ["make_sample alone, 1 process", f"{alone[0]:.1f}", "1.00"],
+                     ["make_sample alone, 2 processes", f"{alone[1]:.1f}", f"{alone[0] / alone[1]:.2f}"]]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
