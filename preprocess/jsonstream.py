@@ -113,37 +113,29 @@ def members(f: TextIO, key: str, chunk: int = CHUNK) -> Iterator[tuple[str, obje
     if t.peek() != "{":
         t.value()                          # invalid JSON raises here, with its position
         raise NotAnObject("the top level is not an object")
-    t.pos += 1
     found = False
-    if t.peek() == "}":
-        t.pos += 1
-    else:
-        while True:
-            name = t.key()
-            if name == key and t.peek() == "{":
-                found = True
-                yield from _object(t)
-            else:
-                t.value()
-            if t.peek() == ",":
-                t.pos += 1
-                continue
-            t.expect("}", "',' delimiter")
-            break
+    for name in _names(t):
+        if name == key and t.peek() == "{":
+            found = True
+            for member in _names(t):
+                yield member, t.value()
+        else:
+            t.value()
     if t.peek() != "":
         raise t.error(t.pos, "Extra data")
     if not found:
         raise NotAnObject(f"no {key!r} object at the top level")
 
 
-def _object(t: _Text) -> Iterator[tuple[str, object]]:
+def _names(t: _Text) -> Iterator[str]:
+    """The member names of the object whose "{" is at pos. After each name, pos is at the member's value,
+    which the caller reads (whole or member by member) before asking for the next name."""
     t.pos += 1   # the "{"
     if t.peek() == "}":
         t.pos += 1
         return
     while True:
-        name = t.key()
-        yield name, t.value()
+        yield t.key()
         if t.peek() == ",":
             t.pos += 1
             continue
