@@ -700,7 +700,9 @@ def setup_device(args) -> tuple[torch.device, int, int]:
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick the fastest kernels once
     if world > 1:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+        # device_id binds the process's GPU to the group, so that NCCL collectives, barrier() included, use it
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+                                device_id=device if device.type == "cuda" else None)
     return device, rank, world
 
 
@@ -855,7 +857,7 @@ def main(args) -> None:
         if world > 1:
             # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
             # group down while a peer is still connected can abort at exit (a 2-process gloo run did, once).
-            dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+            dist.barrier()
     finally:
         if world > 1:
             dist.destroy_process_group()
