@@ -83,10 +83,9 @@ def _make_samples(cfg: BuildConfig, records: list) -> None:
         make_sample(r, cfg, 0)
 
 
-def sample_seconds(cfg: BuildConfig, data: Path, procs: int) -> float:
+def sample_seconds(cfg: BuildConfig, records: list, procs: int) -> float:
     """The reference for the build's speed-up: the build's sample-making alone (no joblib, no files), its
     images split over `procs` plain forked processes. What 2 cores give this work is its ceiling."""
-    records, _ = load_splits([data], "train", cfg)
     with get_context("fork").Pool(procs) as pool:
         pool.starmap(_make_samples, [(cfg, records[:1])] * procs)   # imports and first calls, untimed
         t0 = time.perf_counter()
@@ -120,7 +119,8 @@ def main() -> None:
         build_cfg = BuildConfig(**{**cfg.to_dict(), "chunk_size": max(1, a.build_images // 8)})
         builds = [statistics.median(build_seconds(build_cfg, build_data, work / "build", jobs)
                                     for _ in range(a.build_repeat)) for jobs in (1, 2)]
-        alone = [statistics.median(sample_seconds(build_cfg, build_data, n) for _ in range(a.build_repeat))
+        records, _ = load_splits([build_data], "train", build_cfg)
+        alone = [statistics.median(sample_seconds(build_cfg, records, n) for _ in range(a.build_repeat))
                  for n in (1, 2)]
         rows, copy = [], None
         readers = (("main process", 0, False), ("main process + prefetch thread", 0, True),
