@@ -45,8 +45,10 @@ def run_tasks(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowRe
         if dst is None:
             dst = dst_maps[t.dst] = np.load(t.dst, mmap_mode="r+")
         results.append(_fill(cfg, t, dst, sources, skip_bad))
-    # No msync here: the rows sit in the page cache, which the parent's fsync of the finished file writes
-    # out; a file is trusted only after that fsync and its rename, so a crash before then loses nothing.
+    # The writer syncs its own rows: with --backend dask, --out is shared storage and this worker may run on
+    # another machine, whose page cache the parent's fsync of the finished file does not reach.
+    for m in dst_maps.values():
+        m.flush()
     return results
 
 
