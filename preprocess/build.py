@@ -24,7 +24,7 @@ from joblib import Parallel, delayed, parallel_config
 from preprocess.config import BuildConfig
 from preprocess.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dtype
 from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
-                                 fsync_dir, json_fingerprints, quads_checksum, quads_path, read_manifest,
+                                 fsync_path, json_fingerprints, quads_checksum, quads_path, read_manifest,
                                  rows_checksum, source_fingerprints, sources_unchanged, write_manifest)
 from preprocess.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
 from preprocess.progress import Progress
@@ -273,7 +273,7 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
                     del pending[r.file]
             progress.update(len(batch))
     progress.close()
-    fsync_dir(out / DATA_DIR)
+    fsync_path(out / DATA_DIR)
     return entries
 
 
@@ -317,9 +317,7 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
     tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
     np.savez(tmp_quads, **quads)
     for p in (tmp_quads, tmp):
-        fd = os.open(p, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        fsync_path(p)
     os.replace(tmp_quads, final_quads)
     final = data_path(out, f.name)
     if final.is_dir():  # a zarr file that verify found corrupt: rename cannot replace a directory that has files

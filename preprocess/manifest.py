@@ -107,10 +107,11 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:   # a full disk, an interrupt: the old file stands, and no temp file is left behind
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_path(path) -> None:
+    """A file's data, or a directory's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

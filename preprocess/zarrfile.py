@@ -19,7 +19,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from preprocess.format import FIELDS, stored_files
-from preprocess.manifest import file_fingerprint, fsync_dir
+from preprocess.manifest import file_fingerprint, fsync_path
 
 # Chosen by measurement (numcodecs on one core; 1024 px crops of benchmark pages, and a camera photo):
 # zstd level 1 shrinks geo 67x, score 210x, roi 500x, decoding 0.04-0.4 ms a sample; level 3 and blosc
@@ -95,9 +95,5 @@ def _fsync_tree(root: Path) -> None:
     (a dask cluster's --out) the parent's fsync would not reach them."""
     for folder, _, files in os.walk(root, topdown=False):
         for name in files:
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(folder))
+            fsync_path(os.path.join(folder, name))
+        fsync_path(folder)
