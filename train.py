@@ -6,7 +6,7 @@ float32. Single process: `python train.py --cache cache`; several GPUs:
 `torchrun --nproc_per_node=N train.py --cache cache` (--batch-size is per process).
 
 With --val-cache, every --eval-every epochs the model's maps for the validation crops are decoded into quads
-(preprocess.decode) and scored against the words stored in that cache with DetEval (preprocess.deteval):
+(east.decode) and scored against the words stored in that cache with DetEval (east.deteval):
 precision, recall and hmean go into the epoch's line of OUT/log.jsonl and its printed summary.
 `python train.py --eval-only --checkpoint CKPT --val-cache DIR` does that for one checkpoint, appending to
 OUT/eval.jsonl; `python train.py --export-onnx model.onnx --checkpoint CKPT` writes the model for ONNX
@@ -38,11 +38,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from dataset import CacheDataset, batches, collate, make_sampler
-from preprocess.build import BuildError
-from preprocess.decode import decode_maps
-from preprocess.deteval import evaluate_image, gt_quads, ratios
-from preprocess.manifest import CacheError, check_stale, read_manifest
-from preprocess.ufo import DataError
+from east.decode import decode_maps
+from east.deteval import evaluate_image, gt_quads, ratios
+from preprocess.errors import BuildError, CacheError, DataError
+from preprocess.store.manifest import check_stale, read_manifest
 
 MAX_DISTANCE = 512.0         # px; the distance head's range, sigmoid * MAX_DISTANCE (the paper's text scale)
 ANGLE_WEIGHT = 10.0          # weight of the angle loss against the IoU loss, as in the paper (lambda_theta)
@@ -314,7 +313,7 @@ def open_cache(path: Path, rebuild: bool, rank: int, world: int) -> CacheDataset
     if rebuild and rank == 0:
         changes = check_stale(read_manifest(path))
         if changes.stale:
-            from preprocess.build import rebuild as rebuild_cache
+            from preprocess.store.build import rebuild as rebuild_cache
             print(f"{path}: {changes.describe()}; updating the cache (--rebuild)", flush=True)
             rebuild_cache(path, quiet=True)
     if rebuild and world > 1:

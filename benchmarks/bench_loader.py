@@ -15,14 +15,14 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
+from common import bench_pages, machine, memcpy_rate, table
 from torch.utils.data import DataLoader
 
-from common import bench_pages, machine, memcpy_rate, table
 from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
-from preprocess.build import build_cache
 from preprocess.config import STRATEGIES, BuildConfig
-from preprocess.sample import make_sample
-from preprocess.ufo import load_splits
+from preprocess.ingest.ufo import load_splits
+from preprocess.sample.make import make_sample
+from preprocess.store.build import build_cache
 
 MEMCPY_TRIES = 3     # the reference is the best of these: a limit, so noise from other processes should not lower it
 WARM_SECONDS = 1.0   # s of untimed epochs first: the first reads in a process run several times slower

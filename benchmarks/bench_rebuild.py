@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from common import BENCH_DATA, machine, table
-from preprocess.sampledata import write_sample_dataset
+
+from preprocess.tools.sampledata import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 DISTINCT_PAGES = 40

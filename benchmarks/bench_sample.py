@@ -12,14 +12,14 @@ import argparse
 import math
 
 import numpy as np
-from PIL import Image, ImageOps
-
 from common import FAST_REPEATS, bench_pages, machine, median_over, table
-from preprocess.config import BuildConfig
-from preprocess.sample import make_sample
-from preprocess.targets import make_targets
-from preprocess.ufo import CARE, load_splits
+from PIL import Image, ImageOps
 from reference import reference_targets
+
+from preprocess.config import BuildConfig
+from preprocess.ingest.ufo import CARE, load_splits
+from preprocess.sample.make import make_sample
+from preprocess.sample.targets import make_targets
 
 
 def _words(rec) -> list[np.ndarray]:

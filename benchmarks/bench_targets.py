@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from common import FAST_REPEATS, machine, median_over, table
-from preprocess.targets import make_targets
 from reference import reference_targets
+
+from preprocess.sample.targets import make_targets
 
 DONT_CARE_SHARE = 0.15   # illegible or ignore-tagged words on a typical page
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from bench_loader import loader_rate
 from common import bench_pages, machine, table
+
 from dataset import CacheDataset
-from preprocess.build import build_cache
 from preprocess.config import BuildConfig
-from preprocess.format import FIELDS, FILE_FORMATS, record_dtype, stored_files
-from preprocess.manifest import data_path, quads_path, read_manifest
+from preprocess.store.build import build_cache
+from preprocess.store.format import FIELDS, FILE_FORMATS, record_dtype, stored_files
+from preprocess.store.manifest import data_path, quads_path, read_manifest
 
 MIB = 2**20
 

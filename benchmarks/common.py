@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path]
 
-from preprocess.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
-from preprocess.sampledata import write_sample_dataset  # noqa: E402
+from preprocess.tools.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from preprocess.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))
 FAST_REPEATS = 10   # timed runs of fast code per run of its slow reference: they are cheap, and steady the median

@@ -15,9 +15,17 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from preprocess.format import FIELDS, locate, open_records, row_quads, variant_offsets
-from preprocess.manifest import (CacheError, check_stale, data_path, manifest_config, manifest_dtype, quads_path,
-                                 read_manifest, update_command)
+from preprocess.errors import CacheError
+from preprocess.store.format import FIELDS, locate, open_records, row_quads, variant_offsets
+from preprocess.store.manifest import (
+    check_stale,
+    data_path,
+    manifest_config,
+    manifest_dtype,
+    quads_path,
+    read_manifest,
+    update_command,
+)
 
 
 class StaleCacheError(CacheError):

@@ -11,9 +11,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from preprocess.config import BuildConfig
-from preprocess.format import variant_offsets
-from preprocess.sample import make_sample
-from preprocess.ufo import load_splits
+from preprocess.ingest.ufo import load_splits
+from preprocess.sample.make import make_sample
+from preprocess.store.format import variant_offsets
 
 
 class OnTheFlyDataset(Dataset):

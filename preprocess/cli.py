@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
-import shlex
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 
 from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
-from preprocess.format import FILE_FORMATS
-
+from preprocess.store.format import FILE_FORMATS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
 
@@ -77,40 +74,18 @@ def config_from_args(a: argparse.Namespace) -> BuildConfig:
                        chunk_size=a.chunk_size, batch_size=a.batch_size)
 
 
-def build_command(manifest: dict, out) -> str:
-    """The command that brings the cache described by manifest up to date: its recorded --data, split, file
-    format and config, the config as flags wherever it differs from the defaults (config_from_args inverted)."""
-    src, cfg, d = manifest["source"], BuildConfig.from_dict(manifest["config"]), BuildConfig()
-    words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src["data_dirs"])]
-    if src.get("split", "train") != "train":
-        words.append(f"--split {shlex.quote(src['split'])}")
-    words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
-    if manifest.get("file_format", "npy") != "npy":
-        words.append(f"--format {manifest['file_format']}")
-    for f in dataclasses.fields(BuildConfig):
-        value = getattr(cfg, f.name)
-        if f.name == "strategy" or value == getattr(d, f.name):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            words.append(flag)
-        else:
-            words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
-    words += [flag for flag, on in (("--check-content", src.get("check_content")), ("--skip-bad", src.get("skip_bad")))
-              if on]
-    return " ".join(words)
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    from preprocess.build import build_cache
-    from preprocess.cluster import dask_client
+    from preprocess.store.build import build_cache
+    from preprocess.store.cluster import dask_client
     say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
     if (a.backend == "dask") != (a.scheduler is not None):
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
     data = a.data
     if not data:
-        from preprocess.sampledata import ensure_default_sample
+        from preprocess.tools.sampledata import ensure_default_sample
         data = [ensure_default_sample()]
         say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
@@ -136,14 +111,14 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from preprocess.info import describe
+    from preprocess.tools.info import describe
     print(describe(a.cache, as_json=a.json))
     return 0
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from preprocess.manifest import read_manifest, update_command
-    from preprocess.verify import verify
+    from preprocess.store.manifest import read_manifest, update_command
+    from preprocess.tools.verify import verify
     bad = verify(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
@@ -170,7 +145,7 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from preprocess.bench import default_workers, run  # imports torch: only when benchmarking
+    from preprocess.tools.bench import default_workers, run  # imports torch: only when benchmarking
     if a.batches is not None and a.batches < 1:
         print("error: --batches must be at least 1", file=sys.stderr)
         return 2
@@ -179,7 +154,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_show(a: argparse.Namespace) -> int:
-    from preprocess.show import show_cached, show_source
+    from preprocess.tools.show import show_cached, show_source
     try:
         if a.source is not None:
             if a.name is None or a.cache is not None:
@@ -239,9 +214,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from preprocess.build import BuildError
-    from preprocess.manifest import CacheError
-    from preprocess.ufo import DataError
+    from preprocess.errors import BuildError, CacheError, DataError
     args = get_parser().parse_args(argv)
     try:
         return args.func(args)

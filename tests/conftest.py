@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from preprocess.config import BuildConfig
-from preprocess.sampledata import write_sample_dataset
+from preprocess.tools.sampledata import write_sample_dataset
 
 SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50)
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import small_config
 from PIL import Image
 
-from conftest import small_config
 from dataset import CacheDataset
-from preprocess.build import build_cache
 from preprocess.cli import main
-from preprocess.show import GAP, SCORE_ALPHA, figure_size, panel_side
-from preprocess.ufo import load_splits
+from preprocess.ingest.ufo import load_splits
+from preprocess.store.build import build_cache
+from preprocess.tools.show import GAP, SCORE_ALPHA, figure_size, panel_side
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 from torch.utils.data import DataLoader
 
-from conftest import small_config
 from dataset import BlockSampler, CacheDataset, OnTheFlyDataset, collate
 from dataset.cache import _pool
-from preprocess.build import build_cache
 from preprocess.config import STRATEGIES
-from preprocess.format import FIELDS, file_members
-from preprocess.manifest import data_path, read_manifest
-from preprocess.strategy import choose_strategy
+from preprocess.store.build import build_cache
+from preprocess.store.format import FIELDS, file_members
+from preprocess.store.manifest import data_path, read_manifest
+from preprocess.store.strategy import choose_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 

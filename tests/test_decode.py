@@ -7,12 +7,12 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import small_config
+
 from dataset import CacheDataset
-from preprocess.build import build_cache
-from preprocess.decode import decode_maps, quad_iou
-from preprocess.deteval import evaluate, gt_quads
+from east.decode import decode_maps, quad_iou
+from east.deteval import evaluate, gt_quads
+from preprocess.store.build import build_cache
 
 
 def rectangle(cx, cy, w, h, deg):
@@ -135,7 +135,7 @@ def random_rectangles(rng, input_size, cell=128):
 
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_decoding_make_targets_recovers_the_words(map_scale):
-    targets = pytest.importorskip("preprocess.targets")
+    targets = pytest.importorskip("preprocess.sample.targets")
     rng = np.random.default_rng(3)
     words = random_rectangles(rng, 512)
     quads = np.stack([rectangle(*w) for w in words])

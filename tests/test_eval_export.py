@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 from torch import nn
 
 import train
-from conftest import small_config
 from dataset import CacheDataset, collate
-from preprocess.build import build_cache
+from preprocess.store.build import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from preprocess.imageio import decode_image, oriented_size
-from preprocess.ufo import DataError
+from preprocess.errors import DataError
+from preprocess.ingest.imageio import decode_image, oriented_size
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 

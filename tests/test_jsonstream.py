@@ -9,9 +9,10 @@ import tracemalloc
 import pytest
 
 from preprocess.config import BuildConfig
-from preprocess.jsonstream import JSONError, NotAnObject, members
-from preprocess.sampledata import write_sample_dataset
-from preprocess.ufo import DataError, load_ufo
+from preprocess.errors import DataError
+from preprocess.ingest.jsonstream import JSONError, NotAnObject, members
+from preprocess.ingest.ufo import load_ufo
+from preprocess.tools.sampledata import write_sample_dataset
 
 PIECES = [1, 2, 7, 64, 1 << 18]   # 1: every token is cut by a piece boundary
 

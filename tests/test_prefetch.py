@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 import pytest
+from conftest import small_config
 from torch.utils.data import DataLoader
 
-from conftest import small_config
 from dataset import CacheDataset, collate, prefetch
-from preprocess.build import build_cache
+from preprocess.store.build import build_cache
 
 
 def test_yields_everything_in_order():

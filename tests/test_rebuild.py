@@ -12,15 +12,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import small_config
+
 from dataset import CacheDataset, StaleCacheError
-from preprocess.build import BuildError, build_cache, build_lock, rebuild
-from preprocess.cli import build_command, config_from_args, get_parser, main as cli_main
-from preprocess.manifest import (CacheError, check_stale, code_hash, data_path, manifest_config, quads_path,
-                                 read_manifest)
-from preprocess.ufo import DataError
-from preprocess.verify import verify
+from preprocess.cli import config_from_args, get_parser
+from preprocess.cli import main as cli_main
+from preprocess.errors import BuildError, CacheError, DataError
+from preprocess.store.build import build_cache, build_lock, rebuild
+from preprocess.store.manifest import (
+    build_command,
+    check_stale,
+    code_hash,
+    data_path,
+    manifest_config,
+    quads_path,
+    read_manifest,
+)
+from preprocess.tools.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,8 +79,8 @@ def test_noop_rebuild_reads_no_annotations(data_copy, tmp_path, monkeypatch):
 
     def no_parsing(*a, **k):
         raise AssertionError("the UFO files were parsed for a no-op rebuild")
-    monkeypatch.setattr("preprocess.build.load_splits", no_parsing)
-    monkeypatch.setattr("preprocess.ufo.load_splits", no_parsing)
+    monkeypatch.setattr("preprocess.store.build.load_splits", no_parsing)
+    monkeypatch.setattr("preprocess.store.manifest.load_splits", no_parsing)
     assert build(data_copy, tmp_path / "c").up_to_date
     assert not check_stale(read_manifest(tmp_path / "c")).stale
 
@@ -83,7 +91,7 @@ def test_a_ufo_file_saved_again_unchanged_is_up_to_date_and_recorded(data_copy, 
     edit_ufo(data_copy, lambda images: None)         # same entries, new mtime (and maybe new formatting)
     r = build(data_copy, tmp_path / "c")
     assert r.up_to_date and r.computed == 0 and cache_bytes(tmp_path / "c") == before
-    monkeypatch.setattr("preprocess.build.load_splits", lambda *a, **k: pytest.fail("parsed again"))
+    monkeypatch.setattr("preprocess.store.build.load_splits", lambda *a, **k: pytest.fail("parsed again"))
     assert build(data_copy, tmp_path / "c").up_to_date, "the new UFO fingerprint was not recorded"
 
 
@@ -280,7 +288,7 @@ def test_full_disk_fails_cleanly_and_keeps_the_cache(data_copy, tmp_path, monkey
     out = tmp_path / "c"
     build(data_copy, out)
     before = cache_bytes(out)
-    monkeypatch.setattr("preprocess.build.shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
+    monkeypatch.setattr("preprocess.store.build.shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
     with pytest.raises(BuildError, match="not enough disk space"):
         build(data_copy, out, seed=5)
     assert cache_bytes(out) == before

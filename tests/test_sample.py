@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from preprocess.config import BuildConfig
-from preprocess.sample import Sample, make_sample, sample_rng
-from preprocess.ufo import CARE, ILLEGIBLE, ImageRecord
+from preprocess.ingest.ufo import CARE, ILLEGIBLE, ImageRecord
+from preprocess.sample.make import Sample, make_sample, sample_rng
 
 CFG = BuildConfig(image_size=192, input_size=96, map_scale=0.5, crop_tries=50)
 # White words on a black 240 x 180 page, spread so that every crop holds some of them.

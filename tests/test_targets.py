@@ -4,10 +4,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-
-from preprocess.geometry import choose_crop, min_rect_angles, polygon_area, shrink_quads
-from preprocess.targets import make_targets
 from reference import reference_targets
+
+from preprocess.sample.geometry import choose_crop, min_rect_angles, polygon_area, shrink_quads
+from preprocess.sample.targets import make_targets
 
 INPUT = 256
 

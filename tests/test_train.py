@@ -15,15 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import small_config
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 import train
-from conftest import small_config
 from dataset import BlockSampler, CacheDataset, collate
-from preprocess.build import build_cache
 from preprocess.config import BuildConfig
-from preprocess.sampledata import write_sample_dataset
+from preprocess.store.build import build_cache
+from preprocess.tools.sampledata import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 # pages this small still leave words in both kinds of 64 px crop
@@ -388,7 +388,8 @@ def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
 @pytest.mark.parametrize("case", ["bad UFO file", "cache locked"])
 def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
     import shutil
-    from preprocess.build import build_lock
+
+    from preprocess.store.build import build_lock
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
     stale = make_cache(data, tmp_path / "c")
     ufo = data / "ufo" / "train.json"

@@ -9,8 +9,18 @@ import pytest
 from PIL import Image
 
 from preprocess.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from preprocess.ufo import (CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, SMALL, DataError, IngestSummary, find_split,
-                            load_splits, load_ufo)
+from preprocess.errors import DataError
+from preprocess.ingest.ufo import (
+    CARE,
+    IGNORE_TAG,
+    ILLEGIBLE,
+    NOT_QUAD,
+    SMALL,
+    IngestSummary,
+    find_split,
+    load_splits,
+    load_ufo,
+)
 
 QUAD = [[10, 10], [50, 10], [50, 30], [10, 30]]          # clockwise on screen, area 800
 PENTAGON = [[10, 10], [30, 5], [50, 10], [50, 30], [10, 30]]

@@ -14,17 +14,18 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from conftest import small_config
+from test_rebuild import cache_bytes, edit_ufo, nudge_first_word
 from torch.utils.data import DataLoader
 
-from conftest import small_config
 from dataset import CacheDataset, collate
-from preprocess.build import BuildError, build_cache
 from preprocess.cli import main
-from preprocess.cluster import dask_client
-from preprocess.format import FIELDS, stored_files
-from preprocess.manifest import CacheError, data_path, read_manifest
-from preprocess.verify import verify
-from test_rebuild import cache_bytes, edit_ufo, nudge_first_word
+from preprocess.errors import BuildError, CacheError
+from preprocess.store.build import build_cache
+from preprocess.store.cluster import dask_client
+from preprocess.store.format import FIELDS, stored_files
+from preprocess.store.manifest import data_path, read_manifest
+from preprocess.tools.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,7 +120,7 @@ def test_verify_finds_a_corrupt_shard_and_build_repairs_it(data_copy, tmp_path):
 
 
 def test_chunk_too_big_for_a_worker_fails_before_building(data_copy, tmp_path, monkeypatch):
-    monkeypatch.setattr("preprocess.build.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
+    monkeypatch.setattr("preprocess.store.build.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
     with pytest.raises(BuildError, match="a worker holds a whole chunk file in memory.*smaller --chunk-size"):
         build(data_copy, tmp_path / "c")
     assert not list((tmp_path / "c" / "data").iterdir())

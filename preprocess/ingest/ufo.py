@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from preprocess import jsonstream
 from preprocess.config import BuildConfig
+from preprocess.errors import DataError
+from preprocess.ingest import jsonstream
+from preprocess.ingest.imageio import oriented_size
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
 CARE = 0            # legible quad: drawn in score and geometry
@@ -40,10 +42,6 @@ class ImageRecord:
     def n_words(self) -> int:
         return len(self.reason)
 
-
-class DataError(ValueError):
-    """A problem with the input data. The message names the file, the image and the word and says
-    what to do; the CLI prints it without a traceback."""
 
 
 def find_split(data_dir, split: str) -> tuple[Path, Path]:
@@ -191,7 +189,6 @@ def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig,
 def _frame_size(entry: dict, path: Path, where: str, summary: IngestSummary) -> tuple[int, int]:
     w, h = entry.get("img_w"), entry.get("img_h")
     if w is None or h is None:
-        from preprocess.imageio import oriented_size   # lazy: imageio imports DataError from here
         w, h, transposed = oriented_size(path)
         summary.exif_applied += transposed
         summary.warnings.append(f"{where}: no img_w/img_h; using the image header's size {w}x{h}")
@@ -278,7 +275,7 @@ def _signed_area(points: list) -> float:
 
 def _fit_quad(polygon: list) -> list[tuple[float, float]]:
     """Minimum-area rectangle of a polygon, clockwise from the corner nearest its first vertex."""
-    import cv2   # lazy: only fit_polygons needs it, and ingest should start fast
+    import cv2  # lazy: only fit_polygons needs it, and ingest should start fast
     box = cv2.boxPoints(cv2.minAreaRect(np.array(polygon, np.float32))).astype(np.float64)
     if _signed_area(box.tolist()) < 0:
         box = box[::-1]

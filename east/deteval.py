@@ -30,8 +30,8 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from preprocess.decode import convex_intersection
-from preprocess.geometry import polygon_area
+from east.decode import convex_intersection
+from preprocess.sample.geometry import polygon_area
 
 AREA_RECALL = 0.8         # tr: share of a gt's area a match must cover
 AREA_PRECISION = 0.4      # tp: share of a detection's area a match must cover

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.format import open_records, record_dtype, row_quads
-from preprocess.manifest import quads_path, record_crc
-from preprocess.plan import Task
-from preprocess.zarrfile import write_group
-
+from preprocess.errors import DataError
+from preprocess.store.format import open_records, record_dtype, row_quads
+from preprocess.store.manifest import quads_path, record_crc
+from preprocess.store.plan import Task
+from preprocess.store.zarrfile import write_group
 
 SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)
 
@@ -72,8 +72,9 @@ def _fill(cfg: BuildConfig, t: Task, dst: np.ndarray, sources: dict, skip_bad: b
 
 
 def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowResult:
-    from preprocess.sample import make_sample
-    from preprocess.ufo import DataError
+    from preprocess.sample.make import (
+        make_sample,  # cv2 and the sample maths load in workers only, not in a no-op rebuild
+    )
     rec = dst[t.row]
     try:
         s = make_sample(t.record, cfg, t.variant)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from preprocess.manifest import data_path, file_checksum, quads_checksum, quads_path, read_manifest, write_atomic
-from preprocess.plan import CORRUPT_MARKER
-from preprocess.zarrfile import shard_checksums
+from preprocess.store.manifest import data_path, file_checksum, quads_checksum, quads_path, read_manifest, write_atomic
+from preprocess.store.plan import CORRUPT_MARKER
+from preprocess.store.zarrfile import shard_checksums
 
 
 def verify(cache_dir) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from preprocess.build import BuildError
+from preprocess.errors import BuildError
 
 INSTALL_DASK = 'pip install -e ".[dask]"'
 CONNECT_TIMEOUT = 10.0   # s to reach the scheduler before giving up

@@ -6,10 +6,12 @@ describes complete files, or none the reader will accept.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import json
 import os
+import shlex
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, open_records, record_dtype
-
-
-class CacheError(ValueError):
-    """A cache that cannot be read as it is; the message says what to run."""
+from preprocess.errors import CacheError, DataError
+from preprocess.ingest.ufo import find_split, load_splits
+from preprocess.store.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, open_records, record_dtype
 
 
 def digest(*parts) -> str:
@@ -33,7 +33,7 @@ def digest(*parts) -> str:
 
 
 # The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
-SAMPLE_MODULES = ("ufo", "imageio", "geometry", "targets", "sample")
+SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make")
 
 
 def build_fingerprint(cfg: BuildConfig) -> str:
@@ -46,7 +46,7 @@ def sample_code_version() -> str:
     """A hash of the syntax trees of SAMPLE_MODULES without docstrings: it changes whenever their code does, and
     only then (comments, layout and docs do not count), with no version number to remember to bump. A cache
     built by other code is rebuilt, never read as if the maths were the same."""
-    return code_hash([(Path(__file__).parent / f"{name}.py").read_text() for name in SAMPLE_MODULES])
+    return code_hash([(Path(__file__).parents[1] / f"{name}.py").read_text() for name in SAMPLE_MODULES])
 
 
 def code_hash(sources: list[str]) -> str:
@@ -139,9 +139,32 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
     return manifest
 
 
+def build_command(manifest: dict, out) -> str:
+    """The command that brings the cache described by manifest up to date: its recorded --data, split, file
+    format and config, the config as flags wherever it differs from the defaults (config_from_args inverted)."""
+    src, cfg, d = manifest["source"], BuildConfig.from_dict(manifest["config"]), BuildConfig()
+    words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src["data_dirs"])]
+    if src.get("split", "train") != "train":
+        words.append(f"--split {shlex.quote(src['split'])}")
+    words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
+    if manifest.get("file_format", "npy") != "npy":
+        words.append(f"--format {manifest['file_format']}")
+    for f in dataclasses.fields(BuildConfig):
+        value = getattr(cfg, f.name)
+        if f.name == "strategy" or value == getattr(d, f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag)
+        else:
+            words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
+    words += [flag for flag, on in (("--check-content", src.get("check_content")), ("--skip-bad", src.get("skip_bad")))
+              if on]
+    return " ".join(words)
+
+
 def update_command(manifest: dict, cache_dir) -> str:
     """The build command recorded in manifest, or a template where the manifest is too old to say."""
-    from preprocess.cli import build_command  # the CLI owns the flags
     try:
         return build_command(manifest, cache_dir)
     except (KeyError, TypeError, ValueError):
@@ -192,7 +215,6 @@ def source_fingerprints(records, check_content: bool = False) -> dict[str, dict]
 
 def json_fingerprints(data_dirs, split: str, check_content: bool = False) -> dict[str, str]:
     """A fingerprint per UFO file of the split: while none changes, no annotation entry can have."""
-    from preprocess.ufo import find_split
     paths = [find_split(d, split)[0] for d in data_dirs]
     return {str(p): file_fingerprint(p, check_content) for p in paths}
 
@@ -228,7 +250,6 @@ def compare_sources(old: dict[str, dict], new: dict[str, dict]) -> Staleness:
 
 def check_stale(manifest: dict) -> Staleness:
     """Re-read the recorded source (annotations + file stats, no decoding) and compare fingerprints."""
-    from preprocess.ufo import DataError, load_splits
     if sources_unchanged(manifest):
         return Staleness()
     cfg = manifest_config(manifest)

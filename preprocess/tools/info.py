@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from preprocess.format import stored_files
-from preprocess.manifest import data_path, manifest_config, manifest_dtype, quads_path, read_manifest
+from preprocess.store.format import stored_files
+from preprocess.store.manifest import data_path, manifest_config, manifest_dtype, quads_path, read_manifest
 
 
 def summary(cache_dir) -> dict:

@@ -16,7 +16,10 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from preprocess.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL
+from preprocess.ingest.imageio import decode_image
+from preprocess.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, load_splits
+from preprocess.sample.make import make_sample
+from preprocess.store.manifest import check_stale
 
 SCORE_RGB = np.array([255, 0, 0], np.float32)
 SCORE_ALPHA = 0.45            # opacity of the score overlay
@@ -116,8 +119,7 @@ def _words_caption(care) -> str:
 
 
 def show_cached(cache, index: str, variant: int, out: Path) -> None:
-    from dataset import CacheDataset
-    from preprocess.manifest import check_stale
+    from dataset import CacheDataset  # imports torch: only when a cached sample is shown
     ds = CacheDataset(cache, check_stale=False)
     stale = check_stale(ds.manifest)
     if stale.stale:
@@ -160,9 +162,6 @@ def render_page(rec, decoded) -> Image.Image:
 
 
 def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path) -> None:
-    from preprocess.imageio import decode_image
-    from preprocess.sample import make_sample
-    from preprocess.ufo import load_splits
     records, _ = load_splits([Path(data)], split, cfg)
     rec = next((r for r in records if r.name == name), None)
     if rec is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from preprocess.geometry import gather_quads, min_rect_angles, rotated_boxes, shrink_quads
+from preprocess.sample.geometry import gather_quads, min_rect_angles, rotated_boxes, shrink_quads
 
 
 def map_polygon(points: np.ndarray, scale: float) -> np.ndarray:

@@ -18,8 +18,8 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from preprocess.format import FIELDS, stored_files
-from preprocess.manifest import file_fingerprint, fsync_path
+from preprocess.store.format import FIELDS, stored_files
+from preprocess.store.manifest import file_fingerprint, fsync_path
 
 # Chosen by measurement (numcodecs on one core; 1024 px crops of benchmark pages, and a camera photo):
 # zstd level 1 shrinks geo 67x, score 210x, roi 500x, decoding 0.04-0.4 ms a sample; level 3 and blosc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import json
 import os
 import shutil
 import sys
@@ -22,22 +23,33 @@ import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
 from preprocess.config import BuildConfig
-from preprocess.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dtype
-from preprocess.manifest import (CacheError, Staleness, build_fingerprint, compare_sources, data_path, file_checksum,
-                                 fsync_path, json_fingerprints, quads_checksum, quads_path, read_manifest,
-                                 rows_checksum, source_fingerprints, sources_unchanged, write_manifest)
-from preprocess.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
+from preprocess.errors import BuildError, CacheError
+from preprocess.ingest.ufo import load_splits
 from preprocess.progress import Progress
-from preprocess.strategy import available_ram, choose_strategy
-from preprocess.ufo import load_splits
-from preprocess.worker import SKIPPED_NOTE, RowResult, run_tasks, write_zarr_file
-from preprocess.zarrfile import raw_bytes, shard_checksums
+from preprocess.store.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dtype
+from preprocess.store.manifest import (
+    Staleness,
+    build_fingerprint,
+    compare_sources,
+    data_path,
+    file_checksum,
+    fsync_path,
+    json_fingerprints,
+    quads_checksum,
+    quads_path,
+    read_manifest,
+    rows_checksum,
+    source_fingerprints,
+    sources_unchanged,
+    write_manifest,
+)
+from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
+from preprocess.store.strategy import available_ram, choose_strategy
+from preprocess.store.worker import SKIPPED_NOTE, RowResult, run_tasks, write_zarr_file
+from preprocess.store.zarrfile import raw_bytes, shard_checksums
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 
-
-class BuildError(RuntimeError):
-    """The build cannot go on (lock held, disk full); the existing cache is untouched."""
 
 
 @dataclass
@@ -206,7 +218,6 @@ def _same_files(old: dict, plan: Plan) -> bool:
 
 
 def _corrupt_files(out: Path) -> set[str]:
-    import json
     marker = out / CORRUPT_MARKER
     return set(json.loads(marker.read_text())) if marker.exists() else set()
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preprocess.config import STRATEGIES, BuildConfig
-from preprocess.format import FILE_FORMATS, QUADS_SUFFIX, file_members
-from preprocess.manifest import data_path, digest, quads_path
+from preprocess.store.format import FILE_FORMATS, QUADS_SUFFIX, file_members
+from preprocess.store.manifest import data_path, digest, quads_path
 
 CORRUPT_MARKER = ".corrupt.json"   # written by `verify`, read by the next build: files not to trust
 

@@ -14,10 +14,20 @@ import cv2
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.geometry import (augment_matrix, choose_crop, compose, gather_quads, image_extent, rotation_matrix,
-                                 sample_params, transform_points)
-from preprocess.targets import make_targets
-from preprocess.ufo import CARE, ImageRecord
+from preprocess.ingest.imageio import decode_image
+from preprocess.ingest.ufo import CARE, ImageRecord
+from preprocess.sample.geometry import (
+    augment_matrix,
+    choose_crop,
+    compose,
+    gather_quads,
+    image_extent,
+    rotation_matrix,
+    sample_params,
+    transform_points,
+)
+from preprocess.sample.targets import make_targets
+
 
 class Sample(NamedTuple):
     image: np.ndarray        # uint8 (3, S, S) RGB, S = input_size
@@ -55,7 +65,6 @@ def _decoded_to_frame(sx: float, sy: float) -> np.ndarray:
 def _warp_image(rec: ImageRecord, frame_to_crop: np.ndarray, size: int):
     """(crop (S, S, 3), decoder warning, EXIF applied): the source decoded at the smallest size the warp
     allows, then warped once."""
-    from preprocess.imageio import decode_image
     scale = float(np.linalg.svd(frame_to_crop[:, :2], compute_uv=False)[0])
     d = decode_image(rec.path, rec.width, rec.height, scale)
     m = compose(frame_to_crop, _decoded_to_frame(d.sx, d.sy))

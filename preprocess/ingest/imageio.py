@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from preprocess.ufo import DataError
+from preprocess.errors import DataError
 
 ORIENTATION_TAG = 0x0112
 # EXIF orientation -> the transpose that shows the stored pixels upright (EXIF 2.3, tag 0x0112).

@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader
 
 from dataset import BlockSampler, CacheDataset, collate
 from dataset import batches as epoch_batches  # `batches` is a count here
-from preprocess.format import stored_files
-from preprocess.manifest import CacheError, data_path
+from preprocess.errors import CacheError
+from preprocess.store.format import stored_files
+from preprocess.store.manifest import data_path
 
 SECONDS = 2.0          # default length of a timed pass when --batches is not given
 NEAR_BEST = 0.05       # a setting within 5% of the best counts as "as fast" for the recommendation

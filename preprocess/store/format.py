@@ -100,7 +100,7 @@ def open_records(path, in_memory: bool = False):
     """A data file as an array of records: a read-only memory map (npy) or rows decoded on access (zarr);
     with in_memory, every record read into RAM at once."""
     if Path(path).suffix == ".zarr":
-        from preprocess.zarrfile import ZarrRecords  # zarrfile imports this module
+        from preprocess.store.zarrfile import ZarrRecords  # zarrfile imports this module
         records = ZarrRecords(path)
         return records[:] if in_memory else records
     return np.load(path) if in_memory else np.load(path, mmap_mode="r")

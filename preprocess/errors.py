@@ -1,0 +1,21 @@
+"""The errors a user can meet, each printed by the CLI as one `error:` line without a traceback.
+
+Every message names the file, the image and the word where there is one, and says what to do.
+"""
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """A problem with the input data (annotations, images)."""
+
+
+class CacheError(ValueError):
+    """A cache that cannot be read as it is; the message says what to run."""
+
+
+class BuildError(RuntimeError):
+    """The build cannot go on (lock held, disk full); the existing cache is untouched."""
+
+
+class UsageError(ValueError):
+    """Flags that do not fit together, or a path that cannot be what the flag needs."""
