@@ -1,4 +1,4 @@
-"""`python -m preprocess {build,info,verify,bench,show}`. Fills a BuildConfig from flags; imports no torch."""
+"""`python -m preprocess {build,convert,info,verify,bench,show}`. Fills a BuildConfig from flags; imports no torch."""
 from __future__ import annotations
 
 import argparse
@@ -110,6 +110,15 @@ def cmd_build(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(a: argparse.Namespace) -> int:
+    from preprocess.convert.run import convert, describe   # lazy: the readers load only for `convert`
+    s = convert(a.fmt, a.src, a.out, split=a.split, copy=a.copy, prefix=a.prefix, skip_bad=a.skip_bad,
+                force=a.force, images=a.images, subset=a.subset)
+    if not a.quiet:
+        print(describe(a.fmt, a.src, a.out, a.split, a.copy, s), file=sys.stderr)
+    return 0
+
+
 def cmd_info(a: argparse.Namespace) -> int:
     from preprocess.tools.info import describe
     print(describe(a.cache, as_json=a.json))
@@ -178,6 +187,11 @@ def get_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
     add_build_args(b)
     b.set_defaults(func=cmd_build)
+    from preprocess import convert   # format names only
+    c = sub.add_parser("convert", help="another text-detection format to a UFO dataset root for --data",
+                       epilog=convert.FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    convert.add_arguments(c)
+    c.set_defaults(func=cmd_convert)
     i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
     i.add_argument("cache", type=Path, help="cache directory")
     i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")

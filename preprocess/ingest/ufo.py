@@ -104,7 +104,9 @@ def load_splits(data_dirs: list, split: str, cfg: BuildConfig, skip_bad: bool = 
         for name in [r.name for r in recs] + [b[0] for b in summary.bad]:
             if name in seen:
                 raise DataError(f"image {name!r} appears in both {seen[name]} and {json_path}; image names must be "
-                                f"unique across data dirs: rename one of the files or drop one data dir")
+                                f"unique across data dirs: convert one set again with `python -m preprocess convert "
+                                f"--prefix NAME_ ...` (into its own --out), rename the file in one of them, "
+                                f"or drop one data dir")
             seen[name] = json_path
         records += recs
         total.merge(summary)
