@@ -114,6 +114,10 @@ def test_mmocr_textdet_json_polygon_bbox_and_ignore(tmp_path):
     assert ufo(tmp_path / "root")["img_7.jpg"]["words"]["2"]["points"] == [[80, 40], [150, 40], [150, 70], [80, 70]]
     ingest = built([tmp_path / "root"], tmp_path)
     assert (ingest["legible"], ingest["illegible"]) == (2, 1)
+    data["data_list"][0]["instances"].append({"polygon": [1, 2, 3], "ignore": False})
+    (src / "textdet_train.json").write_text(json.dumps(data))
+    with pytest.raises(DataError, match=r"textdet_train\.json: data_list\[0\] \(textdet_imgs/train/img_7\.jpg\), instance 3"):
+        convert("mmocr", src / "textdet_train.json", tmp_path / "again")
 
 
 def test_wildreceipt_counter_clockwise_boxes_are_fixed_and_counted(tmp_path):

@@ -65,7 +65,7 @@ class Problems:
 
     def bad(self, where: str, why: str, image: bool = False) -> None:
         if not self.skip_bad:
-            what = "leave the image out" if image else "skip the line"
+            what = "leave the image out" if image else "skip it"
             raise DataError(f"{where}: {why}; fix it, or pass --skip-bad to {what} and go on")
         (self.summary.bad_images if image else self.summary.bad_lines).append((where, why))
 
