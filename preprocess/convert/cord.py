@@ -43,7 +43,8 @@ def read_cord(source: Source, problems: Problems) -> Iterator[Page]:
             data = load_json(path)
             if not isinstance(data, dict):
                 raise TypeError("the file is not a JSON object")
-            size = (data.get("meta") or {}).get("image_size") or {}
+            meta = data.get("meta")
+            size = meta.get("image_size") if isinstance(meta, dict) else None
             size = stated_size(size.get("width"), size.get("height")) if isinstance(size, dict) else None
         except (TypeError, ValueError) as e:   # DataError from load_json included: it names the file itself
             problems.bad(str(path), str(e).removeprefix(f"{path}: "), image=True)

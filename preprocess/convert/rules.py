@@ -108,7 +108,10 @@ def json_numbers(values) -> list[float] | None:
     """Finite numbers from a JSON list (no strings, booleans or nulls), or None."""
     if not isinstance(values, list) or not all(type(v) in (int, float) for v in values):
         return None
-    floats = [float(v) for v in values]
+    try:
+        floats = [float(v) for v in values]
+    except OverflowError:   # an integer too large for a float
+        return None
     return floats if all(math.isfinite(v) for v in floats) else None
 
 
@@ -179,9 +182,10 @@ def stated_size(w, h) -> tuple[int, int] | None:
     two positive whole numbers."""
     if w is None and h is None:
         return None
-    if not all(type(v) in (int, float) and math.isfinite(v) and v > 0 and v == int(v) for v in (w, h)):
+    values = json_numbers([w, h])
+    if values is None or not all(v > 0 and v.is_integer() for v in values):
         raise ValueError(f"stated image size {w!r} x {h!r} is not two positive whole numbers")
-    return int(w), int(h)
+    return int(values[0]), int(values[1])
 
 
 def image_at(folder: Path, name) -> Path:
