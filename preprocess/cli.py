@@ -8,6 +8,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from preprocess.convert import FORMATS_HELP
+from preprocess.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from preprocess.store.format import FILE_FORMATS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
@@ -187,10 +189,9 @@ def get_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
     add_build_args(b)
     b.set_defaults(func=cmd_build)
-    from preprocess import convert   # format names only
     c = sub.add_parser("convert", help="another text-detection format to a UFO dataset root for --data",
-                       epilog=convert.FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    convert.add_arguments(c)
+                       epilog=FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_convert_args(c)
     c.set_defaults(func=cmd_convert)
     i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
     i.add_argument("cache", type=Path, help="cache directory")
