@@ -41,7 +41,8 @@ from dataset import CacheDataset, batches, collate, make_sampler
 from east.decode import decode_maps
 from east.deteval import evaluate_image, gt_quads, ratios
 from preprocess.errors import BuildError, CacheError, DataError
-from preprocess.store.manifest import check_stale, read_manifest
+from preprocess.store.manifest import Manifest
+from preprocess.store.stale import check_stale
 
 MAX_DISTANCE = 512.0         # px; the distance head's range, sigmoid * MAX_DISTANCE (the paper's text scale)
 ANGLE_WEIGHT = 10.0          # weight of the angle loss against the IoU loss, as in the paper (lambda_theta)
@@ -311,7 +312,7 @@ def open_cache(path: Path, rebuild: bool, rank: int, world: int) -> CacheDataset
     """Open a cache; with `rebuild`, rank 0 first brings a stale one up to date while the others wait.
     Without it a stale cache raises StaleCacheError, whose message says what to run."""
     if rebuild and rank == 0:
-        changes = check_stale(read_manifest(path))
+        changes = check_stale(Manifest.load(path))
         if changes.stale:
             from preprocess.store.build import rebuild as rebuild_cache
             print(f"{path}: {changes.describe()}; updating the cache (--rebuild)", flush=True)

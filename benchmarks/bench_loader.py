@@ -112,7 +112,8 @@ def main() -> None:
     p.add_argument("--build-repeat", type=int, default=3, help="builds per job count; the median counts (default 3)")
     a = p.parse_args()
     data = bench_pages(a.images)
-    cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size, chunk_size=max(1, a.images // 3))
+    cfg = BuildConfig(input_size=a.input_size, strategy="chunked", batch_size=a.batch_size,
+                      chunk_size=max(1, a.images // 3))
     work = Path(tempfile.mkdtemp(prefix="east-bench-loader-"))
     try:
         build_data = bench_pages(a.build_images)

@@ -18,8 +18,9 @@ from common import bench_pages, machine, table
 from dataset import CacheDataset
 from preprocess.config import BuildConfig
 from preprocess.store.build import build_cache
-from preprocess.store.format import FIELDS, FILE_FORMATS, record_dtype, stored_files
-from preprocess.store.manifest import data_path, quads_path, read_manifest
+from preprocess.store.formats import FILE_FORMATS
+from preprocess.store.manifest import Manifest, data_path
+from preprocess.store.sidecar import quads_path
 
 MIB = 2**20
 
@@ -27,15 +28,14 @@ MIB = 2**20
 def sizes(out: Path) -> dict[str, int]:
     """Bytes on disk per field, word quads and total. A .npy file interleaves the fields, so a field's
     share is its bytes per record times the rows; a zarr group keeps each field in its own shard."""
-    m = read_manifest(out)
-    paths = [data_path(out, f["name"]) for f in m["files"]]
-    rows = sum(f["rows"] for f in m["files"])
-    cfg = BuildConfig.from_dict(m["config"])
-    dtype = record_dtype(cfg.input_size, cfg.map_size)
-    if m["file_format"] == "zarr":
-        per_field = {k: sum(q.stat().st_size for p in paths for q in stored_files(p / k)) for k in FIELDS}
+    m = Manifest.load(out)
+    paths = [data_path(out, f.name) for f in m.files]
+    rows = sum(f.rows for f in m.files)
+    dtype, stored_files = m.spec.dtype, m.format.stored_files
+    if m.file_format == "zarr":
+        per_field = {k: sum(q.stat().st_size for p in paths for q in stored_files(p / k)) for k in dtype.names}
     else:
-        per_field = {k: rows * dtype[k].itemsize for k in FIELDS}
+        per_field = {k: rows * dtype[k].itemsize for k in dtype.names}
     quads = sum(quads_path(p).stat().st_size for p in paths)
     total = sum(q.stat().st_size for p in paths for q in stored_files(p)) + quads
     return {**per_field, "word quads": quads, "total": total}

@@ -13,7 +13,8 @@ from torch.utils.data import Dataset
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import load_splits
 from preprocess.sample.make import make_sample
-from preprocess.store.format import variant_offsets
+from preprocess.store.format import CROP
+from preprocess.store.layout import Layout
 
 
 class OnTheFlyDataset(Dataset):
@@ -23,7 +24,8 @@ class OnTheFlyDataset(Dataset):
         self.fresh = fresh
         self.epoch = 0
         c = self.config
-        self.offsets = variant_offsets("image", [r.name for r in self.records], c.variants, c.batch_size, c.seed)
+        layout = Layout("image", len(self.records), c.variants, c.batch_size, c.chunk_size)
+        self.offsets = layout.variant_offsets([r.name for r in self.records], c.seed)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -36,4 +38,4 @@ class OnTheFlyDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         s = make_sample(self.records[i], self.config, self.variant(i))
-        return {"image": s.image, "score": s.score, "geo": s.geo.astype(np.float16), "roi": s.roi}
+        return {f.name: f.stored(getattr(s, f.name)) for f in CROP.fields}

@@ -7,10 +7,10 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from preprocess.config import DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from preprocess.config import AUTO, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from preprocess.convert import FORMATS_HELP
 from preprocess.convert import add_arguments as add_convert_args   # flags and format names only: no reader
-from preprocess.store.format import FILE_FORMATS
+from preprocess.store.formats import FILE_FORMATS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
 
@@ -22,7 +22,7 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "Default: the built-in synthetic sample set, generated into ./sample_data")
     p.add_argument("--split", default="train", help="which ufo/{split}.json to read (default: train)")
     p.add_argument("--out", type=Path, default=Path("cache"), help="cache directory (default: cache/)")
-    p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
+    p.add_argument("--strategy", choices=(AUTO, *STRATEGIES), default=AUTO,
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM (default: auto)")
     p.add_argument("--chunk-size", type=int, default=d.chunk_size, help=f"samples per file, chunked (default {d.chunk_size})")
@@ -72,7 +72,7 @@ def config_from_args(a: argparse.Namespace) -> BuildConfig:
                        seed=a.seed, height_jitter=a.height_jitter, max_rotation=a.max_rotation, crop_tries=a.crop_tries,
                        ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
                        min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons,
-                       strategy="chunked" if a.strategy == "auto" else a.strategy,
+                       strategy=a.strategy,
                        chunk_size=a.chunk_size, batch_size=a.batch_size)
 
 
@@ -92,8 +92,8 @@ def cmd_build(a: argparse.Namespace) -> int:
         say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
         r = build_cache(config_from_args(a), data, a.out, split=a.split, jobs=a.jobs, quiet=a.quiet,
-                        check_content=a.check_content, skip_bad=a.skip_bad, auto_strategy=a.strategy == "auto",
-                        backend=a.backend, file_format=a.file_format)
+                        check_content=a.check_content, skip_bad=a.skip_bad, backend=a.backend,
+                        file_format=a.file_format)
     if r.up_to_date:
         say(f"{a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to do "
             f"[{r.seconds:.2f} s]")
@@ -128,13 +128,13 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from preprocess.store.manifest import read_manifest, update_command
+    from preprocess.store.manifest import Manifest, update_command
     from preprocess.tools.verify import verify
     bad = verify(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
     if bad:
-        print(f"{len(bad)} bad file(s); `{update_command(read_manifest(a.cache), a.cache)}` rebuilds exactly those",
+        print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(a.cache), a.cache)}` rebuilds exactly those",
               file=sys.stderr)
         return 1
     print(f"{a.cache}: all files match their checksums")
@@ -156,7 +156,10 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from preprocess.tools.bench import default_workers, run  # imports torch: only when benchmarking
+    from preprocess.tools.bench import (  # imports torch: only when benchmarking
+        default_workers,
+        run,
+    )
     if a.batches is not None and a.batches < 1:
         print("error: --batches must be at least 1", file=sys.stderr)
         return 2

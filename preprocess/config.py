@@ -15,6 +15,7 @@ from dataclasses import dataclass
 DEFAULT_IGNORE_TAGS = ("masked", "excluded-region", "maintable", "stamp")
 
 STRATEGIES = ("whole", "image", "batch", "chunked")
+AUTO = "auto"   # a strategy the build resolves (store/strategy.py) before anything is fingerprinted
 MAP_SCALES = (0.5, 0.25)
 
 
@@ -32,13 +33,14 @@ class BuildConfig:
     min_area: float = 10.0          # px^2 in the annotation frame; smaller words become don't-care
     drop_area: float = 1.0          # px^2; smaller words are dropped entirely (degenerate)
     fit_polygons: bool = False      # True: words with 5+ points become their minimum-area quad; False: don't-care
-    strategy: str = "chunked"       # records per file: whole = all, image = K, batch = batch_size, chunked = chunk_size
+    strategy: str = AUTO            # records per file: whole = all, image = K, batch = batch_size, chunked = chunk_size;
+                                    # auto: the build picks one, and its manifest records the one it picked
     chunk_size: int = 5000          # records per file for the chunked strategy
     batch_size: int = 8             # records per file for the batch strategy
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if self.strategy not in (AUTO, *STRATEGIES):
+            raise ValueError(f"strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
         if self.map_scale not in MAP_SCALES:
             raise ValueError(f"map_scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
         if self.input_size % 32 != 0 or self.input_size <= 0:
@@ -66,6 +68,8 @@ class BuildConfig:
         return cls(**{k: (tuple(v) if k == "ignore_tags" else v) for k, v in d.items() if k in known})
 
     def fingerprint(self) -> str:
-        """Hash of every field; equal fingerprints mean equal samples (with the same code version)."""
+        """Hash of every field; equal fingerprints mean equal samples (with the same code version). Only a
+        resolved config has one: "auto" would make one fingerprint stand for several layouts."""
+        assert self.strategy != AUTO, "resolve the strategy before fingerprinting"
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return hashlib.blake2b(blob, digest_size=16).hexdigest()

@@ -5,11 +5,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import small_config  # noqa: F401  (re-exported for modules that import it from conftest)
 
-from preprocess.config import BuildConfig
 from preprocess.tools.sampledata import write_sample_dataset
-
-SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50)
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +24,3 @@ def data_copy(sample_root, tmp_path) -> Path:
     shutil.copytree(sample_root, dst)
     return dst
 
-
-def small_config(**over) -> BuildConfig:
-    return BuildConfig(**{**SMALL, **over})

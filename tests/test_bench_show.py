@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import small_config
+from helpers import small_config
 from PIL import Image
 
 from dataset import CacheDataset
@@ -81,8 +81,7 @@ def test_show_draws_the_score_only_inside_legible_words(cache, tmp_path):
             fig = np.asarray(Image.open(png).convert("RGB"))
             assert (fig.shape[1], fig.shape[0]) == figure_size(s)
             assert fig.shape[1] == s + GAP + 2 * (panel_side(s) + GAP) and fig.shape[0] >= s
-            f, r = ds.locate(i, v)
-            raw = np.transpose(ds._file(f)[r]["image"], (1, 2, 0))
+            raw = np.transpose(ds.record(i, v)["image"], (1, 2, 0))
             red = overlay_pixels(fig[:s, :s], raw)
             points, offsets, care = ds.quads(i, v)
             legible = np.zeros((s, s), np.uint8)

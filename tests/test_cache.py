@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from helpers import cache_bytes, record_bytes, small_config
 from torch.utils.data import DataLoader
 
-from dataset import BlockSampler, CacheDataset, OnTheFlyDataset, collate
-from dataset.cache import _pool
+from dataset import POOL, BlockSampler, CacheDataset, OnTheFlyDataset, collate
 from preprocess.config import STRATEGIES
 from preprocess.store.build import build_cache
-from preprocess.store.format import FIELDS, file_members
-from preprocess.store.manifest import data_path, read_manifest
+from preprocess.store.format import FIELDS
+from preprocess.store.layout import Layout
+from preprocess.store.manifest import Manifest
 from preprocess.store.strategy import choose_strategy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,23 +36,18 @@ def caches(sample_root, tmp_path_factory):
     return root
 
 
-def all_samples(ds: CacheDataset) -> dict:
-    return {(i, v): ds._file(f)[r].tobytes() for i in range(len(ds)) for v in range(ds.config.variants)
-            for f, r in [ds.locate(i, v)]}
-
-
 def test_every_strategy_holds_the_same_samples(caches):
-    reference = all_samples(CacheDataset(caches / "chunked"))
+    reference = record_bytes(CacheDataset(caches / "chunked"))
     assert len(reference) == 5 * 2
     assert len(set(reference.values())) == len(reference), "variants and images must differ"
     for s in STRATEGIES:
-        assert all_samples(CacheDataset(caches / s)) == reference, s
+        assert record_bytes(CacheDataset(caches / s)) == reference, s
 
 
 def test_file_counts_follow_the_strategy(caches):
-    counts = {s: len(read_manifest(caches / s)["files"]) for s in STRATEGIES}
+    counts = {s: len(Manifest.load(caches / s).files) for s in STRATEGIES}
     assert counts == {"whole": 1, "image": 5, "batch": 2 * 3, "chunked": 4}
-    rows = [len(m) for m in file_members("batch", 5, 2, 2, 3)]
+    rows = [len(m) for m in Layout("batch", n_images=5, variants=2, batch_size=2, chunk_size=3).members()]
     assert rows == [2, 2, 1, 2, 2, 1]
 
 
@@ -82,8 +77,7 @@ def test_item_shapes_and_epoch_rotation(caches):
     for e in range(4):
         ds.set_epoch(e)
         variants.append(ds.variant(0))
-        f, r = ds.locate(0, ds.variant(0))
-        assert ds[0]["image"].tobytes() == ds._file(f)[r]["image"].tobytes()
+        assert ds[0]["image"].tobytes() == ds.record(0, ds.variant(0))["image"].tobytes()
     assert variants[0] != variants[1] and variants[0] == variants[2]
 
 
@@ -139,15 +133,15 @@ def test_batch_buffers_are_reused_only_once_released(caches, strategy):
     assert torch.equal(kept_view, expected)
     assert np.array_equal(second["image"][0].numpy(), ds[2]["image"])
     del kept_view, second
-    pooled = len(_pool[((2, 3, 96, 96), "|u1")])
+    pooled = POOL.pooled((2, 3, 96, 96), np.uint8)
     third = collate(ds.__getitems__([0, 1]))
-    assert len(_pool[((2, 3, 96, 96), "|u1")]) == pooled, "a free buffer was not reused"
+    assert POOL.pooled((2, 3, 96, 96), np.uint8) == pooled, "a free buffer was not reused"
     assert np.array_equal(third["image"][1].numpy(), ds[1]["image"])
 
 
 def test_in_memory_equals_mmap(caches):
     a, b = CacheDataset(caches / "chunked"), CacheDataset(caches / "chunked", in_memory=True)
-    assert not isinstance(b._maps[0], np.memmap)
+    assert set(b.open_files().values()) == {"ram"} and len(b.open_files()) == len(b.files)
     for i in range(len(a)):
         for k in FIELDS:
             assert np.array_equal(a[i][k], b[i][k])
@@ -161,9 +155,8 @@ def test_quads_are_kept_in_crop_coordinates(caches):
             points, offsets, care = ds.quads(i, v)
             assert offsets[0] == 0 and offsets[-1] == len(points) and len(care) == len(offsets) - 1
             total_care += int(care.sum())
-            f, r = ds.locate(i, v)
             if care.any():  # legible words are drawn in this sample's score map
-                assert ds._file(f)[r]["score"].any()
+                assert ds.record(i, v)["score"].any()
     assert total_care > 0
 
 
@@ -178,10 +171,7 @@ def test_on_the_fly_dataset_makes_the_cached_samples(caches, sample_root):
 def test_jobs_1_and_2_write_identical_files(sample_root, tmp_path):
     build(sample_root, tmp_path / "j1", strategy="chunked", chunk_size=3, jobs=1)
     build(sample_root, tmp_path / "j2", strategy="chunked", chunk_size=3, jobs=2)
-    m1, m2 = read_manifest(tmp_path / "j1"), read_manifest(tmp_path / "j2")
-    assert [f["name"] for f in m1["files"]] == [f["name"] for f in m2["files"]]
-    for f in m1["files"]:
-        assert data_path(tmp_path / "j1", f["name"]).read_bytes() == data_path(tmp_path / "j2", f["name"]).read_bytes()
+    assert cache_bytes(tmp_path / "j1") == cache_bytes(tmp_path / "j2")
 
 
 @pytest.mark.parametrize("n,ram,expected", [

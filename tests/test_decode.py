@@ -7,11 +7,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import small_config
+from helpers import small_config
 
 from dataset import CacheDataset
 from east.decode import decode_maps, quad_iou
 from east.deteval import evaluate, gt_quads
+from preprocess.sample.targets import make_targets
 from preprocess.store.build import build_cache
 
 
@@ -135,12 +136,11 @@ def random_rectangles(rng, input_size, cell=128):
 
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_decoding_make_targets_recovers_the_words(map_scale):
-    targets = pytest.importorskip("preprocess.sample.targets")
     rng = np.random.default_rng(3)
     words = random_rectangles(rng, 512)
     quads = np.stack([rectangle(*w) for w in words])
     points, offsets = quads.reshape(-1, 2), np.arange(len(quads) + 1) * 4
-    score, geo, roi = targets.make_targets(points, offsets, np.ones(len(quads), np.uint8), 512, map_scale)
+    score, geo, roi = make_targets(points, offsets, np.ones(len(quads), np.uint8), 512, map_scale)
     found, _ = decode_maps(score, geo, map_scale)
     result = evaluate([(quads, np.ones(len(quads), bool))], [found])
     assert result["hmean"] >= 0.95, result

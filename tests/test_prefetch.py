@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import small_config
+from helpers import small_config
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate, prefetch

@@ -1,7 +1,6 @@
 """The cache follows the data: fingerprints, incremental rebuild, crash safety, lock, verify, bad input."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -12,22 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import small_config
+from helpers import cache_bytes, edit_ufo, first_image, nudge_first_word, small_config
 
 from dataset import CacheDataset, StaleCacheError
 from preprocess.cli import config_from_args, get_parser
 from preprocess.cli import main as cli_main
 from preprocess.errors import BuildError, CacheError, DataError
 from preprocess.store.build import build_cache, build_lock, rebuild
-from preprocess.store.manifest import (
-    build_command,
-    check_stale,
-    code_hash,
-    data_path,
-    manifest_config,
-    quads_path,
-    read_manifest,
-)
+from preprocess.store.fingerprint import code_hash
+from preprocess.store.manifest import Manifest, data_path
+from preprocess.store.stale import check_stale
 from preprocess.tools.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,32 +30,6 @@ def build(data, out, **over):
     skip_bad = over.pop("skip_bad", False)
     return build_cache(small_config(**{"strategy": "chunked", "chunk_size": 3, **over}), [data], out, jobs=1,
                        quiet=True, skip_bad=skip_bad)
-
-
-def cache_bytes(out: Path) -> dict[str, bytes]:
-    """Every data file and sidecar the manifest names, by name: two caches are equal when these are."""
-    files = {}
-    for f in read_manifest(out)["files"]:
-        p = data_path(out, f["name"])
-        files[p.name], files[quads_path(p).name] = p.read_bytes(), quads_path(p).read_bytes()
-    return files
-
-
-def edit_ufo(data: Path, change) -> None:
-    path = data / "ufo" / "train.json"
-    ufo = json.loads(path.read_text())
-    change(ufo["images"])
-    path.write_text(json.dumps(ufo))
-
-
-def first_image(images: dict) -> str:
-    return sorted(images)[0]
-
-
-def nudge_first_word(images):
-    words = images[first_image(images)]["words"]
-    word = words[sorted(words)[0]]
-    word["points"] = [[x + 2, y] for x, y in word["points"]]
 
 
 def test_noop_rebuild_does_nothing(data_copy, tmp_path):
@@ -80,9 +47,9 @@ def test_noop_rebuild_reads_no_annotations(data_copy, tmp_path, monkeypatch):
     def no_parsing(*a, **k):
         raise AssertionError("the UFO files were parsed for a no-op rebuild")
     monkeypatch.setattr("preprocess.store.build.load_splits", no_parsing)
-    monkeypatch.setattr("preprocess.store.manifest.load_splits", no_parsing)
+    monkeypatch.setattr("preprocess.store.stale.load_splits", no_parsing)
     assert build(data_copy, tmp_path / "c").up_to_date
-    assert not check_stale(read_manifest(tmp_path / "c")).stale
+    assert not check_stale(Manifest.load(tmp_path / "c")).stale
 
 
 def test_a_ufo_file_saved_again_unchanged_is_up_to_date_and_recorded(data_copy, tmp_path, monkeypatch):
@@ -107,13 +74,13 @@ def test_a_skipped_image_that_comes_back_is_built(data_copy, tmp_path):
 
 def test_exif_rotated_images_are_counted_and_the_count_survives_an_incremental_build(data_copy, tmp_path):
     build(data_copy, tmp_path / "c")
-    m = read_manifest(tmp_path / "c")
-    rotated = m["exif_applied"]
-    assert len(rotated) == 1 and m["ingest"]["exif_applied"] == 1   # the sample set has one EXIF-rotated page
+    m = Manifest.load(tmp_path / "c")
+    rotated = m.exif_applied
+    assert len(rotated) == 1 and m.ingest["exif_applied"] == 1   # the sample set has one EXIF-rotated page
     edit_ufo(data_copy, lambda images: images.pop(sorted(n for n in images if n not in rotated)[0]))
     r = build(data_copy, tmp_path / "c")
-    m = read_manifest(tmp_path / "c")
-    assert r.computed == 0 and m["exif_applied"] == rotated and m["ingest"]["exif_applied"] == 1
+    m = Manifest.load(tmp_path / "c")
+    assert r.computed == 0 and m.exif_applied == rotated and m.ingest["exif_applied"] == 1
 
 
 @pytest.mark.parametrize("edit", ["change", "add", "remove"])
@@ -192,9 +159,9 @@ def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     finished = {p.name for p in (out / "data").glob("*.npy")}
     proc = _start_build(data_copy, out)
     assert proc.wait() == 0, proc.stderr.read().decode()
-    names = {f["name"] for f in read_manifest(out)["files"]}
+    names = {f.name for f in Manifest.load(out).files}
     assert finished <= names, "files finished before the kill are reused"
-    assert read_manifest(out)["build"]["files_reused"] >= len(finished)
+    assert Manifest.load(out).build.files_reused >= len(finished)
     assert not verify(out)
     assert not list((out / "data").glob("*.tmp*")), "leftovers of the killed build are removed"
 
@@ -222,11 +189,11 @@ def test_verify_finds_corruption_and_build_repairs_exactly_that(data_copy, tmp_p
     out = tmp_path / "c"
     build(data_copy, out)
     good = cache_bytes(out)
-    victim = data_path(out, read_manifest(out)["files"][1]["name"])
+    victim = data_path(out, Manifest.load(out).files[1].name)
     with open(victim, "r+b") as f:
         f.seek(-100, os.SEEK_END)
         f.write(b"\xff" * 10)
-    missing = data_path(out, read_manifest(out)["files"][2]["name"])
+    missing = data_path(out, Manifest.load(out).files[2].name)
     missing.unlink()
     bad = dict(verify(out))
     assert bad == {victim.name: "checksum mismatch (corrupt data)", missing.name: "missing"}
@@ -252,7 +219,7 @@ def test_missing_image_is_named_and_skip_bad_records_it(data_copy, tmp_path):
     assert not verify(tmp_path / "c"), "a failed build leaves the cache intact"
     r = build(data_copy, tmp_path / "c", skip_bad=True)
     assert r.images == 4
-    assert [b[0] for b in read_manifest(tmp_path / "c")["ingest"]["bad"]] == [victim.name]
+    assert [b[0] for b in Manifest.load(tmp_path / "c").bad] == [victim.name]
 
 
 def test_corrupt_image_with_skip_bad_becomes_an_ignored_sample(data_copy, tmp_path):
@@ -263,7 +230,7 @@ def test_corrupt_image_with_skip_bad_becomes_an_ignored_sample(data_copy, tmp_pa
     build(data_copy, tmp_path / "c", skip_bad=True)
     ds = CacheDataset(tmp_path / "c")
     i = ds.names.index(victim.name)
-    assert not ds[i]["roi"].any() and victim.name in read_manifest(tmp_path / "c")["notes"]
+    assert not ds[i]["roi"].any() and victim.name in Manifest.load(tmp_path / "c").notes
 
 
 def test_duplicate_image_names_across_json_files(data_copy, tmp_path):
@@ -301,16 +268,16 @@ def test_the_printed_update_command_rebuilds_the_same_cache(data_copy, tmp_path)
     out = tmp_path / "c"
     build_cache(small_config(strategy="batch", batch_size=2, variants=3, seed=5, min_area=4.0, fit_polygons=True,
                              ignore_tags=("stamp",)), [data_copy], out, split="train", jobs=1, quiet=True)
-    words = build_command(read_manifest(out), out).split()
+    words = Manifest.load(out).build_command(out).split()
     assert words[:3] == ["python", "-m", "preprocess"]
     args = get_parser().parse_args(words[3:])
     assert args.data == [data_copy.resolve()] and args.out == out and args.strategy == "batch"
-    assert config_from_args(args) == manifest_config(read_manifest(out))
+    assert config_from_args(args) == Manifest.load(out).config
     edit_ufo(data_copy, nudge_first_word)
     assert cli_main([*words[3:], "--jobs", "1", "--quiet"]) == 0
-    report = read_manifest(out)["build"]
+    report = Manifest.load(out).build
     # the edited image's 3 variants are redone; its batch partner's 3 rows are copied; every other file is kept
-    assert (report["computed"], report["copied"], report["files_reused"]) == (3, 3, 6)
+    assert (report.computed, report.copied, report.files_reused) == (3, 3, 6)
 
 
 def test_garbage_collection_deletes_only_what_a_build_wrote(data_copy, tmp_path):
@@ -326,7 +293,7 @@ def test_garbage_collection_deletes_only_what_a_build_wrote(data_copy, tmp_path)
     build(data_copy, out, seed=3)   # a full rebuild: every old data file is garbage now
     assert all(f.read_text() == "not the cache's" for f in theirs)
     assert not leftover.exists()
-    named = {f["name"] for f in read_manifest(out)["files"]}
+    named = {f.name for f in Manifest.load(out).files}
     ours = {p.name for p in (out / "data").glob("chunked-*") if not p.name.endswith(".quads.npz")}
     assert ours == named, "the old build's files are gone"
 

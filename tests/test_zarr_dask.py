@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import small_config
-from test_rebuild import cache_bytes, edit_ufo, nudge_first_word
+from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate
@@ -23,8 +22,9 @@ from preprocess.cli import main
 from preprocess.errors import BuildError, CacheError
 from preprocess.store.build import build_cache
 from preprocess.store.cluster import dask_client
-from preprocess.store.format import FIELDS, stored_files
-from preprocess.store.manifest import data_path, read_manifest
+from preprocess.store.format import FIELDS
+from preprocess.store.formats import get_format
+from preprocess.store.manifest import Manifest, data_path
 from preprocess.tools.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,12 +38,12 @@ def build(data, out, file_format="zarr", jobs=1, backend=None, **over):
 def decoded(out: Path) -> dict:
     """Every sample's record bytes and words, by (image, variant): what the Dataset reads, whatever the format."""
     ds = CacheDataset(out, check_stale=False)
-    return {(ds.names[i], v): (ds._file(f)[r].tobytes(), *(q.tobytes() for q in ds.quads(i, v)))
-            for i in range(len(ds)) for v in range(ds.config.variants) for f, r in [ds.locate(i, v)]}
+    return {(ds.names[i], v): (ds.record(i, v).tobytes(), *(q.tobytes() for q in ds.quads(i, v)))
+            for i in range(len(ds)) for v in range(ds.config.variants)}
 
 
 def shard_file(group: Path, field: str) -> Path:
-    return next(p for p in stored_files(group / field) if p.name != "zarr.json")
+    return next(p for p in get_format("zarr").stored_files(group / field) if p.name != "zarr.json")
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +57,16 @@ def caches(sample_root, tmp_path_factory):
 
 def test_zarr_holds_the_samples_of_npy(caches):
     assert decoded(caches / "zarr") == decoded(caches / "npy")
-    npy, zr = read_manifest(caches / "npy")["files"], read_manifest(caches / "zarr")["files"]
-    assert [Path(f["name"]).stem for f in zr] == [Path(f["name"]).stem for f in npy]
-    assert [f["checksum"] for f in zr] == [f["checksum"] for f in npy], "checksums cover decoded records"
-    group = data_path(caches / "zarr", zr[0]["name"])
+    npy, zr = Manifest.load(caches / "npy").files, Manifest.load(caches / "zarr").files
+    assert [Path(f.name).stem for f in zr] == [Path(f.name).stem for f in npy]
+    assert [f.checksum for f in zr] == [f.checksum for f in npy], "checksums cover decoded records"
+    group = data_path(caches / "zarr", zr[0].name)
     for k in FIELDS:
         array = zarr.open_array(group / k, mode="r")
         assert array.shards == array.shape and array.chunks == (1, *array.shape[1:]), k  # a sample a chunk
         assert bool(array.compressors) == (k != "image"), k
     geo_bytes = sum(p.stat().st_size for p in (caches / "zarr" / "data").glob("*.zarr/geo/**/*") if p.is_file())
-    raw = np.load(data_path(caches / "npy", npy[0]["name"]), mmap_mode="r")
+    raw = np.load(data_path(caches / "npy", npy[0].name), mmap_mode="r")
     assert geo_bytes < raw.dtype["geo"].itemsize * 10 / 4, "maps are compressed"
 
 
@@ -75,7 +75,8 @@ def test_dataloader_workers_read_zarr(caches):
     ds.set_epoch(1)
     npy.set_epoch(1)
     assert ds[0]["geo"].dtype == np.float16  # opened here, before the workers fork
-    assert all(m is None for m in pickle.loads(pickle.dumps(ds))._maps), "no open zarr group is pickled"
+    assert ds.open_files() == {0: "lazy"}
+    assert pickle.loads(pickle.dumps(ds)).open_files() == {}, "no open zarr group is pickled"
     loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
     seen = 0
     for b, batch in enumerate(loader):
@@ -98,7 +99,7 @@ def test_zarr_incremental_rebuild_equals_a_full_build(data_copy, tmp_path):
     assert (r.computed, r.copied, r.files_written, r.files_reused) == (2, 4, 2, 2)
     build(data_copy, tmp_path / "full")
     assert decoded(tmp_path / "inc") == decoded(tmp_path / "full")
-    shards = lambda out: [f["shards"] for f in read_manifest(out)["files"]]  # noqa: E731
+    shards = lambda out: [f.shards for f in Manifest.load(out).files]  # noqa: E731
     assert shards(tmp_path / "inc") == shards(tmp_path / "full"), "the same shard bytes"
 
 
@@ -106,7 +107,7 @@ def test_verify_finds_a_corrupt_shard_and_build_repairs_it(data_copy, tmp_path):
     out = tmp_path / "c"
     build(data_copy, out)
     good = decoded(out)
-    name = read_manifest(out)["files"][1]["name"]
+    name = Manifest.load(out).files[1].name
     victim = shard_file(data_path(out, name), "image")
     with open(victim, "r+b") as f:  # raw pixels: the shard still decodes, to wrong values
         f.seek(1000)
@@ -120,7 +121,7 @@ def test_verify_finds_a_corrupt_shard_and_build_repairs_it(data_copy, tmp_path):
 
 
 def test_chunk_too_big_for_a_worker_fails_before_building(data_copy, tmp_path, monkeypatch):
-    monkeypatch.setattr("preprocess.store.build.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
+    monkeypatch.setattr("preprocess.store.formats.zarr.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
     with pytest.raises(BuildError, match="a worker holds a whole chunk file in memory.*smaller --chunk-size"):
         build(data_copy, tmp_path / "c")
     assert not list((tmp_path / "c" / "data").iterdir())
@@ -142,7 +143,7 @@ def test_sigkill_zarr_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
         CacheDataset(out)
     finished = {p.name for p in (out / "data").glob("*.zarr")}
     assert subprocess.run(args, cwd=REPO).returncode == 0
-    assert finished <= {f["name"] for f in read_manifest(out)["files"]}, "groups finished before the kill are reused"
+    assert finished <= {f.name for f in Manifest.load(out).files}, "groups finished before the kill are reused"
     assert not verify(out) and not list((out / "data").glob("*.tmp*"))
 
 
@@ -168,10 +169,10 @@ def test_a_build_without_format_keeps_the_caches_format(data_copy, tmp_path):
     build(data_copy, out)
     edit_ufo(data_copy, nudge_first_word)
     r = build(data_copy, out, file_format=None)
-    assert r.computed == 2 and read_manifest(out)["file_format"] == "zarr"
+    assert r.computed == 2 and Manifest.load(out).file_format == "zarr"
     assert build(data_copy, out, file_format=None).up_to_date
     build(data_copy, out, file_format=None, strategy="image")   # zarr holds chunk files only: back to npy
-    assert read_manifest(out)["file_format"] == "npy"
+    assert Manifest.load(out).file_format == "npy"
 
 
 def test_dask_cluster_writes_the_bytes_of_a_local_build(sample_root, tmp_path):

@@ -22,31 +22,32 @@ from pathlib import Path
 import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
-from preprocess.config import BuildConfig
+from preprocess.config import AUTO, BuildConfig
 from preprocess.errors import BuildError, CacheError
 from preprocess.ingest.ufo import load_splits
 from preprocess.progress import Progress
-from preprocess.store.format import DATA_DIR, FILE_FORMATS, FORMAT_VERSION, record_dtype
-from preprocess.store.manifest import (
-    Staleness,
+from preprocess.store.atomic import fsync_path
+from preprocess.store.fingerprint import (
     build_fingerprint,
-    compare_sources,
-    data_path,
-    file_checksum,
-    fsync_path,
     json_fingerprints,
-    quads_checksum,
-    quads_path,
-    read_manifest,
     rows_checksum,
     source_fingerprints,
-    sources_unchanged,
-    write_manifest,
 )
-from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
-from preprocess.store.strategy import available_ram, choose_strategy
-from preprocess.store.worker import SKIPPED_NOTE, RowResult, run_tasks, write_zarr_file
-from preprocess.store.zarrfile import raw_bytes, shard_checksums
+from preprocess.store.format import DATA_DIR, MANIFEST, record_spec
+from preprocess.store.formats import FILE_FORMATS, FileFormat, format_of, get_format
+from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
+from preprocess.store.plan import (
+    CORRUPT_MARKER,
+    OWN_FILE,
+    FilePlan,
+    Plan,
+    make_plan,
+    tmp_name,
+)
+from preprocess.store.sidecar import quads_checksum, quads_path, sidecar_arrays
+from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
+from preprocess.store.strategy import choose_strategy
+from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 
@@ -91,130 +92,128 @@ def build_lock(out: Path):
 
 
 def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
-                check_content: bool = False, skip_bad: bool = False, auto_strategy: bool = False,
-                backend: str | None = None, log=None, file_format: str | None = None) -> BuildReport:
+                check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
+                file_format: str | None = None) -> BuildReport:
+    """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
+    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy."""
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     out = Path(out)
     (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
     with build_lock(out):
         t0 = time.perf_counter()
         old = _old_manifest(out, log)
-        if file_format is None:   # keep the cache's format, unless it cannot hold the strategy asked for
-            kept = (old or {}).get("file_format", "npy")
-            file_format = kept if auto_strategy or cfg.strategy == "chunked" else "npy"
-        source = {"data_dirs": [str(Path(d).resolve()) for d in data_dirs], "split": split,
-                  "skip_bad": skip_bad, "check_content": check_content}
-        if old is not None and _nothing_to_do(old, cfg, source, auto_strategy, out, file_format):
-            n = len(old["images"])
-            return BuildReport(out, old["config"]["strategy"], old.get("strategy_reason", ""), images=n,
-                               samples=n * cfg.variants, files_reused=len(old["files"]), up_to_date=True,
-                               first_build=False, seconds=time.perf_counter() - t0)
+        fmt = _pick_format(file_format, old, cfg)
+        source = Source([str(Path(d).resolve()) for d in data_dirs], split, skip_bad, check_content)
+        if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
+            n = len(old.images)
+            return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
+                               files_reused=len(old.files), up_to_date=True, first_build=False,
+                               seconds=time.perf_counter() - t0)
         # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
-        source["json_files"] = json_fingerprints(source["data_dirs"], split, check_content)
-        records, summary = load_splits([Path(d) for d in source["data_dirs"]], split, cfg, skip_bad=skip_bad)
-        cfg, reason = _resolve_strategy(cfg, records, old, auto_strategy, file_format)
+        source.json_files = json_fingerprints(source.data_dirs, split, check_content)
+        records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
+        cfg, reason = _resolve_strategy(cfg, records, old, fmt)
         report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
                              first_build=old is None)
         sources = source_fingerprints(records, check_content)
         build_fp = build_fingerprint(cfg)
         corrupt = _corrupt_files(out)
-        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, file_format)
-        report.changes = compare_sources(old["images"], sources) if old else Staleness(added=list(sources))
-        if old is not None and old["build_fingerprint"] != build_fp:
+        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
+        report.changes = compare_sources(old.images, sources) if old else Staleness(added=list(sources))
+        if old is not None and old.build_fingerprint != build_fp:
             report.full_rebuild_reason = _config_change(old, cfg)
         if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
             report.up_to_date, report.files_reused = True, len(plan.files)
-            if (old["source"], old["images"]) != (source, sources):
+            if (old.source, old.images) != (source, sources):
                 # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time.
-                write_manifest(out, {**old, "source": source, "images": sources})
+                dataclasses.replace(old, source=source, images=sources).save(out)
             report.seconds = time.perf_counter() - t0
             return report
-        _preallocate(out, cfg, plan)
+        _preallocate(out, cfg, plan, fmt)
         # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
         unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
-        notes = {n: v for n, v in (old or {}).get("notes", {}).items() if unchanged(n)}
-        exif = {n for n in (old or {}).get("exif_applied", []) if unchanged(n)}
+        notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
+        exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
         entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
         summary.exif_applied = len(exif)
-        manifest = {
-            "format_version": FORMAT_VERSION, "build_fingerprint": build_fp, "config": cfg.to_dict(),
-            "strategy_reason": reason, "file_format": file_format,
-            "source": source,
-            "images": sources, "files": entries, "ingest": summary.to_dict(), "notes": notes,
-            "exif_applied": sorted(exif),
-            "build": {"seconds": round(time.perf_counter() - t0, 3), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                      "computed": report.computed, "copied": report.copied, "files_reused": report.files_reused},
-        }
-        write_manifest(out, manifest)
+        stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
+                           report.copied, report.files_reused)
+        Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes, sorted(exif),
+                 stats).save(out)
         report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
                                                              if v.startswith(SKIPPED_NOTE)]
-        report.files_removed = _collect_garbage(out, {e["name"] for e in entries})
+        report.files_removed = _collect_garbage(out, {e.name for e in entries})
         report.seconds = time.perf_counter() - t0
         return report
 
 
 def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
     """Bring a cache up to date with the source and the config it was built with."""
-    m = read_manifest(cache_dir)
-    src = m["source"]
-    return build_cache(BuildConfig.from_dict(m["config"]), src["data_dirs"], cache_dir, split=src["split"], jobs=jobs,
-                       quiet=quiet, check_content=src["check_content"], skip_bad=src["skip_bad"],
-                       file_format=m.get("file_format", "npy"))
+    m = Manifest.load(cache_dir)
+    return build_cache(m.config, m.source.data_dirs, cache_dir, split=m.source.split, jobs=jobs, quiet=quiet,
+                       check_content=m.source.check_content, skip_bad=m.source.skip_bad, file_format=m.file_format)
 
 
-def _nothing_to_do(old: dict, cfg: BuildConfig, source: dict, auto_strategy: bool, out: Path, file_format: str) -> bool:
+def _pick_format(name: str | None, old: Manifest | None, cfg: BuildConfig) -> FileFormat:
+    """The format asked for; else the cache's, unless it cannot hold the strategy asked for; else npy."""
+    if name is not None:
+        return get_format(name)
+    kept = old.format if old is not None else get_format("npy")
+    if cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies:
+        return kept
+    return get_format("npy")
+
+
+def _nothing_to_do(old: Manifest, cfg: BuildConfig, source: Source, out: Path, fmt: FileFormat) -> bool:
     """Up to date, decided without reading the annotations: the same source, config and file format, the
     UFO and image files untouched, every data file in place. Anything else takes the full comparison."""
-    if auto_strategy:
-        cfg = dataclasses.replace(cfg, strategy=old["config"]["strategy"])
-    recorded = {k: old["source"].get(k) for k in source}
-    in_place = all(data_path(out, f["name"]).exists() and quads_path(data_path(out, f["name"])).exists()
-                   for f in old["files"])
-    return (recorded == source and old["build_fingerprint"] == build_fingerprint(cfg)
-            and old.get("file_format", "npy") == file_format
-            and not (out / CORRUPT_MARKER).exists() and in_place and sources_unchanged(old))
+    if cfg.strategy == AUTO:
+        cfg = dataclasses.replace(cfg, strategy=old.config.strategy)
+    in_place = all(data_path(out, f.name).exists() and quads_path(data_path(out, f.name)).exists() for f in old.files)
+    return (old.source.request() == source.request() and old.build_fingerprint == build_fingerprint(cfg)
+            and old.file_format == fmt.name and not (out / CORRUPT_MARKER).exists() and in_place
+            and sources_unchanged(old))
 
 
-def _old_manifest(out: Path, log) -> dict | None:
+def _old_manifest(out: Path, log) -> Manifest | None:
     try:
-        return read_manifest(out)
+        return Manifest.load(out)
     except CacheError as e:
-        if (out / "manifest.json").exists():
+        if (out / MANIFEST).exists():
             log(f"ignoring the previous manifest: {e}")
         return None
 
 
-def _resolve_strategy(cfg: BuildConfig, records, old: dict | None, auto: bool,
-                      file_format: str) -> tuple[BuildConfig, str]:
-    if file_format not in FILE_FORMATS:
-        raise ValueError(f"file format {file_format!r} is not one of {', '.join(FILE_FORMATS)}")
-    if file_format == "zarr":  # a zarr file holds one shard per field: chunk files are what it is made for
+def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: FileFormat) -> tuple[BuildConfig, str]:
+    """cfg with a concrete strategy, and why it was picked."""
+    auto = cfg.strategy == AUTO
+    if fmt.strategies is not None:
         if auto:
-            return dataclasses.replace(cfg, strategy="chunked"), "--format zarr: zarr files hold the chunked strategy"
-        if cfg.strategy != "chunked":
-            raise BuildError(f"--format zarr stores the chunked strategy only, not {cfg.strategy}; "
-                             f"use --strategy chunked (or auto)")
+            return (dataclasses.replace(cfg, strategy=fmt.strategies[0]),
+                    f"--format {fmt.name}: {fmt.name} files hold the {' or '.join(fmt.strategies)} strategy")
+        if cfg.strategy not in fmt.strategies:
+            raise BuildError(f"--format {fmt.name} stores the {' or '.join(fmt.strategies)} strategy only, not "
+                             f"{cfg.strategy}; use --strategy {fmt.strategies[0]} (or auto)")
     if not auto:
         return cfg, "chosen with --strategy"
     if old is not None:
-        kept = dataclasses.replace(cfg, strategy=old["config"]["strategy"])
-        if kept.to_dict() == old["config"]:
+        kept = dataclasses.replace(cfg, strategy=old.config.strategy)
+        if kept == old.config:
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
-    record_bytes = record_dtype(cfg.input_size, cfg.map_size).itemsize
-    strategy, reason = choose_strategy(len(records) * cfg.variants, record_bytes)
+    strategy, reason = choose_strategy(len(records) * cfg.variants, record_spec(cfg).dtype.itemsize)
     return dataclasses.replace(cfg, strategy=strategy), reason
 
 
-def _config_change(old: dict, cfg: BuildConfig) -> str:
-    new = cfg.to_dict()
-    fields = [k for k in sorted(set(old["config"]) | set(new)) if old["config"].get(k) != new.get(k)]
+def _config_change(old: Manifest, cfg: BuildConfig) -> str:
+    was, new = old.config.to_dict(), cfg.to_dict()
+    fields = [k for k in sorted(set(was) | set(new)) if was.get(k) != new.get(k)]
     if fields:
-        return "the build configuration changed (" + ", ".join(f"{k}: {old['config'].get(k)} -> {new.get(k)}" for k in fields) + ")"
+        return "the build configuration changed (" + ", ".join(f"{k}: {was.get(k)} -> {new.get(k)}" for k in fields) + ")"
     return "the sample-making code or the cache format changed"
 
 
-def _same_files(old: dict, plan: Plan) -> bool:
-    return [f["name"] for f in old["files"]] == [f.name for f in plan.files]
+def _same_files(old: Manifest, plan: Plan) -> bool:
+    return [f.name for f in old.files] == [f.name for f in plan.files]
 
 
 def _corrupt_files(out: Path) -> set[str]:
@@ -222,53 +221,33 @@ def _corrupt_files(out: Path) -> set[str]:
     return set(json.loads(marker.read_text())) if marker.exists() else set()
 
 
-def _preallocate(out: Path, cfg: BuildConfig, plan: Plan) -> None:
-    """Reserve every new file's blocks up front: a full disk fails here, with a message, not mid-write.
-    A zarr file's compressed size is known only once it is written: there, its raw fields must fit,
-    and one worker must be able to hold a whole file in memory."""
-    dtype = record_dtype(cfg.input_size, cfg.map_size)
-    rows = sum(len(f.keys) for f in plan.to_write)
-    need = rows * (raw_bytes(dtype) if plan.file_format == "zarr" else dtype.itemsize)
+def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat) -> None:
+    """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write."""
+    spec = record_spec(cfg)
+    need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
     free = shutil.disk_usage(out).free
     if need > free:
         raise BuildError(f"{out}: not enough disk space: this build needs {need / 2**30:.2f} GiB, "
                          f"{free / 2**30:.2f} GiB are free. Free some space or build into another --out; "
                          f"the existing cache is unchanged.")
-    if plan.file_format == "zarr":
-        _check_writer_memory(plan, dtype)
-        return
+    fmt.check_writers(spec, max((len(f.keys) for f in plan.to_write), default=0))
     for f in plan.to_write:
         path = data_path(out, tmp_name(f.name))
-        arr = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(f.keys),))
-        del arr
-        fd = os.open(path, os.O_RDWR)
         try:
-            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+            fmt.preallocate(path, spec, len(f.keys))
         except OSError as e:
-            if e.errno == errno.ENOSPC:
-                raise BuildError(f"{out}: the disk filled up while reserving {path.name}. Free some space or build "
-                                 f"into another --out; the existing cache is unchanged.") from e
-        finally:
-            os.close(fd)
+            if e.errno != errno.ENOSPC:
+                raise
+            raise BuildError(f"{out}: the disk filled up while reserving {path.name}. Free some space or build "
+                             f"into another --out; the existing cache is unchanged.") from e
 
 
-def _check_writer_memory(plan: Plan, dtype: np.dtype) -> None:
-    """zarr encodes a shard in one piece, so a worker assembles a whole file in its memory first."""
-    rows = max((len(f.keys) for f in plan.to_write), default=0)
-    need, ram = rows * dtype.itemsize, available_ram()
-    if need > ram:
-        raise BuildError(f"--format zarr: a worker holds a whole chunk file in memory, {rows} samples x "
-                         f"{dtype.itemsize / 2**20:.1f} MiB = {need / 2**30:.1f} GiB, more than the "
-                         f"{ram / 2**30:.1f} GiB of available RAM. Use a smaller --chunk-size (each of the --jobs "
-                         f"workers holds one file); the existing cache is unchanged.")
-
-
-def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report) -> list[dict]:
-    entries: list[dict | None] = [None] * len(plan.files)
+def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report) -> list[FileEntry]:
+    entries: list[FileEntry | None] = [None] * len(plan.files)
     pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
     for i, f in enumerate(plan.files):
         if f.reuse is not None:
-            entries[i] = f.reuse if f.reuse else _entry_from_disk(out, f)
+            entries[i] = f.reuse if isinstance(f.reuse, FileEntry) else _entry_from_disk(out, f, cfg)
             report.files_reused += 1
     progress = Progress(len(plan.tasks), "samples", quiet)
     with parallel_config(backend=backend) if backend else nullcontext():
@@ -289,15 +268,16 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
 
 
 def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
-    """joblib calls: a few rows each for .npy files, which workers fill in place; one whole file each for
-    zarr, whose shards are written in one piece, so that no two workers ever write the same shard."""
-    if plan.file_format == "zarr":
+    """joblib calls: a few rows each where a format fills files in place; one whole file each where it writes a
+    file in one piece (zarr shards), so that no two workers ever write the same file."""
+    if get_format(plan.file_format).whole_file:
         by_file: dict[int, list] = {}
         for t in plan.tasks:
             by_file.setdefault(t.file, []).append(t)
-        return [delayed(write_zarr_file)(cfg, tasks, skip_bad) for tasks in by_file.values()]
-    return [delayed(run_tasks)(cfg, plan.tasks[k:k + TASKS_PER_CALL], skip_bad)
-            for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
+        groups = list(by_file.values())
+    else:
+        groups = [plan.tasks[k:k + TASKS_PER_CALL] for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
+    return [delayed(write_rows)(cfg, tasks, skip_bad, plan.file_format) for tasks in groups]
 
 
 def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
@@ -312,45 +292,34 @@ def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
         notes.pop(r.name, None)
 
 
-def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> dict:
+def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> FileEntry:
     """Write the sidecar, make the data file durable, then rename both into place (sidecar first)."""
     tmp = data_path(out, tmp_name(f.name))
     ordered = [rows[i] for i in range(len(f.keys))]
-    word_counts = [len(r.care) for r in ordered]
-    point_base = np.cumsum([0] + [len(r.points) for r in ordered])
-    quads = {
-        "points": np.concatenate([r.points for r in ordered]).astype(np.float32).reshape(-1, 2),
-        "offsets": np.concatenate([[0]] + [r.offsets[1:] + base for r, base in zip(ordered, point_base)]).astype(np.int64),
-        "care": np.concatenate([r.care for r in ordered]).astype(np.uint8),
-        "sample_offsets": np.cumsum([0] + word_counts).astype(np.int64),
-    }
-    final_quads = quads_path(data_path(out, f.name))
+    final = data_path(out, f.name)
+    final_quads = quads_path(final)
     tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
-    np.savez(tmp_quads, **quads)
+    np.savez(tmp_quads, **sidecar_arrays(ordered))
     for p in (tmp_quads, tmp):
         fsync_path(p)
     os.replace(tmp_quads, final_quads)
-    final = data_path(out, f.name)
-    if final.is_dir():  # a zarr file that verify found corrupt: rename cannot replace a directory that has files
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return _file_entry(final, f, rows_checksum(r.crc for r in ordered))
+    fmt = format_of(final)
+    fmt.install(tmp, final)
+    return _file_entry(final, f, rows_checksum(r.crc for r in ordered), fmt)
 
 
-def _entry_from_disk(out: Path, f: FilePlan) -> dict:
+def _entry_from_disk(out: Path, f: FilePlan, cfg: BuildConfig) -> FileEntry:
     """A file finished by an interrupted build: trusted (it was renamed into place complete), checksummed now."""
     path = data_path(out, f.name)
-    return _file_entry(path, f, file_checksum(path))
+    fmt = format_of(path)
+    return _file_entry(path, f, fmt.checksum(path, record_spec(cfg)), fmt)
 
 
-def _file_entry(path: Path, f: FilePlan, checksum: str) -> dict:
-    """A data file's manifest entry. checksum covers the decoded records, the same in either format; a zarr
-    file adds one per shard and metadata file, which verify compares without decoding."""
-    entry = {"name": f.name, "rows": len(f.keys), "keys": f.keys, "checksum": checksum,
-             "quads_checksum": quads_checksum(quads_path(path))}
-    if path.suffix == ".zarr":
-        entry["shards"] = shard_checksums(path)
-    return entry
+def _file_entry(path: Path, f: FilePlan, checksum: str, fmt: FileFormat) -> FileEntry:
+    """A data file's manifest entry. checksum covers the decoded records, the same in every format; a file of
+    several parts (a zarr group) adds one per part, which verify compares without decoding."""
+    return FileEntry(f.name, len(f.keys), f.keys, checksum, quads_checksum(quads_path(path)),
+                     fmt.part_checksums(path))
 
 
 def _collect_garbage(out: Path, keep: set[str]) -> int:
@@ -361,7 +330,7 @@ def _collect_garbage(out: Path, keep: set[str]) -> int:
     for p in (out / DATA_DIR).iterdir():
         if p.name in keep or not OWN_FILE.fullmatch(p.name):
             continue
-        if p.is_dir():  # a zarr file
+        if p.is_dir():  # a multi-part file (a zarr group), or its temp version
             shutil.rmtree(p)
         else:
             p.unlink()
@@ -370,4 +339,3 @@ def _collect_garbage(out: Path, keep: set[str]) -> int:
     if marker.exists():
         marker.unlink()
     return removed
-

@@ -1,119 +1,109 @@
-"""The on-disk format, declared once and imported by the writer (build) and the reader (dataset).
+"""The on-disk format, declared once: the fields of a record, and the names of a cache's files.
 
-A sample is a fixed-size record, so a cache file is one `.npy` array of RECORDS of a structured
-dtype, readable with `np.load(mmap_mode="r")`, or (chunked strategy only) a zarr v3 group of one
-array per field with compressed maps (zarrfile.py). A strategy only decides how many records a file
-holds and in what order; `locate` is the single place that maps (image, variant) to (file, row).
-Each data file has a sidecar `.quads.npz` with the sample's words in crop coordinates.
+A sample is a fixed-size record of the fields of its record kind. A data file holds RECORDS of one
+structured dtype (record_dtype), written and read by a file format (formats/: npy, one memory-mappable
+array; zarr, one array per field). A strategy only decides how many records a file holds and in what
+order (layout.py). Each data file has a sidecar `.quads.npz` with its samples' words (sidecar.py).
+
+A field's shape is a function of the build config, so a new record kind (a warped page whose size
+depends on the config, a per-pixel word index instead of float16 geometry) is one more RecordKind
+here: writers and readers iterate the fields of whatever kind they are given.
 """
 from __future__ import annotations
 
-import hashlib
-import math
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+
+from preprocess.config import BuildConfig
 
 # Bump when the record layout, the file naming or the manifest schema changes.
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
-QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file: points (P,2) f32, offsets (N+1,) i64 per word, care (N,) u8, sample_offsets (R+1,) i64 per record
-
-FIELDS = ("image", "score", "geo", "roi")
-# How a data file stores its records, and the suffix of its name: npy, one memory-mappable array
-# (fastest to read); zarr, a group of per-field arrays whose maps are compressed (zarrfile.py).
-FILE_FORMATS = ("npy", "zarr")
+QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
+MAP_CODEC = "zstd:1"         # codec of the target maps, where a format compresses (formats/zarr.py)
 
 
-def record_dtype(input_size: int, map_size: int) -> np.dtype:
-    """image uint8 (3,S,S); score uint8 (1,m,m); geo float16 (5,m,m): 4 distances in input px + angle in rad; roi uint8 (1,m,m)."""
-    s, m = input_size, map_size
-    return np.dtype([
-        ("image", np.uint8, (3, s, s)),
-        ("score", np.uint8, (1, m, m)),
-        ("geo", np.float16, (5, m, m)),
-        ("roi", np.uint8, (1, m, m)),
-    ])
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: np.dtype                                       # stored dtype; a sample's value is cast to it on write
+    shape: Callable[[BuildConfig], tuple[int, ...]]       # per-record shape, from the build config
+    codec: str | None = None                              # "zstd:LEVEL" where a format may compress; None: raw
+    doc: str = ""                                         # units and meaning
+
+    def stored(self, value: np.ndarray) -> np.ndarray:
+        """value as it is stored: the sample's array cast to the field's dtype (float32 geometry -> float16)."""
+        return np.asarray(value).astype(self.dtype, copy=False)
 
 
-def records_per_file(strategy: str, n_images: int, variants: int, batch_size: int, chunk_size: int) -> int:
-    return {
-        "whole": max(1, n_images * variants),
-        "image": variants,
-        "batch": batch_size,
-        "chunked": chunk_size,
-    }[strategy]
+# Shapes as functions of the config; classes, not lambdas, so that a Dataset holding them pickles.
+@dataclass(frozen=True)
+class InputShape:
+    channels: int
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return (self.channels, c.input_size, c.input_size)
 
 
-def file_count(strategy: str, n_images: int, variants: int, batch_size: int, chunk_size: int) -> int:
-    if n_images == 0:
-        return 0
-    if strategy == "whole":
-        return 1
-    if strategy == "image":
-        return n_images
-    if strategy == "batch":
-        return variants * math.ceil(n_images / batch_size)
-    return math.ceil(n_images * variants / chunk_size)
+@dataclass(frozen=True)
+class MapShape:
+    channels: int
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return (self.channels, c.map_size, c.map_size)
 
 
-def locate(strategy: str, image: int, variant: int, n_images: int, batch_size: int, chunk_size: int) -> tuple[int, int]:
-    """(file index, row) of sample (image, variant).
+@dataclass(frozen=True)
+class RecordKind:
+    name: str
+    fields: tuple[Field, ...]
 
-    Rows are variant-major (all images at variant 0, then variant 1, ...) except for the image
-    strategy, whose file i holds image i's variants. A batch file holds consecutive images at one
-    variant, so a whole training batch is one contiguous read.
-    """
-    if strategy == "image":
-        return image, variant
-    if strategy == "batch":
-        per_variant = math.ceil(n_images / batch_size)
-        return variant * per_variant + image // batch_size, image % batch_size
-    g = variant * n_images + image
-    if strategy == "whole":
-        return 0, g
-    return g // chunk_size, g % chunk_size
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
 
+    def dtype(self, cfg: BuildConfig) -> np.dtype:
+        return np.dtype([(f.name, f.dtype, f.shape(cfg)) for f in self.fields])
 
-def file_members(strategy: str, n_images: int, variants: int, batch_size: int, chunk_size: int) -> list[list[tuple[int, int]]]:
-    """For every file, the (image, variant) of each of its rows, in row order."""
-    files: list[list[tuple[int, int]]] = [[] for _ in range(file_count(strategy, n_images, variants, batch_size, chunk_size))]
-    for v in range(variants):
-        for i in range(n_images):
-            f, r = locate(strategy, i, v, n_images, batch_size, chunk_size)
-            assert r == len(files[f]), "layout rows must be dense and ordered"
-            files[f].append((i, v))
-    return files
+    def field(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    def spec(self, cfg: BuildConfig) -> "RecordSpec":
+        return RecordSpec(self, self.dtype(cfg))
 
 
-def variant_offsets(strategy: str, names: list[str], variants: int, batch_size: int, seed: int) -> np.ndarray:
-    """Per-image offset o_i: epoch e reads variant (e + o_i) mod K. Drawn from the seed and the image
-    name, so it is stable when other images are added or removed. A batch file rotates as a whole,
-    so that a training batch stays one contiguous read."""
-    keys = [f"batch{i // batch_size}" for i in range(len(names))] if strategy == "batch" else names
-    return np.array([int.from_bytes(hashlib.blake2b(f"{seed}/{k}".encode(), digest_size=8).digest(), "little") % variants
-                     for k in keys], dtype=np.int64)
+@dataclass(frozen=True)
+class RecordSpec:
+    """What every data file of one cache holds: a record kind at one config. Formats write and read these."""
+    kind: RecordKind
+    dtype: np.dtype      # the structured record dtype, one entry per field
+
+    def codec(self, name: str) -> str | None:
+        return self.kind.field(name).codec
+
+    def raw_bytes(self) -> int:
+        """Bytes of a record's uncompressed fields (codec None): the least a record takes in any format."""
+        return sum(self.dtype[f.name].itemsize for f in self.kind.fields if f.codec is None)
 
 
-def open_records(path, in_memory: bool = False):
-    """A data file as an array of records: a read-only memory map (npy) or rows decoded on access (zarr);
-    with in_memory, every record read into RAM at once."""
-    if Path(path).suffix == ".zarr":
-        from preprocess.store.zarrfile import ZarrRecords  # zarrfile imports this module
-        records = ZarrRecords(path)
-        return records[:] if in_memory else records
-    return np.load(path) if in_memory else np.load(path, mmap_mode="r")
+# A training crop and its EAST targets at map scale (see preprocess/sample/targets.py for the maths).
+CROP = RecordKind("crop", (
+    Field("image", np.dtype(np.uint8), InputShape(3), doc="RGB crop, CHW, 0..255"),
+    Field("score", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="1 inside a legible word's shrunk quad"),
+    Field("geo", np.dtype(np.float16), MapShape(5), MAP_CODEC,
+          doc="distances to the word rectangle's top, right, bottom, left edges in input px, then its angle in rad"),
+    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 on don't-care words and padding, else 1"),
+))
+RECORD_KINDS = {k.name: k for k in (CROP,)}
+FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
 
 
-def stored_files(path: Path) -> list[Path]:
-    """The plain files a data file is made of: itself (npy), or a zarr group's metadata and shards."""
-    path = Path(path)
-    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+def record_spec(cfg: BuildConfig, kind: RecordKind = CROP) -> RecordSpec:
+    return kind.spec(cfg)
 
 
-def row_quads(sidecar, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(points (P,2), offsets (N+1,) from 0, care (N,)) of one record, from its file's loaded sidecar."""
-    w0, w1 = sidecar["sample_offsets"][row], sidecar["sample_offsets"][row + 1]
-    offsets = sidecar["offsets"][w0:w1 + 1]
-    return sidecar["points"][offsets[0]:offsets[-1]], offsets - offsets[0], sidecar["care"][w0:w1]
+def record_dtype(cfg: BuildConfig, kind: RecordKind = CROP) -> np.dtype:
+    return kind.dtype(cfg)

@@ -1,262 +1,222 @@
-"""The manifest: what a cache holds, what it was built from, and whether that source has changed.
+"""The manifest: what a cache holds, what it was built from, and how to rebuild it. Typed and validated once.
 
-It is written last and atomically, so a cache directory either has a complete manifest that
-describes complete files, or none the reader will accept.
+CACHE/manifest.json is written last and atomically, so a cache directory either has a complete manifest
+that describes complete files, or none the reader will accept. Manifest.load checks its version, its
+structure and its types, and that its files fit its layout; anything else is a CacheError that names
+the cache and the file, and says what to run.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import hashlib
 import json
 import os
 import shlex
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from preprocess.config import BuildConfig
-from preprocess.errors import CacheError, DataError
-from preprocess.ingest.ufo import find_split, load_splits
-from preprocess.store.format import DATA_DIR, FORMAT_VERSION, MANIFEST, QUADS_SUFFIX, open_records, record_dtype
-
-
-def digest(*parts) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for p in parts:
-        h.update(str(p).encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
-SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make")
-
-
-def build_fingerprint(cfg: BuildConfig) -> str:
-    """Changes whenever a sample could change for reasons other than its source: config, code, format."""
-    return digest(cfg.fingerprint(), sample_code_version(), FORMAT_VERSION)
-
-
-@functools.lru_cache(maxsize=1)
-def sample_code_version() -> str:
-    """A hash of the syntax trees of SAMPLE_MODULES without docstrings: it changes whenever their code does, and
-    only then (comments, layout and docs do not count), with no version number to remember to bump. A cache
-    built by other code is rebuilt, never read as if the maths were the same."""
-    return code_hash([(Path(__file__).parents[1] / f"{name}.py").read_text() for name in SAMPLE_MODULES])
-
-
-def code_hash(sources: list[str]) -> str:
-    """Hash of Python sources as syntax trees, docstrings dropped (see sample_code_version)."""
-    h = hashlib.blake2b(digest_size=16)
-    for source in sources:
-        tree = ast.parse(source)
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        h.update(ast.dump(tree).encode())
-    return h.hexdigest()
-
-
-def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
-    """size + mtime (cheap), or the bytes themselves with check_content."""
-    if check_content:
-        h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return "b2:" + h.hexdigest()
-    st = os.stat(path)
-    return f"st:{st.st_size}:{st.st_mtime_ns}"
-
-
-def rows_checksum(row_crcs) -> str:
-    """A data file's checksum: a hash of its records' CRC32s in row order (workers compute those)."""
-    return digest(*[f"{int(c):08x}" for c in row_crcs])
-
-
-def record_crc(record: np.ndarray) -> int:
-    return zlib.crc32(memoryview(np.ascontiguousarray(record)).cast("B"))
-
-
-def file_checksum(path: Path) -> str:
-    """Recompute a data file's checksum from its bytes (verify, resume)."""
-    arr = open_records(path)
-    return rows_checksum(record_crc(arr[r:r + 1]) for r in range(len(arr)))
-
-
-def quads_checksum(path: Path) -> str:
-    return file_fingerprint(path, check_content=True)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """temp file + fsync + rename + fsync of the directory: readers see the old or the new file, never half."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:   # a full disk, an interrupt: the old file stands, and no temp file is left behind
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent)
-
-
-def fsync_path(path) -> None:
-    """A file's data, or a directory's entries, to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_manifest(cache_dir: Path, manifest: dict) -> None:
-    write_atomic(Path(cache_dir) / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-
-
-def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    path = Path(cache_dir) / MANIFEST
-    if not path.exists():
-        raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
-                         f"Build one with: python -m preprocess build --data DIR --out {cache_dir}")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CacheError(f"{path}: unreadable manifest ({e}). Rebuild with: python -m preprocess build --data DIR "
-                         f"--out {cache_dir} and the options you built it with") from e
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{cache_dir}: cache format version {manifest.get('format_version')}, this code reads version "
-                         f"{FORMAT_VERSION}. Rebuild it with: {update_command(manifest, cache_dir)}")
-    return manifest
-
-
-def build_command(manifest: dict, out) -> str:
-    """The command that brings the cache described by manifest up to date: its recorded --data, split, file
-    format and config, the config as flags wherever it differs from the defaults (config_from_args inverted)."""
-    src, cfg, d = manifest["source"], BuildConfig.from_dict(manifest["config"]), BuildConfig()
-    words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src["data_dirs"])]
-    if src.get("split", "train") != "train":
-        words.append(f"--split {shlex.quote(src['split'])}")
-    words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
-    if manifest.get("file_format", "npy") != "npy":
-        words.append(f"--format {manifest['file_format']}")
-    for f in dataclasses.fields(BuildConfig):
-        value = getattr(cfg, f.name)
-        if f.name == "strategy" or value == getattr(d, f.name):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            words.append(flag)
-        else:
-            words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
-    words += [flag for flag, on in (("--check-content", src.get("check_content")), ("--skip-bad", src.get("skip_bad")))
-              if on]
-    return " ".join(words)
-
-
-def update_command(manifest: dict, cache_dir) -> str:
-    """The build command recorded in manifest, or a template where the manifest is too old to say."""
-    try:
-        return build_command(manifest, cache_dir)
-    except (KeyError, TypeError, ValueError):
-        return f"python -m preprocess build --data DIR --out {cache_dir} (with the --data and options it was built with)"
-
-
-def manifest_config(manifest: dict) -> BuildConfig:
-    return BuildConfig.from_dict(manifest["config"])
-
-
-def manifest_dtype(manifest: dict) -> np.dtype:
-    cfg = manifest_config(manifest)
-    return record_dtype(cfg.input_size, cfg.map_size)
-
-
-def data_path(cache_dir: Path, name: str) -> Path:
-    return Path(cache_dir) / DATA_DIR / name
-
-
-def quads_path(data_file: Path) -> Path:
-    """X.quads.npz beside X.npy or X.zarr (both hold the same rows when their names share the stem)."""
-    return data_file.with_name(data_file.stem + QUADS_SUFFIX)
+from preprocess.config import STRATEGIES, BuildConfig
+from preprocess.errors import CacheError
+from preprocess.store.atomic import write_atomic
+from preprocess.store.fingerprint import ImageSource
+from preprocess.store.format import (
+    DATA_DIR,
+    FORMAT_VERSION,
+    MANIFEST,
+    RecordSpec,
+    record_spec,
+)
+from preprocess.store.formats import FILE_FORMATS, FileFormat, get_format
+from preprocess.store.layout import Layout
 
 
 @dataclass
-class Staleness:
-    changed: list[str] = field(default_factory=list)
-    added: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    error: str | None = None       # the source could not be read at all
+class Source:
+    data_dirs: list[str]          # absolute dataset roots, in --data order
+    split: str                    # which ufo/{split}.json
+    skip_bad: bool                # --skip-bad
+    check_content: bool           # --check-content: fingerprints of bytes, not size + mtime
+    json_files: dict[str, str] | None = None   # UFO file -> fingerprint, taken before it was read
+
+    def request(self) -> tuple:
+        """What the user asked for, without what was found (json_files)."""
+        return self.data_dirs, self.split, self.skip_bad, self.check_content
+
+
+@dataclass
+class FileEntry:
+    name: str                     # file name in CACHE/data
+    rows: int                     # records
+    keys: list[str]               # sample key of each row (plan.py)
+    checksum: str                 # of the decoded records, the same in every format
+    quads_checksum: str           # of the sidecar's bytes
+    shards: dict[str, str] | None = None   # per part of a multi-part file (a zarr group), by relative path
+
+
+@dataclass
+class BuildStats:
+    seconds: float = 0.0
+    finished_at: str = ""
+    computed: int = 0             # samples made from source images
+    copied: int = 0               # samples copied from the previous cache
+    files_reused: int = 0
+
+
+@dataclass
+class Manifest:
+    build_fingerprint: str
+    config: BuildConfig           # strategy resolved (never "auto")
+    source: Source
+    images: dict[str, ImageSource]
+    files: list[FileEntry]
+    file_format: str = "npy"
+    strategy_reason: str = ""
+    ingest: dict = field(default_factory=dict)       # IngestSummary.to_dict(): counts, and "bad" [name, why]
+    notes: dict[str, str] = field(default_factory=dict)   # image -> decode warning or skip reason
+    exif_applied: list[str] = field(default_factory=list)
+    build: BuildStats = field(default_factory=BuildStats)
+    format_version: int = FORMAT_VERSION
 
     @property
-    def stale(self) -> bool:
-        return bool(self.changed or self.added or self.removed or self.error)
+    def spec(self) -> RecordSpec:
+        return record_spec(self.config)
 
-    def describe(self) -> str:
-        if self.error:
-            return self.error
-        parts = [f"{len(v)} {k}" for k, v in (("changed", self.changed), ("added", self.added), ("removed", self.removed)) if v]
-        example = (self.changed + self.added + self.removed)[:3]
-        return f"{', '.join(parts)} image(s) since the build (e.g. {', '.join(example)})"
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.config, len(self.images))
+
+    @property
+    def format(self) -> FileFormat:
+        return get_format(self.file_format)
+
+    @property
+    def bad(self) -> list[tuple[str, str]]:
+        """Images --skip-bad left out: (name, why)."""
+        return [tuple(b) for b in self.ingest.get("bad", [])]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["config"] = self.config.to_dict()
+        d["files"] = [{k: v for k, v in f.items() if v is not None} for f in d["files"]]
+        if self.source.json_files is None:
+            del d["source"]["json_files"]
+        return d
+
+    def save(self, cache_dir) -> None:
+        write_atomic(Path(cache_dir) / MANIFEST, json.dumps(self.to_dict(), indent=1, sort_keys=True))
+
+    @classmethod
+    def load(cls, cache_dir: str | os.PathLike) -> "Manifest":
+        path = Path(cache_dir) / MANIFEST
+        if not path.exists():
+            raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
+                             f"Build one with: python -m preprocess build --data DIR --out {cache_dir}")
+        try:
+            d = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
+            raise CacheError(f"{path}: unreadable manifest ({e}). {_repair(cache_dir, None)}") from e
+        if not isinstance(d, dict) or d.get("format_version") != FORMAT_VERSION:
+            found = d.get("format_version") if isinstance(d, dict) else None
+            raise CacheError(f"{cache_dir}: cache format version {found}, this code reads version {FORMAT_VERSION}. "
+                             f"Rebuild it with: {_lenient_command(d, cache_dir)}")
+        m = cls.from_dict(d, path)
+        m.validate(path)
+        return m
+
+    @classmethod
+    def from_dict(cls, d: dict, where) -> "Manifest":
+        """Typed from JSON, or CacheError naming where and the first key that does not fit."""
+        try:
+            cfg = BuildConfig.from_dict(_get(d, "config", dict))
+            src = _get(d, "source", dict)
+            source = Source([str(x) for x in _get(src, "data_dirs", list)], _get(src, "split", str),
+                            _get(src, "skip_bad", bool), _get(src, "check_content", bool),
+                            _get(src, "json_files", dict) if "json_files" in src else None)
+            images = {n: ImageSource(**{k: _get(v, k, str) for k in ("ann", "file", "json", "path")})
+                      for n, v in _get(d, "images", dict).items()}
+            files = [FileEntry(_get(f, "name", str), _get(f, "rows", int), _get(f, "keys", list),
+                               _get(f, "checksum", str), _get(f, "quads_checksum", str),
+                               _get(f, "shards", dict) if "shards" in f else None)
+                     for f in _get(d, "files", list)]
+            b = _get(d, "build", dict)
+            build = BuildStats(_get(b, "seconds", (int, float)), _get(b, "finished_at", str), _get(b, "computed", int),
+                               _get(b, "copied", int), _get(b, "files_reused", int))
+            return cls(_get(d, "build_fingerprint", str), cfg, source, images, files,
+                       _get(d, "file_format", str), _get(d, "strategy_reason", str), _get(d, "ingest", dict),
+                       _get(d, "notes", dict), _get(d, "exif_applied", list), build, _get(d, "format_version", int))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CacheError(f"{where}: damaged manifest ({e}). {_repair(Path(where).parent, None)}") from None
+
+    def validate(self, where) -> None:
+        """The manifest agrees with itself: a known format, a resolved strategy, files that fit the layout,
+        file names inside CACHE/data."""
+        def fail(what: str) -> None:
+            raise CacheError(f"{where}: {what}. {_repair(Path(where).parent, self)}")
+        if self.file_format not in FILE_FORMATS:
+            fail(f"unknown file format {self.file_format!r}")
+        if self.config.strategy not in STRATEGIES:
+            fail(f"strategy {self.config.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        expected = [len(m) for m in self.layout.members()]
+        if [f.rows for f in self.files] != expected or any(len(f.keys) != f.rows for f in self.files):
+            fail(f"its {len(self.files)} files do not hold {len(self.images)} images x {self.config.variants} "
+                 f"variants in the {self.config.strategy} layout")
+        for f in self.files:
+            if Path(f.name).name != f.name or f.name.startswith(".") or not self.format.path_ok(f.name):
+                fail(f"file name {f.name!r} is not a {self.file_format} data file of CACHE/{DATA_DIR}")
+
+    def build_command(self, out) -> str:
+        """The command that brings this cache up to date: its recorded --data, split, file format and config, the
+        config as flags wherever it differs from the defaults (cli.config_from_args inverted)."""
+        src, cfg, d = self.source, self.config, BuildConfig()
+        words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
+        if src.split != "train":
+            words.append(f"--split {shlex.quote(src.split)}")
+        words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
+        if self.file_format != "npy":
+            words.append(f"--format {self.file_format}")
+        for f in dataclasses.fields(BuildConfig):
+            value = getattr(cfg, f.name)
+            if f.name == "strategy" or value == getattr(d, f.name):
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                words.append(flag)
+            else:
+                words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
+        words += [flag for flag, on in (("--check-content", src.check_content), ("--skip-bad", src.skip_bad)) if on]
+        return " ".join(words)
 
 
-def source_fingerprints(records, check_content: bool = False) -> dict[str, dict]:
-    return {r.name: {"ann": r.fingerprint, "file": file_fingerprint(r.path, check_content), "json": r.source,
-                     "path": r.path} for r in records}
+def data_path(cache_dir, name: str) -> Path:
+    return Path(cache_dir) / DATA_DIR / name
 
 
-def json_fingerprints(data_dirs, split: str, check_content: bool = False) -> dict[str, str]:
-    """A fingerprint per UFO file of the split: while none changes, no annotation entry can have."""
-    paths = [find_split(d, split)[0] for d in data_dirs]
-    return {str(p): file_fingerprint(p, check_content) for p in paths}
+def update_command(manifest: Manifest | None, cache_dir) -> str:
+    """The build command recorded in a manifest, or a template where there is none to read."""
+    if manifest is None:
+        return f"python -m preprocess build --data DIR --out {cache_dir} (with the --data and options it was built with)"
+    return manifest.build_command(cache_dir)
 
 
-def sources_unchanged(manifest: dict) -> bool:
-    """The quick no-op test: the UFO files and every image file have the fingerprints they had at
-    build time. Parses no JSON, so 10k images cost 10k stat calls, not a parse of every word.
-    False means "look closer", not "stale": a UFO file saved again unchanged fails this test and
-    then passes the per-entry comparison."""
-    src = manifest["source"]
-    if "json_files" not in src or manifest["ingest"].get("bad"):
-        # Images left out with --skip-bad have no entry in "images": only a full read sees them return.
-        return False
-    check_content = src.get("check_content", False)
+def _repair(cache_dir, manifest: Manifest | None) -> str:
+    return (f"Repair: run `python -m preprocess verify {cache_dir}`, then rebuild with: "
+            f"{update_command(manifest, cache_dir)}")
+
+
+def _lenient_command(d, cache_dir) -> str:
+    """The build command of a manifest of another version, where it can be read, else a template."""
     try:
-        if json_fingerprints(src["data_dirs"], src["split"], check_content) != src["json_files"]:
-            return False
-        return all(file_fingerprint(fp["path"], check_content) == fp["file"] for fp in manifest["images"].values())
-    except (OSError, KeyError, ValueError):   # ValueError: DataError, a data dir or UFO file gone
-        return False
+        return update_command(Manifest.from_dict(d, Path(cache_dir) / MANIFEST), cache_dir)
+    except (CacheError, AttributeError):
+        return update_command(None, cache_dir)
 
 
-def compare_sources(old: dict[str, dict], new: dict[str, dict]) -> Staleness:
-    st = Staleness()
-    for name, fp in new.items():
-        if name not in old:
-            st.added.append(name)
-        elif (old[name]["ann"], old[name]["file"]) != (fp["ann"], fp["file"]):
-            st.changed.append(name)
-    st.removed = [n for n in old if n not in new]
-    return st
-
-
-def check_stale(manifest: dict) -> Staleness:
-    """Re-read the recorded source (annotations + file stats, no decoding) and compare fingerprints."""
-    if sources_unchanged(manifest):
-        return Staleness()
-    cfg = manifest_config(manifest)
-    src = manifest["source"]
-    try:
-        records, _ = load_splits([Path(d) for d in src["data_dirs"]], src["split"], cfg, skip_bad=src.get("skip_bad", False))
-        fps = source_fingerprints(records, src.get("check_content", False))
-    except (DataError, OSError) as e:
-        return Staleness(error=f"the source data cannot be read: {e}")
-    return compare_sources(manifest["images"], fps)
+def _get(d: dict, key: str, kind):
+    """d[key], which must be of type kind (a bool is not an int here)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"expected an object holding {key!r}, found {type(d).__name__}")
+    if key not in d:
+        raise ValueError(f"{key!r} is missing")
+    v = d[key]
+    if not isinstance(v, kind) or (isinstance(v, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))):
+        raise TypeError(f"{key!r} is {type(v).__name__}, not {getattr(kind, '__name__', kind)}")
+    return v

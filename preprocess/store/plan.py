@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preprocess.config import STRATEGIES, BuildConfig
-from preprocess.store.format import FILE_FORMATS, QUADS_SUFFIX, file_members
-from preprocess.store.manifest import data_path, digest, quads_path
+from preprocess.store.fingerprint import ImageSource, digest
+from preprocess.store.format import QUADS_SUFFIX
+from preprocess.store.formats import FILE_FORMATS
+from preprocess.store.layout import Layout
+from preprocess.store.manifest import FileEntry, Manifest, data_path
+from preprocess.store.sidecar import quads_path
 
 CORRUPT_MARKER = ".corrupt.json"   # written by `verify`, read by the next build: files not to trust
 
@@ -38,13 +42,14 @@ class FilePlan:
     name: str
     keys: list[str]               # sample key of each row
     members: list[tuple[int, int]]
-    reuse: dict | None = None     # the old manifest entry, when the file is kept as it is
+    reuse: FileEntry | bool | None = None   # kept as it is: its old manifest entry, or True for a file finished
+                                            # by an interrupted build (no entry yet); None: to write
 
 
 @dataclass
 class Plan:
     files: list[FilePlan]
-    file_format: str = "npy"      # one of format.FILE_FORMATS
+    file_format: str = "npy"      # one of formats.FILE_FORMATS
     tasks: list[Task] = field(default_factory=list)
 
     @property
@@ -55,8 +60,8 @@ class Plan:
         return sum((t.src is None) == (kind == "compute") for t in self.tasks)
 
 
-def sample_keys(build_fp: str, records, sources: dict[str, dict]) -> list[str]:
-    return [digest(build_fp, r.name, sources[r.name]["ann"], sources[r.name]["file"]) for r in records]
+def sample_keys(build_fp: str, records, sources: dict[str, ImageSource]) -> list[str]:
+    return [digest(build_fp, r.name, sources[r.name].ann, sources[r.name].file) for r in records]
 
 
 TMP_SUFFIX = ".tmp"   # a file being written; renamed to its final name when complete
@@ -83,14 +88,14 @@ OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}\.{_a
                       rf"({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)?")
 
 
-def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict], old: dict | None,
+def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, ImageSource], old: Manifest | None,
               out: Path, corrupt: set[str], file_format: str = "npy") -> Plan:
     out = out.absolute()  # tasks may run in other processes and directories (a dask cluster's workers)
     image_keys = sample_keys(build_fp, records, sources)
-    layout = file_members(cfg.strategy, len(records), cfg.variants, cfg.batch_size, cfg.chunk_size)
-    old_files = {f["name"]: f for f in (old or {}).get("files", []) if f["name"] not in corrupt}
+    layout = Layout.of(cfg, len(records)).members()
+    old_files = {f.name: f for f in (old.files if old else []) if f.name not in corrupt}
     # Where each old sample lives, to copy instead of recompute.
-    old_rows = {k: (f["name"], r) for f in old_files.values() for r, k in enumerate(f["keys"])}
+    old_rows = {k: (f.name, r) for f in old_files.values() for r, k in enumerate(f.keys)}
     plan = Plan(files=[], file_format=file_format)
     for index, members in enumerate(layout):
         keys = [f"{image_keys[i]}:{v}" for i, v in members]
@@ -110,9 +115,9 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, dict]
     return plan
 
 
-def _reusable(out: Path, name: str, entry: dict | None, corrupt: set[str]) -> dict | None:
-    """The old manifest entry if the file can be kept; {} for a file finished by an interrupted build."""
+def _reusable(out: Path, name: str, entry: FileEntry | None, corrupt: set[str]) -> FileEntry | bool | None:
+    """The old manifest entry if the file can be kept; True for a file finished by an interrupted build."""
     path = data_path(out, name)
     if name in corrupt or not path.exists() or not quads_path(path).exists():
         return None
-    return entry if entry is not None else {}
+    return entry if entry is not None else True

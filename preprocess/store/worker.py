@@ -1,12 +1,13 @@
-"""What a joblib worker does: fill rows of preallocated data files in place, or write zarr files whole.
+"""What a joblib worker does: fill rows of data files through their format's writer.
 
-A worker writes its samples straight into their rows through a memory map and returns only
-small things (row checksum, the sample's words, a decode note), never image arrays, so the
-parent's memory does not grow with the dataset. zarr writes a shard in one piece, so one call
-owns a whole zarr file: it assembles the file's records in its own memory and writes the group.
+A worker writes its samples straight into their rows and returns only small things (row checksum,
+the sample's words, a decode note), never image arrays, so the parent's memory does not grow with
+the dataset. npy rows are filled in place through a memory map, a few per call; a format that writes
+a file in one piece (zarr) gets a whole file per call, assembled in the worker's memory.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +15,11 @@ import numpy as np
 
 from preprocess.config import BuildConfig
 from preprocess.errors import DataError
-from preprocess.store.format import open_records, record_dtype, row_quads
-from preprocess.store.manifest import quads_path, record_crc
+from preprocess.store.fingerprint import record_crc
+from preprocess.store.format import RecordSpec, record_spec
+from preprocess.store.formats import format_of, get_format
 from preprocess.store.plan import Task
-from preprocess.store.zarrfile import write_group
+from preprocess.store.sidecar import load_sidecar, row_quads
 
 SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)
 
@@ -35,45 +37,35 @@ class RowResult:
     exif: bool = False            # the decoder applied the image's EXIF orientation
 
 
-def run_tasks(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowResult]:
-    """Rows of preallocated .npy files, written in place."""
-    dst_maps: dict[str, np.memmap] = {}
+def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format: str) -> list[RowResult]:
+    """Fill the tasks' rows, then finish every file written to (a whole-file format gets all of a file's rows)."""
+    fmt, spec = get_format(file_format), record_spec(cfg)
+    per_file = Counter(t.dst for t in tasks)
+    if fmt.whole_file:
+        assert all([t.row for t in tasks if t.dst == d] == list(range(n)) for d, n in per_file.items()), \
+            "a whole-file format gets each of its files' rows, in order"
+    writers = {d: fmt.writer(Path(d), spec, n) for d, n in per_file.items()}
     sources: dict[str, tuple] = {}
-    results = []
-    for t in tasks:
-        dst = dst_maps.get(t.dst)
-        if dst is None:
-            dst = dst_maps[t.dst] = np.load(t.dst, mmap_mode="r+")
-        results.append(_fill(cfg, t, dst, sources, skip_bad))
-    # The writer syncs its own rows: with --backend dask, --out is shared storage and this worker may run on
-    # another machine, whose page cache the parent's fsync of the finished file does not reach.
-    for m in dst_maps.values():
-        m.flush()
+    results = [_fill(cfg, spec, t, writers[t.dst].rows, sources, skip_bad) for t in tasks]
+    for w in writers.values():
+        w.finish()
     return results
 
 
-def write_zarr_file(cfg: BuildConfig, tasks: list[Task], skip_bad: bool) -> list[RowResult]:
-    """Every row of one zarr file, in row order: it holds rows x record bytes of memory while it works."""
-    assert [t.row for t in tasks] == list(range(len(tasks))), "a zarr file is written whole, rows in order"
-    records = np.zeros(len(tasks), record_dtype(cfg.input_size, cfg.map_size))
-    sources: dict[str, tuple] = {}
-    results = [_fill(cfg, t, records, sources, skip_bad) for t in tasks]
-    write_group(tasks[0].dst, records)
-    return results
-
-
-def _fill(cfg: BuildConfig, t: Task, dst: np.ndarray, sources: dict, skip_bad: bool) -> RowResult:
-    """Row t.row of dst, computed or copied from an old file of either format (opened once per call)."""
+def _fill(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, sources: dict, skip_bad: bool) -> RowResult:
+    """Row t.row of dst, computed or copied from an old file of any format (opened once per call)."""
     if t.src is None:
-        return _compute(cfg, t, dst, skip_bad)
+        return _compute(cfg, spec, t, dst, skip_bad)
     if t.src not in sources:
-        sources[t.src] = (open_records(t.src), dict(np.load(quads_path(Path(t.src)))))
-    return _copy(t, dst, *sources[t.src])
+        sources[t.src] = (format_of(t.src).open(t.src, spec), load_sidecar(Path(t.src)))
+    src, quads = sources[t.src]
+    dst[t.row] = src[t.src_row]
+    return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row))
 
 
-def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowResult:
+def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -> RowResult:
     from preprocess.sample.make import (
-        make_sample,  # cv2 and the sample maths load in workers only, not in a no-op rebuild
+        make_sample,  # cv2 and the sample maths load in workers only, not in a no-op build
     )
     rec = dst[t.row]
     try:
@@ -83,15 +75,12 @@ def _compute(cfg: BuildConfig, t: Task, dst: np.ndarray, skip_bad: bool) -> RowR
             raise
         # An image that cannot be decoded becomes an all-don't-care sample: it keeps its place in
         # the layout, adds nothing to the loss, and is listed in the manifest.
-        rec["image"], rec["score"], rec["geo"], rec["roi"] = 0, 0, 0, 0
+        for f in spec.kind.fields:
+            rec[f.name] = 0
         empty = np.zeros((0, 2), np.float32)
         return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), empty, np.zeros(1, np.int64),
                          np.zeros(0, np.uint8), t.record.name, f"{SKIPPED_NOTE}{e}")
-    rec["image"], rec["score"], rec["geo"], rec["roi"] = s.image, s.score, s.geo.astype(np.float16), s.roi
+    for f in spec.kind.fields:
+        rec[f.name] = f.stored(getattr(s, f.name))
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), s.points, s.offsets, s.care,
                      t.record.name, s.warning, s.exif_applied)
-
-
-def _copy(t: Task, dst: np.ndarray, src, quads: dict) -> RowResult:
-    dst[t.row] = src[t.src_row]
-    return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row))

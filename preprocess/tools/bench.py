@@ -2,8 +2,9 @@
 
 Each setting is timed twice over the same samples in the same order: cold, right after the cache's
 data files are dropped from the page cache (posix_fadvise DONTNEED), then warm. Both are compared
-with a memcpy of the same records on one core, the physical limit (DESIGN.md, "Reading at memory
-speed"). Imports torch, so the CLI imports this module only inside the command.
+with a memcpy of the same records on one core: the least any loader must do, since a batch must end
+up in one buffer per field, so the physical limit of reading from RAM. Imports torch, so the CLI
+imports this module only inside the command.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from torch.utils.data import DataLoader
 from dataset import BlockSampler, CacheDataset, collate
 from dataset import batches as epoch_batches  # `batches` is a count here
 from preprocess.errors import CacheError
-from preprocess.store.format import stored_files
 from preprocess.store.manifest import data_path
 
 SECONDS = 2.0          # default length of a timed pass when --batches is not given
@@ -33,7 +33,7 @@ def memcpy_rate(ds: CacheDataset, repeat: int, batch: int = MEMCPY_BATCH) -> flo
     `batch` records, batch after batch: the least any loader must do, so the physical limit. (A one-record
     buffer would stay in the CPU cache and flatter the reference; a batch buffer, like a loader's, does not.)"""
     dst = np.empty(batch, ds.dtype)
-    rows = [ds._file(f)[r:r + 1] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
+    rows = [ds.file_records(f)[r:r + 1] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
 
     def copy_all() -> None:
         for k, src in enumerate(rows):
@@ -150,7 +150,7 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     ds = CacheDataset(cache, check_stale=False)
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
-    paths = [p for f in ds.files for p in stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
+    paths = [p for f in ds.files for p in ds.manifest.format.stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
     size = ds.dtype.itemsize
     once = memcpy_rate(ds, 1)
     copy = memcpy_rate(ds, max(1, int(0.5 * once / len(ds))))   # about half a second of copying

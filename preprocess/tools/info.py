@@ -2,25 +2,26 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
-from preprocess.store.format import stored_files
-from preprocess.store.manifest import data_path, manifest_config, manifest_dtype, quads_path, read_manifest
+from preprocess.store.manifest import Manifest, data_path
+from preprocess.store.sidecar import quads_path
 
 
 def summary(cache_dir) -> dict:
-    m = read_manifest(cache_dir)
-    cfg = manifest_config(m)
-    paths = [data_path(Path(cache_dir), f["name"]) for f in m["files"]]
-    data_bytes = sum(q.stat().st_size for p in paths if p.exists() for q in stored_files(p))
+    m = Manifest.load(cache_dir)
+    cfg = m.config
+    paths = [data_path(Path(cache_dir), f.name) for f in m.files]
+    data_bytes = sum(q.stat().st_size for p in paths if p.exists() for q in m.format.stored_files(p))
     quad_bytes = sum(quads_path(p).stat().st_size for p in paths if quads_path(p).exists())
     return {
-        "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.get("strategy_reason", ""),
-        "file_format": m.get("file_format", "npy"),
-        "images": len(m["images"]), "variants": cfg.variants, "samples": sum(f["rows"] for f in m["files"]),
-        "files": len(m["files"]), "record_bytes": manifest_dtype(m).itemsize,
-        "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": m["build"], "source": m["source"],
-        "config": m["config"], "ingest": m["ingest"], "notes": m.get("notes", {}),
+        "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
+        "file_format": m.file_format,
+        "images": len(m.images), "variants": cfg.variants, "samples": sum(f.rows for f in m.files),
+        "files": len(m.files), "record_bytes": m.spec.dtype.itemsize,
+        "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),
+        "config": cfg.to_dict(), "ingest": m.ingest, "notes": m.notes,
     }
 
 

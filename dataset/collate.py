@@ -1,0 +1,30 @@
+"""collate: a batch of cached records as one tensor per field, each field copied once."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dataset.buffers import empty_batch
+
+
+def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
+    """Copy each field once, from the page cache into one batch tensor per field; no float conversion here.
+    pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
+    non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed. Items are dicts
+    of arrays by field name; a batch of adjacent rows (CacheDataset.__getitems__) also carries them as one
+    structured slice, copied in one read per field."""
+    rows = getattr(batch, "rows", batch)
+    if isinstance(rows, np.ndarray):
+        out = {}
+        for k in rows.dtype.names:
+            src = rows[k]
+            t = empty_batch(src.shape, src.dtype, pin)
+            np.copyto(t.numpy(), src)
+            out[k] = t
+        return out
+    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items()}
+    for k, t in out.items():
+        dst = t.numpy()
+        for j, item in enumerate(batch):
+            dst[j] = item[k]
+    return out
