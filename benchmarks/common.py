@@ -23,7 +23,7 @@ FAST_REPEATS = 10   # timed runs of fast code per run of its slow reference: the
 
 
 def bench_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
-    """Document-like sample pages (default ~120 words, as in DESIGN.md's baseline measurement)."""
+    """Document-like sample pages (default ~120 words, a dense printed page)."""
     root = BENCH_DATA / f"pages-{n_images}-{words_per_page}-{page_size[0]}x{page_size[1]}"
     return write_sample_dataset(root, n_images=n_images, words_per_page=words_per_page, page_size=page_size, seed=0)
 

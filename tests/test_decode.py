@@ -1,5 +1,5 @@
-"""decode_maps inverts the EAST targets: maps made straight from the definition in DESIGN.md
-(here, by a plain generator that knows each word's exact angle) decode back to the words."""
+"""decode_maps inverts the EAST targets: maps made straight from the definition (the docstring of
+preprocess/sample/targets.py; docs/architecture.md, "Targets") (here, by a plain generator that knows each word's exact angle) decode back to the words."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """EAST training targets (score, geometry, ROI maps) for one crop's words.
 
-Definition (see DESIGN.md, "Targets"); map scale s, map side m = round(input_size * s):
+Definition (docs/architecture.md, "Targets", draws it with the conventions); map scale s, map side
+m = round(input_size * s):
 - score = 1 inside each legible quad shrunk by shrink_quads, vertices x s rounded to integers and
   filled like cv2.fillPoly;
 - at a score pixel with map index (x, y), p = (x, y) / s in crop px (the index, not the pixel

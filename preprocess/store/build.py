@@ -27,23 +27,11 @@ from preprocess.errors import BuildError, CacheError
 from preprocess.ingest.ufo import load_splits
 from preprocess.progress import Progress
 from preprocess.store.atomic import fsync_path
-from preprocess.store.fingerprint import (
-    build_fingerprint,
-    json_fingerprints,
-    rows_checksum,
-    source_fingerprints,
-)
+from preprocess.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
 from preprocess.store.format import DATA_DIR, MANIFEST, record_spec
 from preprocess.store.formats import FILE_FORMATS, FileFormat, format_of, get_format
 from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
-from preprocess.store.plan import (
-    CORRUPT_MARKER,
-    OWN_FILE,
-    FilePlan,
-    Plan,
-    make_plan,
-    tmp_name,
-)
+from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
 from preprocess.store.sidecar import quads_checksum, quads_path, sidecar_arrays
 from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
 from preprocess.store.strategy import choose_strategy

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocess.config import BuildConfig
+from preprocess.config import AUTO, BuildConfig
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Layout:
 
     @classmethod
     def of(cls, cfg: BuildConfig, n_images: int) -> "Layout":
+        assert cfg.strategy != AUTO, "resolve the strategy before laying files out"
         return cls(cfg.strategy, n_images, cfg.variants, cfg.batch_size, cfg.chunk_size)
 
     @property

@@ -18,13 +18,7 @@ from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.errors import CacheError
 from preprocess.store.atomic import write_atomic
 from preprocess.store.fingerprint import ImageSource
-from preprocess.store.format import (
-    DATA_DIR,
-    FORMAT_VERSION,
-    MANIFEST,
-    RecordSpec,
-    record_spec,
-)
+from preprocess.store.format import DATA_DIR, FORMAT_VERSION, MANIFEST, RecordSpec, record_spec
 from preprocess.store.formats import FILE_FORMATS, FileFormat, get_format
 from preprocess.store.layout import Layout
 

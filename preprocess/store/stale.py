@@ -6,12 +6,7 @@ from pathlib import Path
 
 from preprocess.errors import DataError
 from preprocess.ingest.ufo import load_splits
-from preprocess.store.fingerprint import (
-    ImageSource,
-    file_fingerprint,
-    json_fingerprints,
-    source_fingerprints,
-)
+from preprocess.store.fingerprint import ImageSource, file_fingerprint, json_fingerprints, source_fingerprints
 from preprocess.store.manifest import Manifest
 
 

@@ -17,15 +17,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from preprocess.ingest.imageio import decode_image
-from preprocess.ingest.ufo import (
-    CARE,
-    IGNORE_TAG,
-    ILLEGIBLE,
-    NOT_QUAD,
-    REASONS,
-    SMALL,
-    load_splits,
-)
+from preprocess.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, load_splits
 from preprocess.sample.make import make_sample
 from preprocess.store.stale import check_stale
 
@@ -127,9 +119,7 @@ def _words_caption(care) -> str:
 
 
 def show_cached(cache, index: str, variant: int, out: Path) -> None:
-    from dataset import (
-        CacheDataset,  # imports torch: only when a cached sample is shown
-    )
+    from dataset import CacheDataset  # imports torch: only when a cached sample is shown
     ds = CacheDataset(cache, check_stale=False)
     stale = check_stale(ds.manifest)
     if stale.stale:

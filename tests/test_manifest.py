@@ -1,0 +1,116 @@
+"""The typed manifest (load validates once, errors say what to run), the Layout, strategy auto, the field table."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from helpers import small_config
+
+from dataset import CacheDataset
+from preprocess.cli import main
+from preprocess.config import STRATEGIES, BuildConfig
+from preprocess.errors import CacheError
+from preprocess.store.build import build_cache
+from preprocess.store.format import CROP, MANIFEST, record_spec
+from preprocess.store.layout import Layout
+from preprocess.store.manifest import Manifest, data_path
+from preprocess.tools.verify import verify
+
+
+@pytest.fixture(scope="module")
+def built(sample_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("manifest") / "c"
+    build_cache(small_config(strategy="batch", batch_size=2), [sample_root], out, jobs=1, quiet=True)
+    return out
+
+
+@pytest.fixture
+def cache(built, tmp_path):
+    """A private copy of the built cache, free to damage."""
+    dst = tmp_path / "c"
+    shutil.copytree(built, dst)
+    return dst
+
+
+def edit_manifest(cache, change) -> None:
+    path = cache / MANIFEST
+    d = json.loads(path.read_text())
+    change(d)
+    path.write_text(json.dumps(d))
+
+
+def test_manifest_round_trips_through_json(built):
+    m = Manifest.load(built)
+    assert m.to_dict() == json.loads((built / MANIFEST).read_text())
+    assert m.config.strategy == "batch" and m.layout.file_count == len(m.files) == 2 * 3
+
+
+DAMAGE = {
+    "files removed": lambda d: d.pop("files"),
+    "files a dict": lambda d: d.update(files={}),
+    "strategy auto": lambda d: d["config"].update(strategy="auto"),
+    "variants edited": lambda d: d["config"].update(variants=3),
+    "image removed": lambda d: d["images"].pop(sorted(d["images"])[0]),
+    "a file outside data": lambda d: d["files"][0].update(name="../../outside.npy"),
+    "rows a string": lambda d: d["files"][0].update(rows="2"),
+    "input size a string": lambda d: d["config"].update(input_size="96"),
+    "not an object": lambda d: (d.clear(), d.update(format_version=1, config=[])),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_manifest_is_refused_with_the_repair(cache, damage, capsys):
+    edit_manifest(cache, DAMAGE[damage])
+    with pytest.raises(CacheError, match=rf"{MANIFEST}.*python -m preprocess verify {cache}.*python -m preprocess build"):
+        CacheDataset(cache, check_stale=False)
+    assert main(["info", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_another_format_version_is_refused_with_the_build_command(cache):
+    edit_manifest(cache, lambda d: d.update(format_version=0))
+    with pytest.raises(CacheError, match=r"format version 0.*python -m preprocess build --data .* --strategy batch"):
+        Manifest.load(cache)
+
+
+def test_a_data_file_of_another_dtype_is_refused_by_name(cache):
+    name = Manifest.load(cache).files[0].name
+    np.save(data_path(cache, name), np.zeros(2, record_spec(small_config(input_size=64)).dtype))
+    with pytest.raises(CacheError, match=rf"{name}.*damaged.*verify"):
+        CacheDataset(cache, check_stale=False)[0]
+    assert [n for n, _ in verify(cache)] == [name]
+
+
+def test_auto_strategy_is_resolved_before_the_manifest(data_copy, tmp_path):
+    assert BuildConfig().strategy == "auto"
+    with pytest.raises(AssertionError, match="resolve the strategy"):
+        BuildConfig().fingerprint()
+    r = build_cache(small_config(), [data_copy], tmp_path / "c", jobs=1, quiet=True)
+    m = Manifest.load(tmp_path / "c")
+    assert m.config.strategy == r.strategy in STRATEGIES and f"--strategy {r.strategy}" in m.build_command(tmp_path / "c")
+    assert build_cache(small_config(), [data_copy], tmp_path / "c", jobs=1, quiet=True).up_to_date
+    again = build_cache(small_config(strategy=r.strategy), [data_copy], tmp_path / "c", jobs=1, quiet=True)
+    assert again.up_to_date, "the resolved strategy is the same cache as auto"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_layout_places_every_sample_once(strategy):
+    layout = Layout(strategy, n_images=7, variants=3, batch_size=2, chunk_size=4)
+    members = layout.members()
+    assert len(members) == layout.file_count
+    where = {(i, v): (f, r) for f, rows in enumerate(members) for r, (i, v) in enumerate(rows)}
+    assert len(where) == 7 * 3
+    assert all(layout.locate(i, v) == fr for (i, v), fr in where.items())
+    assert max(len(rows) for rows in members) <= layout.records_per_file
+
+
+def test_the_field_table_gives_the_record_dtype():
+    cfg = small_config()
+    dtype = record_spec(cfg).dtype
+    assert dtype.names == CROP.names == ("image", "score", "geo", "roi")
+    assert dtype["image"].shape == (3, 96, 96) and dtype["geo"].base == np.float16 and dtype["geo"].shape == (5, 48, 48)
+    assert record_spec(cfg).raw_bytes() == 3 * 96 * 96, "only the image is stored raw"
+    assert CROP.field("geo").stored(np.ones((5, 2, 2), np.float32)).dtype == np.float16
