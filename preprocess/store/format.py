@@ -7,7 +7,8 @@ order (layout.py). Each data file has a sidecar `.quads.npz` with its samples' w
 
 A field's shape is a function of the build config, so a new record kind (a warped page whose size
 depends on the config, a per-pixel word index instead of float16 geometry) is one more RecordKind
-here: writers and readers iterate the fields of whatever kind they are given.
+here, picked in record_spec: formats, checksums and the Dataset iterate the fields of whatever kind
+they are given, and a worker stores attribute `name` of the sample it made into each field.
 """
 from __future__ import annotations
 
@@ -102,6 +103,8 @@ FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
 
 
 def record_spec(cfg: BuildConfig, kind: RecordKind = CROP) -> RecordSpec:
+    """What the data files of a cache built with cfg hold. The one place that picks the record kind: a config
+    option that selects another kind picks it here, and the build and the Dataset follow."""
     return kind.spec(cfg)
 
 
