@@ -7,15 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import small_config
 from PIL import Image
 
-from conftest import small_config
 from preprocess.cli import main
 from preprocess.convert.rules import orient, start_top_left
 from preprocess.convert.run import convert, describe
 from preprocess.errors import DataError, UsageError
 from preprocess.store.build import build_cache
-from preprocess.store.manifest import read_manifest
+from preprocess.store.manifest import Manifest
 
 W, H = 160, 120
 TL, TR, BR, BL = (10, 10), (70, 10), (70, 30), (10, 30)   # a clockwise quad, area 1200
@@ -47,7 +47,7 @@ def built(roots, tmp_path: Path, **over) -> dict:
     """The build's ingest summary of the converted roots, as the cache's manifest records it."""
     out = tmp_path / "cache"
     build_cache(small_config(**over), [Path(r) for r in roots], out, jobs=1, quiet=True)
-    return read_manifest(out)["ingest"]
+    return Manifest.load(out).ingest
 
 
 def icdar2015_set(src: Path, bom: bool = True) -> Path:

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from preprocess.errors import DataError, UsageError
-from preprocess.store.manifest import write_atomic
+from preprocess.store.atomic import write_atomic
 
 IMAGES_DIR = "images"
 UFO_DIR = "ufo"
