@@ -1,9 +1,8 @@
-"""train.py beyond training: detection metrics on a validation cache (every --eval-every epochs, and for a saved
+"""Training's command line beyond training: detection metrics on a validation cache (every --eval-every epochs, and for a saved
 checkpoint with --eval-only), the ONNX export checked in onnxruntime against PyTorch, and the errors that say
 what to pass. One short run on 96 px crops of the sample pages provides the checkpoint, on the CPU."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -17,8 +16,11 @@ import torch
 from conftest import small_config
 from torch import nn
 
-import train
 from dataset import CacheDataset, collate
+from east import augment, checkpoint, cli, engine, metrics
+from east.config import TrainConfig
+from east.runtime import Runtime
+from preprocess.errors import UsageError
 from preprocess.store.build import build_cache
 
 METRICS = ("precision", "recall", "hmean")
@@ -35,10 +37,10 @@ def cache(sample_root, tmp_path_factory) -> Path:
 
 
 def main(*flags: str) -> str:
-    """train.main with the given flags; returns what it printed."""
+    """The command line with the given flags (errors raised); returns what it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        train.main(train.get_args_parser().parse_args(list(flags)))
+        cli.run(list(flags))
     return printed.getvalue()
 
 
@@ -62,7 +64,7 @@ class Oracle(nn.Module):
     def __init__(self, ds: CacheDataset):
         super().__init__()
         batch = collate([ds[i] for i in range(len(ds))])
-        self.x = train.prepare_images(batch["image"], 0.0)
+        self.x = augment.prepare_images(batch["image"], 0.0)
         self.score, self.geo = batch["score"].float(), batch["geo"].float()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,9 +75,8 @@ class Oracle(nn.Module):
 def test_perfect_maps_score_a_perfect_hmean(cache):
     """The metrics path itself (batching, which sample's words, decoding, DetEval) loses nothing."""
     ds = CacheDataset(cache)
-    ctx = train.Ctx(torch.device("cpu"), None, torch.amp.GradScaler("cpu", enabled=False), False,
-                    argparse.Namespace(batch_size=2))  # 5 images: the last batch is partial
-    m = train.detection_metrics(Oracle(ds), ds, ctx)
+    ctx = engine.new_context(TrainConfig(batch_size=2), Runtime())  # 5 images: the last batch is partial
+    m = metrics.detection_metrics(Oracle(ds), ds, ctx)
     assert (m["precision"], m["recall"], m["hmean"]) == (1.0, 1.0, 1.0)
 
 
@@ -107,10 +108,10 @@ def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
     printed = main("--export-onnx", str(tmp_path / "east.onnx"), "--checkpoint", str(ckpt))
     assert "onnxruntime matches PyTorch" in printed
     session = ort.InferenceSession(str(tmp_path / "east.onnx"), providers=["CPUExecutionProvider"])
-    model = train.inference_model(train.load_checkpoint(ckpt), ckpt, torch.device("cpu"))
+    model = checkpoint.inference_model(checkpoint.load_checkpoint(ckpt), ckpt, torch.device("cpu"))
     torch.manual_seed(0)
     for shape in ((1, 3, 64, 96), (2, 3, 128, 32)):
-        x = train.prepare_images(torch.randint(0, 256, shape, dtype=torch.uint8), 0.0).contiguous()
+        x = augment.prepare_images(torch.randint(0, 256, shape, dtype=torch.uint8), 0.0).contiguous()
         with torch.no_grad():
             want = model(x)
         got = session.run(["score", "geo"], {"image": x.numpy()})
@@ -121,7 +122,7 @@ def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
 
 def test_export_without_the_extra_says_what_to_install(run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
-    with pytest.raises(train.UsageError, match=r'onnxruntime: pip install -e "\.\[export\]"'):
+    with pytest.raises(UsageError, match=r'onnxruntime: pip install -e "\.\[export\]"'):
         main("--export-onnx", str(tmp_path / "east.onnx"), "--checkpoint", str(run[0] / "latest.pt"))
     assert not (tmp_path / "east.onnx").exists()
 
@@ -139,6 +140,6 @@ def test_eval_only_errors_name_the_file_and_what_to_do(case, sample_root, cache,
     else:
         val, expect = make_cache(sample_root, tmp_path / "coarse", map_scale=0.25), r"--map-scale 0\.5"
     flags = ["--eval-only", "--val-cache", str(val), "--out", str(tmp_path), "--workers", "0"]
-    with pytest.raises(train.UsageError, match=expect):
+    with pytest.raises(UsageError, match=expect):
         main(*flags, *(["--checkpoint", str(ckpt)] if ckpt else []))
     assert not (tmp_path / "eval.jsonl").exists()

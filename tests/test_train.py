@@ -1,8 +1,8 @@
-"""train.py: the EAST model, the float32 loss, the step that skips non-finite losses, and whole runs on a
-tiny cache (64 px crops of two small pages), on the CPU, in the main process and under torchrun."""
+"""Training (the east package, run as train.py): the EAST model, the float32 loss, the step that skips non-finite
+losses, and whole runs on a tiny cache (64 px crops of two small pages), on the CPU, in the main process and
+under torchrun."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -19,9 +19,14 @@ from conftest import small_config
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-import train
-from dataset import BlockSampler, CacheDataset, collate
+from dataset import BlockSampler, CacheDataset, batches, collate
+from east import augment, checkpoint, cli, config, data, engine, runtime
+from east.config import TrainConfig
+from east.loss import east_loss
+from east.model import EAST, MAX_DISTANCE, VGG16_BN, load_backbone
+from east.runtime import Runtime
 from preprocess.config import BuildConfig
+from preprocess.errors import UsageError
 from preprocess.store.build import build_cache
 from preprocess.tools.sampledata import write_sample_dataset
 
@@ -49,7 +54,7 @@ def cache(tiny_data, tmp_path_factory) -> Path:
 def run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
     """main() with quiet defaults for a CPU test; returns the JSONL log."""
     base = ["--cache", str(cache_dir), "--out", str(out), "--workers", "0", "--batch-size", "2", "--log-every", "1"]
-    train.main(train.get_args_parser().parse_args(base + list(flags)))
+    cli.run(base + list(flags))
     return read_log(out)
 
 
@@ -65,37 +70,37 @@ def epochs_of(log: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_model_outputs_match_the_cache_maps(map_scale):
-    model = train.EAST(map_scale).eval()
+    model = EAST(map_scale).eval()
     with torch.no_grad():
         score, geo = model(torch.randn(2, 3, 64, 64))
     m = int(64 * map_scale)
     assert score.shape == (2, 1, m, m) and geo.shape == (2, 5, m, m)
     assert 0 <= score.min() and score.max() <= 1
-    assert 0 <= geo[:, :4].min() and geo[:, :4].max() <= train.MAX_DISTANCE
+    assert 0 <= geo[:, :4].min() and geo[:, :4].max() <= MAX_DISTANCE
     assert geo[:, 4].abs().max() <= math.pi / 2
 
 
 def test_backbone_has_torchvision_keys_and_loads_them(tmp_path):
-    model = train.EAST()
+    model = EAST()
     convs = sorted({int(k.split(".")[1]) for k in model.state_dict() if k.startswith("features.") and k.endswith("bias")
                     and f"features.{k.split('.')[1]}.running_mean" not in model.state_dict()})
     assert convs == [0, 3, 7, 10, 14, 17, 20, 24, 27, 30, 34, 37, 40]  # torchvision vgg16_bn's conv indices
     assert "features.41.running_var" in model.state_dict()
-    donor = train.EAST()
+    donor = EAST()
     state = {f"features.{k}": v for k, v in donor.features.state_dict().items()}
     state["classifier.0.weight"] = torch.zeros(4096, 25088 // 64)  # a classifier is ignored
     torch.save(state, tmp_path / "vgg16_bn.pth")
-    train.load_backbone(model, tmp_path / "vgg16_bn.pth")
+    load_backbone(model, tmp_path / "vgg16_bn.pth")
     assert torch.equal(model.features[40].weight, donor.features[40].weight)
     torch.save({"head.weight": torch.zeros(1)}, tmp_path / "other.pth")
     with pytest.raises(ValueError, match="vgg16_bn"):
-        train.load_backbone(model, tmp_path / "other.pth")
+        load_backbone(model, tmp_path / "other.pth")
 
 
 def plain_vgg16_features() -> dict:
     """torchvision vgg16's (no BN) `features` keys: conv layers at 0, 2, 5, 7, ... where vgg16_bn has BN."""
     state, i, c_in = {}, 0, 3
-    for v in train.VGG16_BN:
+    for v in VGG16_BN:
         if v == "M":
             i += 1
             continue
@@ -108,7 +113,7 @@ def plain_vgg16_features() -> dict:
                                   "plain vgg16", "wrong shape"])
 def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
     path = tmp_path / "weights.pth"
-    good = {f"features.{k}": v for k, v in train.EAST().features.state_dict().items()}
+    good = {f"features.{k}": v for k, v in EAST().features.state_dict().items()}
     if case == "truncated":
         torch.save(good, path)
         path.write_bytes(path.read_bytes()[:1000])
@@ -122,14 +127,13 @@ def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
         torch.save(plain_vgg16_features(), path)
     elif case == "wrong shape":
         torch.save({**good, "features.0.weight": torch.zeros(64, 1, 3, 3)}, path)
-    with pytest.raises(train.UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights needs a torchvision vgg16_bn state dict"):
-        train.load_backbone(train.EAST(), path)
+    with pytest.raises(UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights needs a torchvision vgg16_bn state dict"):
+        load_backbone(EAST(), path)
 
 
 def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
-    with pytest.raises(train.UsageError, match=r"nope\.pth: no such file; --backbone-weights needs"):
-        train.main(train.get_args_parser().parse_args(["--cache", str(tmp_path / "no-cache"),
-                                                        "--backbone-weights", str(tmp_path / "nope.pth")]))
+    with pytest.raises(UsageError, match=r"nope\.pth: no such file; --backbone-weights needs"):
+        cli.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
 
 
 # ---------------------------------------------------------------- loss
@@ -155,7 +159,7 @@ def test_loss_is_finite_at_the_extremes_of_low_precision(dtype, distance):
     score, geo = score.to(dtype).requires_grad_(), geo.to(dtype).requires_grad_()
     if dtype == torch.float16:  # the baseline computes the areas in the prediction dtype: inf, then NaN
         assert torch.isinf((geo[:, 0] + geo[:, 1]) * (geo[:, 2] + geo[:, 3])).all()
-    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    parts = east_loss(score, geo, gt_score, gt_geo, roi)
     parts["loss"].backward()
     assert all(torch.isfinite(v) for v in parts.values())
     assert torch.isfinite(score.grad).all() and torch.isfinite(geo.grad).all()
@@ -163,7 +167,7 @@ def test_loss_is_finite_at_the_extremes_of_low_precision(dtype, distance):
 
 def test_loss_of_a_perfect_prediction_is_zero():
     gt_score, gt_geo, roi = targets()
-    parts = train.east_loss(gt_score.float(), gt_geo.float(), gt_score, gt_geo, roi)
+    parts = east_loss(gt_score.float(), gt_geo.float(), gt_score, gt_geo, roi)
     for k in ("cls", "iou", "angle"):
         assert parts[k].abs() < 1e-5, k
 
@@ -173,18 +177,18 @@ def test_loss_without_positives_has_zero_geometry_and_a_graph():
     gt_score.zero_()
     score = torch.rand(2, 1, 16, 16, requires_grad=True)
     geo = torch.rand(2, 5, 16, 16, requires_grad=True)
-    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    parts = east_loss(score, geo, gt_score, gt_geo, roi)
     assert parts["iou"] == 0 and parts["angle"] == 0
     assert parts["iou"].requires_grad and parts["angle"].requires_grad
     parts["loss"].backward()
     assert torch.isfinite(geo.grad).all() and geo.grad.abs().sum() == 0
     # no text predicted on a text-free crop: nothing to learn, and nothing added to the logged mean
     score = torch.zeros(2, 1, 16, 16, requires_grad=True)
-    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    parts = east_loss(score, geo, gt_score, gt_geo, roi)
     assert parts["loss"] == 0 and parts["loss"].requires_grad
     # text predicted there: a loss, whose gradient descent lowers the score inside the roi
     score = torch.full((2, 1, 16, 16), 0.3, requires_grad=True)
-    parts = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    parts = east_loss(score, geo, gt_score, gt_geo, roi)
     assert parts["loss"] > 0
     parts["loss"].backward()
     inside = roi.bool().expand_as(score)
@@ -195,22 +199,22 @@ def test_pixels_outside_the_roi_do_not_count():
     gt_score, gt_geo, roi = targets()
     score = torch.rand(2, 1, 16, 16)
     geo = torch.rand(2, 5, 16, 16) * 10
-    base = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    base = east_loss(score, geo, gt_score, gt_geo, roi)
     score[:, :, :2], geo[:, :, :2] = 0.9, 400.0  # rows 0-1 are don't-care
-    again = train.east_loss(score, geo, gt_score, gt_geo, roi)
+    again = east_loss(score, geo, gt_score, gt_geo, roi)
     assert all(torch.allclose(base[k], again[k]) for k in base)
 
 
 def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
     torch.manual_seed(0)
-    ctx = train.Ctx(torch.device("cpu"), torch.bfloat16, torch.amp.GradScaler("cpu", enabled=False), True, None)
+    ctx = engine.new_context(TrainConfig(amp="bf16"), Runtime())
     gt_score, gt_geo, roi = targets(1, 16)
     batch = {"image": torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8), "score": gt_score,
              "geo": gt_geo, "roi": roi}
-    model = train.EAST(0.5)
+    model = EAST(0.5)
     seen = []
     model.score.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
-    parts = train.forward_loss(model, batch, ctx, jitter=0.5)
+    parts = engine.forward_loss(model, batch, ctx, jitter=0.5)
     assert seen == [torch.bfloat16]
     assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in parts.values())
 
@@ -220,16 +224,16 @@ def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
 def test_jitter_keeps_the_range_and_differs_per_sample():
     torch.manual_seed(0)
     img = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
-    plain = train.prepare_images(img, 0.0)
-    mean, std = torch.tensor(train.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(train.IMAGENET_STD).view(1, 3, 1, 1)
+    plain = augment.prepare_images(img, 0.0)
+    mean, std = torch.tensor(augment.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(augment.IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(plain, (img / 255 - mean) / std)
     assert plain.is_contiguous(memory_format=torch.channels_last)
-    x = train.color_jitter(img.float() / 255, 0.5)
+    x = augment.color_jitter(img.float() / 255, 0.5)
     assert 0 <= x.min() and x.max() <= 1
-    same = train.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
+    same = augment.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
     assert not torch.allclose(same[0], same[1]), "every sample draws its own factors"
     grey = torch.full((2, 3, 4, 4), 0.5)
-    assert torch.allclose(train.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
+    assert torch.allclose(augment.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
 
 
 # ---------------------------------------------------------------- optimiser step
@@ -240,21 +244,21 @@ def test_a_non_finite_step_is_skipped(fused, scaled):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
-    scaler = torch.amp.GradScaler("cpu", enabled=scaled)
-    ctx = train.Ctx(torch.device("cpu"), None, scaler, fused, argparse.Namespace(clip_grad=None))
+    ctx = engine.new_context(TrainConfig(amp="fp16" if scaled else "off"), Runtime(), fused=fused)
+    scaler = ctx.scaler
     w0 = model.weight.detach().clone()
     for loss_scale, expect_bad in ((math.nan, True), (1.0, False)):
         loss = model(torch.randn(3, 4)).sum() * loss_scale
         scaler.scale(loss).backward()
-        assert bool(train.optimizer_step(model, optimizer, ctx, loss.detach())) == expect_bad
+        assert bool(engine.optimizer_step(model, optimizer, ctx, loss.detach())) == expect_bad
         assert torch.equal(model.weight, w0) == expect_bad
     assert int(optimizer.state[model.weight]["step"]) == 1
 
 
 def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
-    real = train.east_loss
-    monkeypatch.setattr(train, "east_loss", lambda *a: {k: v * math.nan for k, v in real(*a).items()})
-    with pytest.raises(train.NonFiniteLoss, match="3 optimiser steps in a row"):
+    real = east_loss
+    monkeypatch.setattr(engine, "east_loss", lambda *a: {k: v * math.nan for k, v in real(*a).items()})
+    with pytest.raises(engine.NonFiniteLoss, match="3 optimiser steps in a row"):
         run(cache, tmp_path, "--epochs", "5", "--batch-size", "1", "--max-bad-steps", "3")
     steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
     assert [r["bad_steps"] for r in steps] == [1, 2]
@@ -265,8 +269,8 @@ def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
 def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
     """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices."""
     ds = CacheDataset(make_cache(tiny_data, tmp_path / "c", variants=2))
-    sampler = train.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
-    loader = DataLoader(train.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
+    sampler = data.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
+    loader = DataLoader(data.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
                         persistent_workers=True)
     seen = []
     for epoch in range(3):
@@ -289,10 +293,11 @@ def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_2.pt", "latest.pt"]
     assert not list(tmp_path.glob("*.tmp"))
     ck = torch.load(tmp_path / "latest.pt", weights_only=True)
-    assert {"model", "optimizer", "scaler", "scheduler", "epoch", "step", "args", "fingerprint"} <= ck.keys()
+    assert {"model", "optimizer", "scaler", "scheduler", "epoch", "step", "train_config", "fingerprint"} <= ck.keys()
     assert ck["epoch"] == 2 and ck["fingerprint"] == CacheDataset(cache).fingerprint
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_saved_epoch(tiny_data, cache, tmp_path):
     run(cache, tmp_path, "--epochs", "1")
     log = run(cache, tmp_path, "--epochs", "2", "--resume", str(tmp_path / "latest.pt"))
@@ -302,10 +307,11 @@ def test_resume_continues_from_the_saved_epoch(tiny_data, cache, tmp_path):
     with pytest.warns(UserWarning, match="build fingerprint"):
         run(other, tmp_path / "r2", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
     coarse = make_cache(tiny_data, tmp_path / "coarse", map_scale=0.25)
-    with pytest.raises(train.UsageError, match="map-scale"):
+    with pytest.raises(UsageError, match="map-scale"):
         run(coarse, tmp_path / "r3", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
 
 
+@pytest.mark.slow
 def test_a_cut_epoch_is_saved_as_not_done_and_resumed_whole(cache, tmp_path):
     """--max-steps 3 with 2 steps per epoch stops in the middle of epoch 1: that epoch is run again on --resume."""
     run(cache, tmp_path, "--epochs", "3", "--batch-size", "1", "--max-steps", "3")
@@ -321,15 +327,16 @@ def test_a_cut_epoch_is_saved_as_not_done_and_resumed_whole(cache, tmp_path):
 def test_resume_without_scaler_state_starts_a_fresh_scale(cache, tmp_path):
     """A checkpoint of a bf16 / float32 run has an empty GradScaler state; an fp16 run resumes from it."""
     run(cache, tmp_path, "--epochs", "1")
-    model = train.EAST(0.5)
+    model = EAST(0.5)
     optimizer = torch.optim.Adam(model.parameters())
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [1])
-    ctx = train.Ctx(torch.device("cpu"), torch.float16, torch.amp.GradScaler("cpu", enabled=True), True, None)
+    ctx = engine.new_context(TrainConfig(amp="fp16"), Runtime())  # a GradScaler, as on CUDA
     with pytest.warns(UserWarning, match=r"latest\.pt has no GradScaler state.*fresh loss scale"):
-        assert train.resume(tmp_path / "latest.pt", model, optimizer, scheduler, ctx, CacheDataset(cache)) == 1
-    assert ctx.step == 1 and ctx.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+        assert checkpoint.resume(tmp_path / "latest.pt", model, optimizer, scheduler, ctx, CacheDataset(cache)) == 1
+    assert ctx.state.step == 1 and ctx.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
 
 
+@pytest.mark.slow
 def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
     # 40 steps; the lr milestone (half of 80 epochs) is never reached
     log = run(cache, tmp_path, "--epochs", "80", "--max-steps", "40", "--jitter", "0", "--save-every", "1000")
@@ -347,15 +354,16 @@ def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
 
 
 def test_cpu_defaults_are_a_short_check_run():
-    args = train.get_args_parser().parse_args([])
-    train.resolve_defaults(args, torch.device("cpu"), lambda msg: None)
-    assert (args.epochs, args.max_steps, args.batch_size, args.amp) == (1, train.CPU_BUDGET_STEPS, 1, "off")
-    assert args.time_limit == train.CPU_BUDGET_SECONDS
-    args = train.get_args_parser().parse_args([])
-    train.resolve_defaults(args, torch.device("cuda"), lambda msg: None)
-    assert (args.epochs, args.max_steps, args.batch_size, args.amp) == (50, None, 8, "fp16")
-    with pytest.raises(train.UsageError, match="fp16"):
-        train.resolve_defaults(train.get_args_parser().parse_args(["--amp", "fp16"]), torch.device("cpu"), print)
+    def resolve(argv, device):
+        return config.resolve_config(cli.get_args_parser().parse_args(argv), torch.device(device))
+
+    cfg = resolve([], "cpu")
+    assert (cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.amp) == (1, config.CPU_BUDGET_STEPS, 1, "off")
+    assert cfg.time_limit == config.CPU_BUDGET_SECONDS and cfg.check_run
+    cfg = resolve([], "cuda")
+    assert (cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.amp, cfg.check_run) == (50, None, 8, "fp16", False)
+    with pytest.raises(UsageError, match="fp16"):
+        resolve(["--amp", "fp16"], "cpu")
 
 
 @pytest.mark.parametrize("flag, value, floor", [
@@ -363,25 +371,24 @@ def test_cpu_defaults_are_a_short_check_run():
     ("--epochs", 0, 1), ("--profile", 0, 1), ("--max-steps", -1, 1), ("--max-bad-steps", 0, 1),
     ("--workers", -1, 0), ("--eval-every", -1, 0)])
 def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
-    args = train.get_args_parser().parse_args(["--cache", str(tmp_path / "no-cache"), flag, str(value)])
-    with pytest.raises(train.UsageError, match=f"^{flag} {value}: must be {floor} or more"):
-        train.main(args)  # before the cache is opened: that would raise CacheError
-    with pytest.raises(train.UsageError, match="--time-limit"):
-        train.main(train.get_args_parser().parse_args(["--time-limit", "0"]))
+    with pytest.raises(UsageError, match=f"^{flag} {value}: must be {floor} or more"):
+        cli.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
+    with pytest.raises(UsageError, match="--time-limit"):
+        cli.run(["--time-limit", "0"])
 
 
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(train.UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):
-        train.setup_device(train.get_args_parser().parse_args(["--device", "cuda"]))
-    with pytest.raises(train.UsageError, match="--device gpu: not a device"):
-        train.setup_device(train.get_args_parser().parse_args(["--device", "gpu"]))
+    with pytest.raises(UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):
+        runtime.setup_device("cuda")
+    with pytest.raises(UsageError, match="--device gpu: not a device"):
+        runtime.setup_device("gpu")
 
 
 def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
     from torch.profiler import ProfilerActivity
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, but a --device cpu run
-    prof = train.profiler(argparse.Namespace(profile=1), tmp_path, torch.device("cpu"), print)
+    prof = runtime.profiler(1, tmp_path, torch.device("cpu"), print)
     assert ProfilerActivity.CUDA not in prof.activities
 
 
@@ -401,7 +408,7 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
             os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
         lock, expect = build_lock(stale), r"/c: another build \(pid \d+\) is writing this cache"
     with lock:
-        status = train.cli(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
+        status = cli.main(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
     err = capsys.readouterr().err
     assert status == 2 and re.search(f"^error: .*{expect}", err) and "Traceback" not in err, err
 
@@ -420,6 +427,7 @@ def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
     CacheDataset(stale)  # up to date again
 
 
+@pytest.mark.slow
 def test_two_processes_with_torchrun(cache, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "--cache", str(cache), "--out", str(tmp_path), "--epochs", "2", "--batch-size", "1", "--workers", "0",
@@ -439,11 +447,10 @@ def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     slice (CacheDataset.__getitems__ gives Rows), read ahead by the prefetch thread when there are no workers."""
     build_cache(small_config(strategy="batch", batch_size=2, variants=1), [sample_root], tmp_path, jobs=1, quiet=True)
     ds = CacheDataset(tmp_path)
-    args = argparse.Namespace(batch_size=2, workers=0, seed=0)
-    loader = train.make_loader(ds, args, torch.device("cpu"), 0, 1, train=True)
+    loader = data.make_loader(ds, TrainConfig(batch_size=2, workers=0, seed=0), Runtime(), train=True)
     assert isinstance(loader.sampler.base, BlockSampler)
     assert all(hasattr(ds.__getitems__(list(range(s, min(s + 2, len(ds))))), "rows") for s in range(0, len(ds), 2))
-    seen = [b["image"] for b in train.batches(loader)]
+    seen = [b["image"] for b in batches(loader)]
     firsts = sorted(int(np.argmax([np.array_equal(b[0].numpy(), ds[i]["image"]) for i in range(len(ds))]))
                     for b in seen)
     assert firsts == [0, 2] and len(seen) == 2, "two whole batch files (the odd fifth image is dropped: drop_last)"
