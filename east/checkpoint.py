@@ -1,5 +1,6 @@
 """Checkpoints: written atomically (epoch_N.pt, with latest.pt a hard link to the newest), read back with
-errors that name the file, and restored into a run (--resume) or an inference model (--eval-only, export)."""
+errors that name the file, and restored into a run (--resume, exactly where it stopped) or an inference model
+(--eval-only, export)."""
 from __future__ import annotations
 
 import os
@@ -8,17 +9,27 @@ import warnings
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from dataset import CacheDataset
 from east.engine import Context
 from east.model import EAST
+from east.runtime import Runtime
 from preprocess.errors import UsageError
+from preprocess.store.atomic import fsync_path
 
 
 def save_atomic(obj, path: Path) -> None:
+    """Readers see the old file or the new one, never half of one, even after a power cut."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(obj, tmp)
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a second Ctrl-C: no temp file left behind
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
 
 
 def save_checkpoint(state: dict, path: Path) -> None:
@@ -32,13 +43,36 @@ def save_checkpoint(state: dict, path: Path) -> None:
     except OSError:  # file systems without hard links
         shutil.copyfile(path, tmp)
     os.replace(tmp, out / "latest.pt")
+    fsync_path(out)
 
 
-def checkpoint_state(model, optimizer, scheduler, ctx: Context, epoch: int, ds: CacheDataset) -> dict:
+def checkpoint_name(epoch: int, step: int, complete: bool) -> str:
+    """epoch_N.pt after epoch N (1-based, as in the log), epoch_N_step_S.pt at step S inside it."""
+    return f"epoch_{epoch}.pt" if complete else f"epoch_{epoch}_step_{step}.pt"
+
+
+def rng_states(rt: Runtime) -> list[dict]:
+    """Every rank's generator states (the jitter draws from them); under DDP a collective: all ranks call it."""
+    mine = {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(rt.device) if rt.device.type == "cuda" else None}
+    if rt.world == 1:
+        return [mine]
+    every = [None] * rt.world
+    dist.all_gather_object(every, mine)
+    return every
+
+
+def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, rng: list[dict],
+                     complete: bool) -> dict:
+    """Everything --resume needs to go on as if never stopped: weights, optimiser, loss scale, lr schedule,
+    random states, and the place in the epoch (1-based `epoch`; `micro_batches` of it done unless complete)."""
+    s = ctx.state
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": ctx.scaler.state_dict(),
-            "scheduler": scheduler.state_dict(), "epoch": epoch, "step": ctx.state.step,
-            "train_config": ctx.cfg.to_dict(),
-            "fingerprint": ds.fingerprint, "config": ds.config.to_dict()}
+            "scheduler": scheduler.state_dict(), "epoch": s.epoch + 1, "complete": complete,
+            "micro_batches": 0 if complete else s.epoch_micro, "step": s.step,
+            "epoch_sums": None if complete else s.epoch_sums.tolist(),
+            "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
+            "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict()}
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -78,23 +112,52 @@ def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
                          f"--input-size {want[0]} --map-scale {want[1]}`")
 
 
-def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDataset) -> int:
-    """Restore everything from a checkpoint; returns the number of epochs already done."""
+def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDataset) -> dict:
+    """Restore everything from a checkpoint into the run; ctx.state then says where to go on. Returns it."""
     ck = load_checkpoint(path)
     if ck["config"]["map_scale"] != ds.config.map_scale:
         raise UsageError(f"{path} has a head for map_scale {ck['config']['map_scale']}, {ds.cache_dir} has "
                          f"{ds.config.map_scale}; resume on a cache built with the same --map-scale")
-    if ck["fingerprint"] != ds.fingerprint and ctx.rt.rank == 0:
-        warnings.warn(f"{path} was trained on a cache with another build fingerprint ({ck['fingerprint']}) than "
-                      f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed", stacklevel=2)
+    say = warnings.warn if ctx.rt.rank == 0 else (lambda *a, **k: None)
+    if ck["fingerprint"] != ds.fingerprint:
+        say(f"{path} was trained on a cache with another build fingerprint ({ck['fingerprint']}) than "
+            f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed", stacklevel=2)
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
     if ctx.scaler.is_enabled() and ck["scaler"]:
         ctx.scaler.load_state_dict(ck["scaler"])
-    elif ctx.scaler.is_enabled() and ctx.rt.rank == 0:  # trained without GradScaler: --amp bf16 / off, or the CPU
-        warnings.warn(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss "
-                      f"scale", stacklevel=2)
-    ctx.state.step = ck["step"]
-    return ck["epoch"]
+    elif ctx.scaler.is_enabled():  # trained without GradScaler: --amp bf16 / off, or the CPU
+        say(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss scale",
+            stacklevel=2)
+    restore_position(ck, path, ctx, say)
+    return ck
 
+
+def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
+    """Step, epoch, place in the epoch, bad-step counts and random states. Checkpoints from before these were
+    saved (no `complete` entry) hold whole epochs only."""
+    s, cfg, rt = ctx.state, ctx.cfg, ctx.rt
+    s.step = ck["step"]
+    complete = ck.get("complete", True)
+    s.epoch = ck["epoch"] if complete else ck["epoch"] - 1
+    if not complete:
+        saved = ck["train_config"]
+        same = (saved["batch_size"], saved["accum_steps"], ck["world"]) == (cfg.batch_size, cfg.accum_steps, rt.world)
+        if same:
+            s.epoch_micro = ck["micro_batches"]
+            s.epoch_sums = torch.tensor(ck["epoch_sums"], device=rt.device)
+        else:
+            say(f"{path} stopped inside epoch {ck['epoch']} with another batch size, accumulation or process "
+                f"count; that epoch starts over", stacklevel=3)
+    if "bad_steps" in ck:
+        s.bad_run.fill_(ck["bad_steps"][0])
+        s.bad_total.fill_(ck["bad_steps"][1])
+    rng = ck.get("rng") or []
+    if len(rng) == rt.world:
+        torch.set_rng_state(rng[rt.rank]["cpu"])
+        if rt.device.type == "cuda" and rng[rt.rank]["cuda"] is not None:
+            torch.cuda.set_rng_state(rng[rt.rank]["cuda"], rt.device)
+    else:
+        say(f"{path} holds no random state for {rt.world} process(es): the jitter will differ from a run that "
+            f"was never stopped", stacklevel=3)

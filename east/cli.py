@@ -9,57 +9,103 @@ from pathlib import Path
 import torch.distributed as dist
 
 from east.augment import IMAGENET_MEAN, IMAGENET_STD
-from east.config import resolve_config
+from east.backbone import check_backbone_file
+from east.config import (
+    AMP_DTYPES,
+    BACKBONES,
+    CPU_BATCH_SIZE,
+    CPU_BUDGET_SECONDS,
+    CPU_BUDGET_STEPS,
+    TrainConfig,
+    resolve_config,
+)
 from east.engine import NonFiniteLoss
 from east.export import export_onnx
-from east.model import check_backbone_file
+from east.runinfo import INTERRUPTED
 from east.runtime import leave_group, setup_device
 from east.trainer import evaluate_checkpoint, train
 from preprocess.errors import BuildError, CacheError, DataError, UsageError
 
+EXAMPLES = """examples:
+  python train.py --cache cache/train --val-cache cache/val    train; DetEval hmean logged every epoch
+  python train.py --cache cache/train --resume runs/east/latest.pt
+                                                  go on where a run stopped (Ctrl-C saves, and prints this line)
+  torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
+  python train.py --eval-only --checkpoint runs/east/latest.pt --val-cache cache/val
+  python train.py --export-onnx east.onnx --checkpoint runs/east/latest.pt
+"""
+
 
 def get_args_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="Train EAST on a cache built by `python -m preprocess build`; "
-                                            "evaluate or export a checkpoint.")
-    p.add_argument("--cache", type=Path, default=Path("cache"), help="training cache directory (default: cache)")
-    p.add_argument("--val-cache", type=Path,
-                   help="validation cache; its loss is computed after every epoch, detection metrics per --eval-every")
-    p.add_argument("--eval-every", type=int, metavar="N",
-                   help="epochs between detection metrics on --val-cache: predictions decoded to quads, DetEval "
-                        "precision/recall/hmean against its words, logged with the epoch (and after the last); "
-                        "default 1 with --val-cache, 0: off")
-    p.add_argument("--rebuild", action="store_true",
-                   help="if a cache (train or val) is stale, update it before training")
-    p.add_argument("--out", type=Path, default=Path("runs/east"),
-                   help="checkpoints, log.jsonl, eval.jsonl, profile trace")
-    p.add_argument("--epochs", type=int, help="epochs (default 50; without a GPU a 1-epoch, 20-step check run)")
-    p.add_argument("--max-steps", type=int, help="stop after this many optimiser steps in total")
-    p.add_argument("--time-limit", type=float, metavar="SECONDS",
-                   help="stop after the step that crosses this wall time")
-    p.add_argument("--batch-size", type=int, help="samples per step per process (default 8; 1 in the no-GPU check run)")
-    p.add_argument("--accum-steps", type=int, default=1, help="micro-batches accumulated per optimiser step")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate; x0.1 at half the epochs")
-    p.add_argument("--clip-grad", type=float, help="clip the gradient norm to this value")
-    p.add_argument("--amp", choices=("fp16", "bf16", "off"), help="autocast dtype (default fp16 on CUDA, off on CPU)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--jitter", type=float, default=0.5,
-                   help="colour jitter strength: brightness/contrast/saturation x U[1-j,1+j], hue U[-j/2,j/2] (0: off)")
-    p.add_argument("--workers", type=int, default=0,
-                   help="DataLoader worker processes. 0 (default): this process reads the cache one batch ahead in "
-                        "a thread, copying once into pinned memory; a cached batch is a memcpy, so one thread keeps "
-                        "up (`python -m preprocess bench CACHE` measures both on your disk). N > 0: N processes, "
-                        "e.g. for a cache on network storage where reads wait on I/O")
-    p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--seed", type=int, default=0, help="seed of shuffling, jitter and initialisation")
-    p.add_argument("--backbone-weights", type=Path,
-                   help="torchvision-format vgg16_bn state dict (.pth) for the backbone; default: random init")
-    p.add_argument("--resume", type=Path, help="checkpoint to continue from (e.g. runs/east/latest.pt)")
-    p.add_argument("--save-every", type=int, default=1, help="write a checkpoint every N epochs (and after the last)")
-    p.add_argument("--log-every", type=int, default=20, help="optimiser steps between loss logs (the only host syncs)")
-    p.add_argument("--max-bad-steps", type=int, default=20, help="abort after this many non-finite steps in a row")
-    p.add_argument("--profile", type=int, metavar="N", help="profile N steps, write out/profile_trace.json and stop")
-    p.add_argument("--checkpoint", type=Path, metavar="CKPT", help="checkpoint for --eval-only or --export-onnx")
-    mode = p.add_mutually_exclusive_group()
+    """Flags default to None (not given); TrainConfig's defaults, resolved once in resolve_config, fill them."""
+    d = TrainConfig()
+    p = argparse.ArgumentParser(
+        description="Train the EAST text detector on a cache built by `python -m preprocess build`, evaluate a "
+                    "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
+                    "step and saves a checkpoint that --resume continues from exactly.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = p.add_argument_group("data")
+    data.add_argument("--cache", type=Path, help=f"training cache directory (default: {d.cache})")
+    data.add_argument("--val-cache", type=Path,
+                      help="validation cache: its loss after every epoch, detection metrics per --eval-every "
+                           "(default: none)")
+    data.add_argument("--eval-every", type=int, metavar="N",
+                      help="epochs between detection metrics on --val-cache (predictions decoded to quads, DetEval "
+                           "precision/recall/hmean against its words) and after the last; 0: off "
+                           "(default: 1 with --val-cache, else 0)")
+    data.add_argument("--rebuild", action="store_true",
+                      help="update a stale cache (train or val) before training (default: off; a stale cache stops the "
+                           "run with the command that updates it)")
+    data.add_argument("--workers", type=int,
+                      help="DataLoader worker processes; 0: this process reads one batch ahead in a thread, enough "
+                           "for a cache on a local disk (`python -m preprocess bench CACHE` measures both); N > 0 "
+                           f"for slow storage (default: {d.workers})")
+    length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
+                                  f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
+    length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
+    length.add_argument("--max-steps", type=int, help="optimiser steps in all, counting resumed ones (default: no cap)")
+    length.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="stop after the step that crosses this wall time, saving a checkpoint (default: none)")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--batch-size", type=int,
+                     help=f"samples per micro-batch per process (default: {d.batch_size} on a GPU, "
+                          f"{CPU_BATCH_SIZE} on a CPU)")
+    opt.add_argument("--accum-steps", type=int, help=f"micro-batches per optimiser step (default: {d.accum_steps})")
+    opt.add_argument("--lr", type=float, help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
+    opt.add_argument("--clip-grad", type=float, metavar="NORM", help="clip the gradient norm (default: no clipping)")
+    opt.add_argument("--amp", choices=tuple(AMP_DTYPES),
+                     help="mixed precision: fp16 (with loss scaling), bf16, or off (default: fp16 on CUDA, else off)")
+    opt.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
+    opt.add_argument("--jitter", type=float,
+                     help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
+                          f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
+    opt.add_argument("--seed", type=int, help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
+    opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
+                     help="start the VGG16-BN backbone from torchvision's ImageNet weights (downloaded once, "
+                          "528 MB, into the torch hub cache), from random weights, or from a torchvision vgg16_bn "
+                          f"state dict file; ignored with --resume (default: {d.backbone_weights})")
+    opt.add_argument("--max-bad-steps", type=int, metavar="N",
+                     help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
+    out = p.add_argument_group("output and resuming")
+    out.add_argument("--out", type=Path,
+                     help=f"folder for checkpoints (epoch_N.pt, latest.pt), log.jsonl and eval.jsonl (default: "
+                          f"{d.out}; with --eval-only, the checkpoint's folder)")
+    out.add_argument("--resume", type=Path, metavar="CKPT",
+                     help="continue the run a checkpoint was saved in, at the step it was saved (default: none)")
+    out.add_argument("--save-every", type=int, metavar="N",
+                     help=f"checkpoint every N epochs and after the last (default: {d.save_every})")
+    out.add_argument("--save-every-steps", type=int, metavar="N",
+                     help="also checkpoint every N optimiser steps inside an epoch, keeping the newest such file "
+                          "(default: only at epoch ends)")
+    out.add_argument("--log-every", type=int, metavar="N",
+                     help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
+    out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
+    out.add_argument("--profile", type=int, metavar="N",
+                     help="profile N steps after a warm-up one, write OUT/profile_trace.json and stop (default: off)")
+    other = p.add_argument_group("other modes")
+    other.add_argument("--checkpoint", type=Path, metavar="CKPT",
+                       help="the checkpoint --eval-only or --export-onnx reads (default: none)")
+    mode = other.add_mutually_exclusive_group()
     mode.add_argument("--eval-only", action="store_true",
                       help="no training: DetEval precision/recall/hmean of --checkpoint on --val-cache (or --cache), "
                            "printed and appended to OUT/eval.jsonl")
@@ -77,7 +123,8 @@ def get_args_parser() -> argparse.ArgumentParser:
 # counts that have a floor: the least value each flag takes (0 for --workers: read in this process;
 # 0 for --eval-every: no detection metrics)
 LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batch-size": 1, "--epochs": 1,
-                "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0}
+                "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0,
+                "--save-every-steps": 1}
 
 
 def check_flags(args) -> None:
@@ -98,45 +145,51 @@ def check_flags(args) -> None:
                          "pass --resume")
     if args.eval_every and not args.val_cache:
         raise UsageError("--eval-every needs --val-cache DIR, the cache whose words the predictions are scored on")
-    if args.backbone_weights is not None:
-        check_backbone_file(args.backbone_weights)
+    if args.backbone_weights not in (None, *BACKBONES):
+        check_backbone_file(Path(args.backbone_weights))
 
 
 
-def run(argv: list[str] | None = None) -> None:
-    """The command for these arguments; its errors propagate (main() turns them into one line)."""
+def run(argv: list[str] | None = None) -> int:
+    """The command for these arguments; returns its exit status (0, or INTERRUPTED after Ctrl-C / SIGTERM).
+    Errors propagate: main() turns them into one line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
     if args.export_onnx:
         export_onnx(args.checkpoint, args.export_onnx)
-        return
+        return 0
     rt = setup_device(args.device)
     try:
         cfg = resolve_config(args, rt.device)
+        status = 0
         if args.eval_only:
             evaluate_checkpoint(cfg, rt, args.checkpoint)
         else:
-            train(cfg, rt)
+            status = train(cfg, rt, argv)
         if rt.world > 1:
             # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
             # group down while a peer is still connected can abort at exit (a 2-process gloo run did, once).
             dist.barrier()
     finally:
         leave_group(rt)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     """The console entry point. Returns the exit status: 2 for bad flags, caches or data (also from --rebuild),
-    1 when training diverged."""
+    1 when training diverged, 130 when a signal stopped the run (after saving) or a second Ctrl-C did (unsaved)."""
     try:
-        run(argv)
+        return run(argv)
     except (CacheError, UsageError, DataError, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except NonFiniteLoss as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    return 0
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing saved since the last checkpoint", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -2,9 +2,14 @@
 carries the epoch to whichever process reads, so that the cached variants rotate under persistent workers."""
 from __future__ import annotations
 
+import fcntl
 import functools
+import itertools
+import os
+import signal
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -16,24 +21,27 @@ from preprocess.store.build import rebuild as rebuild_cache
 from preprocess.store.manifest import Manifest
 from preprocess.store.stale import check_stale
 
+BUILD_LOCK = ".lock"  # the file preprocess.store.build.build_lock flocks in a cache while it writes, with its pid
+
 
 class EpochSampler(Sampler):
     """Yields (epoch, index). Persistent DataLoader workers keep their own copy of the dataset, so
-    `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate."""
+    `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate.
+    `skip` leaves out the start of an epoch's order: a run resumed mid-epoch reads the batches it had not."""
 
     def __init__(self, base: Sampler):
-        self.base, self.epoch = base, 0
+        self.base, self.epoch, self.skip = base, 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        self.epoch, self.skip = epoch, skip
         self.base.set_epoch(epoch)
 
     def __iter__(self):
         epoch = self.epoch
-        return ((epoch, i) for i in self.base)
+        return ((epoch, i) for i in itertools.islice(self.base, self.skip, None))
 
     def __len__(self) -> int:
-        return len(self.base)
+        return max(0, len(self.base) - self.skip)
 
 
 class EpochDataset(Dataset):
@@ -60,22 +68,57 @@ def make_loader(ds: CacheDataset, cfg: TrainConfig, rt: Runtime, train: bool) ->
     cuda, workers = rt.device.type == "cuda", cfg.workers
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
+    # Its own generator: DataLoader draws a seed from it at every iter(), which from the global one would shift
+    # the jitter's random numbers whenever an epoch is begun anew on resume.
     return DataLoader(EpochDataset(ds), batch_size=cfg.batch_size, sampler=sampler, num_workers=workers,
                       collate_fn=functools.partial(collate, pin=cuda and workers == 0), pin_memory=cuda and workers > 0,
-                      persistent_workers=cuda and workers > 0, drop_last=train and len(sampler) >= cfg.batch_size)
+                      persistent_workers=cuda and workers > 0, drop_last=train and len(sampler) >= cfg.batch_size,
+                      generator=torch.Generator().manual_seed(cfg.seed), worker_init_fn=ignore_interrupts)
+
+
+def ignore_interrupts(worker_id: int) -> None:
+    """Ctrl-C reaches every process of the terminal's group; the main process stops the run at a step boundary,
+    and a worker that died of it first would fail the batches that step still needs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def open_cache(path: Path, rebuild: bool, rt: Runtime) -> CacheDataset:
     """Open a cache; with `rebuild`, rank 0 first brings a stale one up to date while the others wait.
     Without it a stale cache raises StaleCacheError, whose message says what to run."""
-    if rebuild and rt.rank == 0:
-        changes = check_stale(Manifest.load(path))
-        if changes.stale:
-            print(f"{path}: {changes.describe()}; updating the cache (--rebuild)", flush=True)
-            rebuild_cache(path, quiet=True)
-    if rebuild and rt.world > 1:
-        dist.barrier()
-    return CacheDataset(path)
+    try:
+        if rebuild and rt.rank == 0:
+            changes = check_stale(Manifest.load(path))
+            if changes.stale:
+                print(f"{path}: {changes.describe()}; updating the cache (--rebuild)", flush=True)
+                rebuild_cache(path, quiet=True)
+        if rebuild and rt.world > 1:
+            dist.barrier()
+        return CacheDataset(path)
+    except CacheError:
+        why = explain_not_a_cache(path)
+        if why is None:
+            raise
+        raise CacheError(why) from None
+
+
+def explain_not_a_cache(path: Path) -> str | None:
+    """What a folder that cannot be opened as a cache is instead, when it is one of the usual mistakes: a data
+    set (it holds ufo/), or a cache whose build is still running (its lock is held)."""
+    if (path / "ufo").is_dir():
+        return (f"{path} is a data set (it holds ufo/), not a cache; build a cache from it first: python -m "
+                f"preprocess build --data {path} --out cache, then pass --cache cache")
+    try:
+        fd = os.open(path / BUILD_LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: taken only when no build holds it
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        return f"{path}: a build (pid {holder}) is still writing this cache; run again when it has finished"
+    finally:
+        os.close(fd)
+    return None
 
 
 def check_caches(ds: CacheDataset, val: CacheDataset | None) -> None:

@@ -3,6 +3,7 @@ sync), an epoch of them, and the validation loss. The only host syncs are at --l
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -11,13 +12,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
-from tqdm import tqdm
 
 from dataset import batches
 from east.augment import prepare_images
 from east.config import RunState, TrainConfig
 from east.loss import LOSS_KEYS, east_loss
 from east.runtime import Runtime
+from preprocess.progress import Progress
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Context:
     state: RunState
     log: Callable[[dict], None] | None = None   # JSONL writer on rank 0, None elsewhere
     on_step: Callable[[], None] | None = None   # profiler hook
+    save: Callable[[], None] | None = None      # writes a mid-epoch checkpoint (--save-every-steps)
 
     def autocast(self):
         return torch.autocast(self.rt.device.type, dtype=self.cfg.amp_dtype, enabled=self.cfg.amp_dtype is not None)
@@ -44,7 +46,6 @@ def new_context(cfg: TrainConfig, rt: Runtime, fused: bool | None = None) -> Con
 
 class NonFiniteLoss(RuntimeError):
     """Too many non-finite steps in a row: training has diverged."""
-
 
 
 def forward_loss(model, batch: dict, ctx: Context, jitter: float) -> dict[str, torch.Tensor]:
@@ -84,18 +85,23 @@ def optimizer_step(model, optimizer, ctx: Context, loss: torch.Tensor) -> torch.
     return bad
 
 
-def train_one_epoch(model, loader, optimizer, ctx: Context, epoch: int) -> dict:
+def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]:
+    """Steps through the rest of epoch ctx.state.epoch (all of it unless a checkpoint stopped inside it, then
+    loader starts where it stopped). Returns the epoch's mean losses and timings, and whether it is complete."""
     model.train()
-    cfg, accum = ctx.cfg, ctx.cfg.accum_steps
-    n_micro = len(loader) // accum * accum  # a trailing partial accumulation is not stepped
-    total = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)   # loss sums over good steps, good steps
-    window = torch.zeros_like(total)
+    cfg, state, accum = ctx.cfg, ctx.state, ctx.cfg.accum_steps
+    first = state.epoch_micro
+    n_micro = (len(loader) + first) // accum * accum  # the whole epoch's; no partial accumulation at its end
+    if state.epoch_sums is None:  # loss sums over good steps and their count; a resumed epoch's carry on
+        state.epoch_sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
+    window = torch.zeros_like(state.epoch_sums)
     acc = torch.zeros(len(LOSS_KEYS), device=ctx.rt.device)
     wait, steps, t0 = 0.0, 0, time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    bar = tqdm(total=n_micro // accum, desc=f"epoch {epoch}", disable=ctx.rt.rank != 0, leave=False, dynamic_ncols=True)
+    progress = Progress(n_micro // accum, "steps", quiet=ctx.rt.rank != 0, initial=first // accum,
+                        desc=f"epoch {state.epoch + 1}/{cfg.epochs}")
     it = batches(loader)
-    for i in range(n_micro):
+    for i in range(first, n_micro):
         t = time.perf_counter()
         batch = next(it)
         wait += time.perf_counter() - t
@@ -108,27 +114,29 @@ def train_one_epoch(model, loader, optimizer, ctx: Context, epoch: int) -> dict:
         if not last:
             continue
         bad = optimizer_step(model, optimizer, ctx, acc[0])
-        count_step(ctx, bad, acc, (total, window))
-        steps += 1
-        bar.update()
+        count_step(ctx, bad, acc, (state.epoch_sums, window))
+        state.epoch_micro, steps = i + 1, steps + 1
+        progress.update(1)
         if ctx.on_step:
             ctx.on_step()
-        if ctx.state.step % cfg.log_every == 0:
-            log_window(window, ctx, epoch, optimizer, bar)
+        if state.step % cfg.log_every == 0:
+            log_window(window, ctx, optimizer, progress)
         if should_stop(ctx):
-            ctx.state.stopped = True
+            state.stopped = True
             break
-    bar.close()
+        if cfg.save_every_steps and state.step % cfg.save_every_steps == 0 and i + 1 < n_micro and ctx.save:
+            ctx.save()
+    progress.close()
     if hasattr(it, "close"):
         it.close()  # a prefetch thread left mid-epoch stops now, not when the generator is collected
     if ctx.rt.device.type == "cuda":
         torch.cuda.synchronize(ctx.rt.device)  # the epoch's time must include the queued GPU work
     seconds = time.perf_counter() - t0
     check_bad_steps(ctx)
-    stats = mean_losses(total, ctx)
+    stats = mean_losses(state.epoch_sums.clone(), ctx)
     n_samples = steps * accum * cfg.batch_size * ctx.rt.world
-    return {**stats, "steps": steps, "samples_per_s": n_samples / seconds, "data_wait": wait / seconds,
-            "seconds": seconds}
+    return ({**stats, "steps": steps, "samples_per_s": n_samples / seconds, "data_wait": wait / seconds,
+             "seconds": seconds}, state.epoch_micro == n_micro)
 
 
 def count_step(ctx: Context, bad: torch.Tensor, acc: torch.Tensor, sums: tuple) -> None:
@@ -143,19 +151,21 @@ def count_step(ctx: Context, bad: torch.Tensor, acc: torch.Tensor, sums: tuple) 
 
 
 def should_stop(ctx: Context) -> bool:
-    """--max-steps (or --profile's end) or --time-limit reached. Under DDP the clock is read at log intervals only and agreed on
-    by all ranks, so that no rank leaves while the others wait in a collective."""
-    if ctx.state.step_limit is not None and ctx.state.step >= ctx.state.step_limit:
+    """--max-steps (or --profile's end), --time-limit or SIGINT / SIGTERM. Under DDP the clock and the signal
+    flag are read at log intervals only and agreed on by all ranks, so that no rank leaves while the others wait
+    in a collective, and all of them save the same step."""
+    state = ctx.state
+    if state.step_limit is not None and state.step >= state.step_limit:
         return True
-    if ctx.state.deadline is None:
-        return False
-    late = time.perf_counter() >= ctx.state.deadline
+    late = state.deadline is not None and time.perf_counter() >= state.deadline
     if ctx.rt.world == 1:
-        return late
-    if ctx.state.step % ctx.cfg.log_every:
+        return late or state.signal is not None
+    if state.step % ctx.cfg.log_every:
         return False
-    flag = torch.tensor(float(late), device=ctx.rt.device)
+    flag = torch.tensor(2.0 if state.signal is not None else float(late), device=ctx.rt.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if flag.item() == 2.0 and state.signal is None:  # another rank was signalled: stop as it does
+        state.signal = signal.SIGTERM
     return bool(flag)
 
 
@@ -171,16 +181,16 @@ def means(v: list[float]) -> dict:
     return {k: (v[j] / v[-1] if v[-1] else math.nan) for j, k in enumerate(LOSS_KEYS)}
 
 
-def log_window(window: torch.Tensor, ctx: Context, epoch: int, optimizer, bar) -> None:
+def log_window(window: torch.Tensor, ctx: Context, optimizer, progress: Progress) -> None:
     """The only per-interval host sync: mean losses of the last --log-every steps, and the bad-step check."""
     m = means(window.tolist())
     window.zero_()
     check_bad_steps(ctx)
     if ctx.rt.rank != 0:
         return
-    bar.set_postfix(loss=f"{m['loss']:.4f}", bad=int(ctx.state.bad_total))
-    ctx.log({"event": "step", "epoch": epoch, "step": ctx.state.step, "lr": optimizer.param_groups[0]["lr"], **m,
-             "bad_steps": int(ctx.state.bad_total)})
+    progress.set_note(loss=f"{m['loss']:.4f}", skipped=int(ctx.state.bad_total))
+    ctx.log({"event": "step", "epoch": ctx.state.epoch + 1, "step": ctx.state.step,
+             "lr": optimizer.param_groups[0]["lr"], **m, "bad_steps": int(ctx.state.bad_total)})
 
 
 def check_bad_steps(ctx: Context) -> None:

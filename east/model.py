@@ -1,16 +1,12 @@
-"""EAST (Zhou et al., CVPR 2017) on a VGG16-BN backbone: the network, its initialisation, and loading a
-torchvision-format backbone state dict."""
+"""EAST (Zhou et al., CVPR 2017) on a VGG16-BN backbone: the network and its initialisation. The backbone's
+layers are numbered as torchvision's, so that its ImageNet weights load (east.backbone)."""
 from __future__ import annotations
 
 import math
-import pickle
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from preprocess.errors import UsageError
 
 MAX_DISTANCE = 512.0         # px; the distance head's range, sigmoid * MAX_DISTANCE (the paper's text scale)
 # VGG16-BN: conv widths, "M" = 2x2 max-pool. Laid out as torchvision's `features` (conv, bn, relu per
@@ -91,35 +87,3 @@ def init_weights(m: nn.Module) -> None:
     elif isinstance(m, nn.BatchNorm2d):
         nn.init.ones_(m.weight)
         nn.init.zeros_(m.bias)
-
-
-BACKBONE_HINT = ("--backbone-weights needs a torchvision vgg16_bn state dict, e.g. "
-                 "torch.save(torchvision.models.vgg16_bn(weights='IMAGENET1K_V1').state_dict(), 'vgg16_bn.pth')")
-
-
-def check_backbone_file(path: Path) -> None:
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file; {BACKBONE_HINT}")
-
-
-def load_backbone(model: EAST, path: Path) -> None:
-    """Load the `features.*` part of a torchvision-format VGG16-BN state dict (the classifier is ignored).
-    Anything else raises a UsageError that names the file and says what it must hold."""
-    check_backbone_file(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # weights_only's refusal is a page of advice on trusting the source
-        raise UsageError(f"{path}: holds more than tensors (a whole model saved with torch.save(model)?) or is "
-                         f"not a torch file; {BACKBONE_HINT}") from None
-    except Exception as e:  # truncated, not a zip: unreadable alike
-        raise UsageError(f"{path}: cannot be read as a state dict ({type(e).__name__}: {str(e)[:200]}); "
-                         f"{BACKBONE_HINT}") from None
-    feats = ({k.removeprefix("features."): v for k, v in state.items() if k.startswith("features.")}
-             if isinstance(state, dict) else {})
-    if not feats:
-        raise UsageError(f"{path}: no `features.N.*` keys; {BACKBONE_HINT}")
-    try:
-        model.features.load_state_dict(feats)
-    except RuntimeError as e:  # other keys or shapes: plain vgg16 (no BN) numbers its layers differently
-        raise UsageError(f"{path}: its `features` do not fit VGG16-BN ({str(e)[:300]}); {BACKBONE_HINT}") from None
-

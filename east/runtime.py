@@ -1,8 +1,11 @@
-"""Where a run executes: the device, the process group under torchrun, and the profiler."""
+"""Where a run executes: the device, the process group under torchrun, signals, and the profiler."""
 from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from east.config import RunState
 from preprocess.errors import UsageError
 
 CPU = torch.device("cpu")
@@ -55,6 +59,30 @@ def setup_device(name: str | None) -> Runtime:
 def leave_group(rt: Runtime) -> None:
     if rt.world > 1:
         dist.destroy_process_group()
+
+
+@contextmanager
+def stop_on_signals(state: RunState, rt: Runtime):
+    """While training: SIGINT (Ctrl-C) or SIGTERM asks the run to stop at the next step boundary and save
+    (state.signal); a second Ctrl-C stops at once, unsaved (KeyboardInterrupt). Outside the main thread, where
+    Python cannot take signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ask_to_stop(signum, frame) -> None:
+        if state.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        state.signal = signum
+        if rt.rank == 0:  # os.write: print() could be interrupted inside a print of the main thread
+            os.write(2, f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+                        f"(Ctrl-C again stops at once, unsaved)\n".encode())
+    previous = {s: signal.signal(s, ask_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def jsonl_writer(path: Path):

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import small_config  # noqa: F401  (re-exported for modules that import it from conftest)
+from helpers import make_tiny_cache, small_config  # noqa: F401  (small_config: re-exported)
 
 from preprocess.tools.sampledata import write_sample_dataset
 
@@ -24,3 +24,15 @@ def data_copy(sample_root, tmp_path) -> Path:
     shutil.copytree(sample_root, dst)
     return dst
 
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """Two pages small enough for 64 px crops: a training step takes a fraction of a second on a CPU."""
+    return write_sample_dataset(tmp_path_factory.mktemp("tiny") / "data", n_images=2, words_per_page=8,
+                                page_size=(160, 120), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tiny_data, tmp_path_factory) -> Path:
+    """A cache of tiny_data (helpers.TINY): 2 images, 64 px, maps at x0.5, one variant. Read only."""
+    return make_tiny_cache(tiny_data, tmp_path_factory.mktemp("tiny_cache") / "c")

@@ -1,13 +1,21 @@
-"""Helpers shared by the tests: a small build config, cache contents as bytes, edits of a UFO file."""
+"""Helpers shared by the tests (test modules never import each other): a small build config, cache contents as
+bytes, edits of a UFO file; tiny caches and training runs on the CPU."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from east import cli
 from preprocess.config import BuildConfig
+from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
 from preprocess.store.sidecar import quads_path
 
+REPO = Path(__file__).resolve().parents[1]
+# pages this small still leave words in both kinds of 64 px crop
+TINY = dict(image_size=96, input_size=64, variants=1, crop_tries=20)
+# flags of a quiet, offline CPU run: no download of ImageNet weights, a log record every step
+QUIET_RUN = ["--workers", "0", "--batch-size", "2", "--log-every", "1", "--backbone-weights", "random"]
 SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50)
 
 
@@ -44,3 +52,22 @@ def nudge_first_word(images) -> None:
     words = images[first_image(images)]["words"]
     word = words[sorted(words)[0]]
     word["points"] = [[x + 2, y] for x, y in word["points"]]
+
+
+def make_tiny_cache(data: Path, out: Path, **over) -> Path:
+    build_cache(BuildConfig(**{**TINY, "map_scale": 0.5, **over}), [data], out, jobs=1, quiet=True)
+    return out
+
+
+def train_run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
+    """The training command in this process (errors raised) with QUIET_RUN before `flags`; returns the log."""
+    cli.run(["--cache", str(cache_dir), "--out", str(out), *QUIET_RUN, *flags])
+    return read_log(out)
+
+
+def read_log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def epochs_of(log: list[dict]) -> list[dict]:
+    return [r for r in log if r["event"] == "epoch"]

@@ -49,7 +49,7 @@ def run(cache, tmp_path_factory) -> tuple[Path, str]:
     """Two epochs with the cache as its own validation set, metrics after the second: (out dir, printed)."""
     out = tmp_path_factory.mktemp("run")
     printed = main("--cache", str(cache), "--val-cache", str(cache), "--out", str(out), "--epochs", "2",
-                   "--eval-every", "2", "--batch-size", "2", "--workers", "0")
+                   "--eval-every", "2", "--batch-size", "2", "--workers", "0", "--backbone-weights", "random")
     return out, printed
 
 
@@ -99,6 +99,16 @@ def test_eval_only_reproduces_the_last_epoch(run, cache, tmp_path):
     assert record["epoch"] == 2 and record["images"] == 5
     assert {k: record[k] for k in METRICS} == {k: last[k] for k in METRICS}
     assert "latest.pt (epoch 2)" in printed and f"hmean {record['hmean']:.4f}" in printed
+
+
+def test_eval_only_writes_beside_the_checkpoint_unless_told_otherwise(run, cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the training default, runs/east, would go
+    elsewhere = tmp_path / "other_run"
+    elsewhere.mkdir()
+    (elsewhere / "model.pt").write_bytes((run[0] / "latest.pt").read_bytes())
+    printed = main("--eval-only", "--checkpoint", str(elsewhere / "model.pt"), "--val-cache", str(cache))
+    assert f"appended to {elsewhere / 'eval.jsonl'}" in printed
+    assert (elsewhere / "eval.jsonl").is_file() and not (tmp_path / "runs").exists()
 
 
 def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):

@@ -4,6 +4,7 @@ under torchrun."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -16,54 +17,24 @@ import numpy as np
 import pytest
 import torch
 from conftest import small_config
+from helpers import REPO, epochs_of, make_tiny_cache, read_log, train_run
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from dataset import BlockSampler, CacheDataset, batches, collate
-from east import augment, checkpoint, cli, config, data, engine, runtime
+from east import augment, backbone, checkpoint, cli, config, data, engine, runtime
+from east.backbone import load_backbone
 from east.config import TrainConfig
 from east.loss import east_loss
-from east.model import EAST, MAX_DISTANCE, VGG16_BN, load_backbone
+from east.model import EAST, MAX_DISTANCE, VGG16_BN
 from east.runtime import Runtime
-from preprocess.config import BuildConfig
 from preprocess.errors import UsageError
 from preprocess.store.build import build_cache
-from preprocess.tools.sampledata import write_sample_dataset
-
-REPO = Path(__file__).resolve().parents[1]
-# pages this small still leave words in both kinds of 64 px crop
-TINY = dict(image_size=96, input_size=64, variants=1, crop_tries=20)
 
 
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory) -> Path:
-    return write_sample_dataset(tmp_path_factory.mktemp("tiny") / "data", n_images=2, words_per_page=8,
-                                page_size=(160, 120), seed=0)
-
-
-def make_cache(data: Path, out: Path, **over) -> Path:
-    build_cache(BuildConfig(**{**TINY, "map_scale": 0.5, **over}), [data], out, jobs=1, quiet=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def cache(tiny_data, tmp_path_factory) -> Path:
-    return make_cache(tiny_data, tmp_path_factory.mktemp("cache") / "c")
-
-
-def run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
-    """main() with quiet defaults for a CPU test; returns the JSONL log."""
-    base = ["--cache", str(cache_dir), "--out", str(out), "--workers", "0", "--batch-size", "2", "--log-every", "1"]
-    cli.run(base + list(flags))
-    return read_log(out)
-
-
-def read_log(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-
-
-def epochs_of(log: list[dict]) -> list[dict]:
-    return [r for r in log if r["event"] == "epoch"]
+@pytest.fixture
+def cache(tiny_cache) -> Path:
+    return tiny_cache
 
 
 # ---------------------------------------------------------------- model
@@ -127,13 +98,55 @@ def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
         torch.save(plain_vgg16_features(), path)
     elif case == "wrong shape":
         torch.save({**good, "features.0.weight": torch.zeros(64, 1, 3, 3)}, path)
-    with pytest.raises(UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights needs a torchvision vgg16_bn state dict"):
+    with pytest.raises(UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights takes imagenet, random, or a torchvision vgg16_bn state dict"):
         load_backbone(EAST(), path)
 
 
 def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
-    with pytest.raises(UsageError, match=r"nope\.pth: no such file; --backbone-weights needs"):
+    with pytest.raises(UsageError, match=r"nope\.pth: no such file; --backbone-weights takes"):
         cli.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
+
+
+def imagenet_like_file(folder: Path, hash_prefix: str | None = None) -> tuple[Path, dict]:
+    """A torchvision-format vgg16_bn file of the right keys and shapes but a few bytes a tensor (each one a
+    broadcast view of a single number), named as torchvision names its files: vgg16_bn-<sha256 prefix>.pth."""
+    state = {f"features.{k}": torch.full((), i, dtype=v.dtype).expand(v.shape)
+             for i, (k, v) in enumerate(EAST().features.state_dict().items())}
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "weights.pth"
+    torch.save(state, tmp)
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()[:8]
+    return tmp.rename(folder / f"vgg16_bn-{hash_prefix or digest}.pth"), state
+
+
+def test_imagenet_weights_are_downloaded_once_checked_and_loaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    src, state = imagenet_like_file(tmp_path / "server")
+    assert src.stat().st_size < 200_000
+    monkeypatch.setattr(backbone, "IMAGENET_URL", src.as_uri())
+    said, model = [], EAST()
+    assert backbone.init_backbone(model, "imagenet", said.append).startswith("ImageNet vgg16_bn")
+    cached = tmp_path / "torch" / "hub" / "checkpoints" / src.name
+    assert cached.read_bytes() == src.read_bytes() and str(cached) in said[0]
+    assert torch.equal(model.features[40].weight, state["features.40.weight"])
+    src.unlink()  # the hub cache serves it from now on
+    backbone.init_backbone(EAST(), "imagenet", said.append)
+    assert len(said) == 1
+
+
+@pytest.mark.parametrize("case", ["offline", "corrupt"])
+def test_imagenet_weights_that_cannot_be_had_say_where_to_put_them(case, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    if case == "offline":
+        url, expect = (tmp_path / "nowhere" / "vgg16_bn-6c64b313.pth").as_uri(), "cannot download .*Without a network"
+    else:
+        url, expect = imagenet_like_file(tmp_path / "server", "00000000")[0].as_uri(), "the download .* was corrupt"
+    monkeypatch.setattr(backbone, "IMAGENET_URL", url)
+    place = tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[-1]
+    with pytest.raises(UsageError, match=rf"^--backbone-weights imagenet: {expect}.*put it at {re.escape(str(place))}"
+                                         r".*--backbone-weights random"):
+        backbone.init_backbone(EAST(), "imagenet", print)
+    assert not place.exists() and not list(place.parent.glob("*.partial"))
 
 
 # ---------------------------------------------------------------- loss
@@ -259,7 +272,7 @@ def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
     real = east_loss
     monkeypatch.setattr(engine, "east_loss", lambda *a: {k: v * math.nan for k, v in real(*a).items()})
     with pytest.raises(engine.NonFiniteLoss, match="3 optimiser steps in a row"):
-        run(cache, tmp_path, "--epochs", "5", "--batch-size", "1", "--max-bad-steps", "3")
+        train_run(cache, tmp_path, "--epochs", "5", "--batch-size", "1", "--max-bad-steps", "3")
     steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
     assert [r["bad_steps"] for r in steps] == [1, 2]
 
@@ -268,7 +281,7 @@ def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
 
 def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
     """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices."""
-    ds = CacheDataset(make_cache(tiny_data, tmp_path / "c", variants=2))
+    ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2))
     sampler = data.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
     loader = DataLoader(data.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
                         persistent_workers=True)
@@ -282,10 +295,10 @@ def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
 
 
 def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
-    log = run(cache, tmp_path, "--epochs", "2", "--batch-size", "1", "--accum-steps", "2", "--clip-grad", "5",
+    log = train_run(cache, tmp_path, "--epochs", "2", "--batch-size", "1", "--accum-steps", "2", "--clip-grad", "5",
               "--val-cache", str(cache), "--workers", "1")
     ep = epochs_of(log)
-    assert [r["epoch"] for r in ep] == [0, 1] and [r["step"] for r in ep] == [1, 2]
+    assert [r["epoch"] for r in ep] == [1, 2] and [r["step"] for r in ep] == [1, 2], "epochs count from 1"
     for r in ep:
         assert all(math.isfinite(r[k]) for k in ("loss", "cls", "iou", "angle", "val_loss", "samples_per_s"))
         assert 0 <= r["data_wait"] <= 1
@@ -299,47 +312,48 @@ def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_from_the_saved_epoch(tiny_data, cache, tmp_path):
-    run(cache, tmp_path, "--epochs", "1")
-    log = run(cache, tmp_path, "--epochs", "2", "--resume", str(tmp_path / "latest.pt"))
-    assert [(r["epoch"], r["step"]) for r in epochs_of(log)] == [(0, 1), (1, 2)]
+    train_run(cache, tmp_path, "--epochs", "1")
+    log = train_run(cache, tmp_path, "--epochs", "2", "--resume", str(tmp_path / "latest.pt"))
+    assert [(r["epoch"], r["step"]) for r in epochs_of(log)] == [(1, 1), (2, 2)]
+    assert [r["event"] for r in log if r["event"] == "run"] == ["run", "run"], "each run starts with a header"
     assert torch.load(tmp_path / "epoch_2.pt", weights_only=True)["step"] == 2
-    other = make_cache(tiny_data, tmp_path / "other", seed=7)
+    other = make_tiny_cache(tiny_data, tmp_path / "other", seed=7)
     with pytest.warns(UserWarning, match="build fingerprint"):
-        run(other, tmp_path / "r2", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
-    coarse = make_cache(tiny_data, tmp_path / "coarse", map_scale=0.25)
+        train_run(other, tmp_path / "r2", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
+    coarse = make_tiny_cache(tiny_data, tmp_path / "coarse", map_scale=0.25)
     with pytest.raises(UsageError, match="map-scale"):
-        run(coarse, tmp_path / "r3", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
+        train_run(coarse, tmp_path / "r3", "--epochs", "3", "--resume", str(tmp_path / "latest.pt"))
 
 
 @pytest.mark.slow
-def test_a_cut_epoch_is_saved_as_not_done_and_resumed_whole(cache, tmp_path):
-    """--max-steps 3 with 2 steps per epoch stops in the middle of epoch 1: that epoch is run again on --resume."""
-    run(cache, tmp_path, "--epochs", "3", "--batch-size", "1", "--max-steps", "3")
-    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_1_step_3.pt", "latest.pt"]
+def test_a_cut_epoch_is_resumed_where_it_stopped(cache, tmp_path):
+    """--max-steps 3 with 2 steps per epoch stops after the first step of epoch 2: --resume runs its second."""
+    train_run(cache, tmp_path, "--epochs", "3", "--batch-size", "1", "--max-steps", "3")
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_2_step_3.pt", "latest.pt"]
     ck = torch.load(tmp_path / "latest.pt", weights_only=True)
-    assert (ck["epoch"], ck["step"]) == (1, 3)
+    assert (ck["epoch"], ck["complete"], ck["micro_batches"], ck["step"]) == (2, False, 1, 3)
     assert ck["scheduler"]["last_epoch"] == 1, "the lr schedule does not count the cut epoch"
-    log = run(cache, tmp_path / "r", "--epochs", "2", "--batch-size", "1", "--resume", str(tmp_path / "latest.pt"))
-    assert [(r["epoch"], r["steps"]) for r in epochs_of(log)] == [(1, 2)]
+    log = train_run(cache, tmp_path / "r", "--epochs", "2", "--batch-size", "1", "--resume", str(tmp_path / "latest.pt"))
+    assert [(r["epoch"], r["steps"], r["step"], r["complete"]) for r in epochs_of(log)] == [(2, 1, 4, True)]
     assert torch.load(tmp_path / "r" / "latest.pt", weights_only=True)["epoch"] == 2
 
 
 def test_resume_without_scaler_state_starts_a_fresh_scale(cache, tmp_path):
     """A checkpoint of a bf16 / float32 run has an empty GradScaler state; an fp16 run resumes from it."""
-    run(cache, tmp_path, "--epochs", "1")
+    train_run(cache, tmp_path, "--epochs", "1")
     model = EAST(0.5)
     optimizer = torch.optim.Adam(model.parameters())
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [1])
     ctx = engine.new_context(TrainConfig(amp="fp16"), Runtime())  # a GradScaler, as on CUDA
     with pytest.warns(UserWarning, match=r"latest\.pt has no GradScaler state.*fresh loss scale"):
-        assert checkpoint.resume(tmp_path / "latest.pt", model, optimizer, scheduler, ctx, CacheDataset(cache)) == 1
-    assert ctx.state.step == 1 and ctx.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+        checkpoint.resume(tmp_path / "latest.pt", model, optimizer, scheduler, ctx, CacheDataset(cache))
+    assert (ctx.state.epoch, ctx.state.step, ctx.state.epoch_micro) == (1, 1, 0) and ctx.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
 
 
 @pytest.mark.slow
 def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
     # 40 steps; the lr milestone (half of 80 epochs) is never reached
-    log = run(cache, tmp_path, "--epochs", "80", "--max-steps", "40", "--jitter", "0", "--save-every", "1000")
+    log = train_run(cache, tmp_path, "--epochs", "80", "--max-steps", "40", "--jitter", "0", "--save-every", "1000")
     losses = [r["loss"] for r in log if r["event"] == "step"]
     assert len(losses) == 40
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
@@ -347,7 +361,7 @@ def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
 
 
 def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
-    run(cache, tmp_path, "--epochs", "3", "--profile", "1")
+    train_run(cache, tmp_path, "--epochs", "3", "--profile", "1")
     assert json.loads((tmp_path / "profile_trace.json").read_text())["traceEvents"]
     assert "Self CPU" in capsys.readouterr().out
     assert not list(tmp_path.glob("*.pt"))
@@ -362,6 +376,11 @@ def test_cpu_defaults_are_a_short_check_run():
     assert cfg.time_limit == config.CPU_BUDGET_SECONDS and cfg.check_run
     cfg = resolve([], "cuda")
     assert (cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.amp, cfg.check_run) == (50, None, 8, "fp16", False)
+    # a run length given replaces the check run's limits, and only those: the batch stays the device's
+    cfg = resolve(["--max-steps", "100"], "cpu")
+    assert (cfg.epochs, cfg.max_steps, cfg.time_limit, cfg.batch_size, cfg.check_run) == (50, 100, None, 1, False)
+    cfg = resolve(["--time-limit", "600"], "cpu")
+    assert (cfg.epochs, cfg.max_steps, cfg.time_limit, cfg.batch_size) == (50, None, 600, 1), "not one epoch"
     with pytest.raises(UsageError, match="fp16"):
         resolve(["--amp", "fp16"], "cpu")
 
@@ -398,7 +417,7 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
 
     from preprocess.store.build import build_lock
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
-    stale = make_cache(data, tmp_path / "c")
+    stale = make_tiny_cache(data, tmp_path / "c")
     ufo = data / "ufo" / "train.json"
     if case == "bad UFO file":
         ufo.write_text(ufo.read_text()[:-10])
@@ -416,13 +435,13 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
 def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
     import shutil
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
-    stale = make_cache(data, tmp_path / "c")
+    stale = make_tiny_cache(data, tmp_path / "c")
     for p in (data / "images").iterdir():
         os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
     r = subprocess.run([sys.executable, "train.py", "--cache", str(stale), "--out", str(tmp_path / "run"),
                         "--max-steps", "1", "--workers", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "stale" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    log = run(stale, tmp_path / "run", "--max-steps", "1", "--rebuild")
+    log = train_run(stale, tmp_path / "run", "--max-steps", "1", "--rebuild")
     assert epochs_of(log)[0]["step"] == 1
     CacheDataset(stale)  # up to date again
 
@@ -431,7 +450,7 @@ def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
 def test_two_processes_with_torchrun(cache, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "--cache", str(cache), "--out", str(tmp_path), "--epochs", "2", "--batch-size", "1", "--workers", "0",
-           "--log-every", "1"]
+           "--log-every", "1", "--backbone-weights", "random"]
     # PYTHONFAULTHANDLER: if a rank dies of a signal, its stderr says which thread was where
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONFAULTHANDLER": "1"})

@@ -1,0 +1,116 @@
+"""The training command as a user meets it, in a subprocess started from another folder: help with every
+default, the lines that state what will run, plain progress lines in a log, Ctrl-C that saves and prints how
+to go on, a resume with nothing left, and a cache that is not one yet."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import QUIET_RUN, REPO, read_log, train_run
+
+from dataset import CacheDataset
+from east.cli import get_args_parser
+from east.runinfo import INTERRUPTED
+from preprocess.store.build import build_lock
+
+TRAIN = [sys.executable, str(REPO / "train.py")]
+MODES = ("--eval-only", "--export-onnx", "--help")  # choices of what to do: no default to show
+
+
+def train_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([*TRAIN, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_help_from_another_folder_shows_every_default(tmp_path):
+    r = train_cmd("--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    flags = [a for a in get_args_parser()._actions if a.option_strings[-1] not in MODES]
+    assert all("(default: " in a.help for a in flags), [a.dest for a in flags if "(default: " not in a.help]
+    assert r.stdout.count("(default:") == len(flags)
+    assert "(default: imagenet)" in r.stdout and "Ctrl-C" in r.stdout
+
+
+@pytest.mark.slow
+def test_a_run_says_what_it_runs_and_max_steps_changes_nothing_else(tiny_cache, tmp_path):
+    out = tmp_path / "run"
+    r = train_cmd("--cache", str(tiny_cache), "--out", str(out), "--backbone-weights", "random", "--max-steps", "1",
+                  cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "device cpu (1 process); batch 1 per process, 1 per step; input 64 px, maps at x0.5; amp off"
+    assert lines[1].startswith(f"cache {tiny_cache}: 2 images, 1 variant(s)")
+    assert lines[2] == "weights: random initialisation"
+    assert lines[3] == "length: 50 epoch(s) of 2 step(s), stopping at step 1", "no time budget, no check run"
+    assert re.fullmatch(rf"done: 1 steps, .*; stopped at --max-steps 1; to go on: python \S+train\.py .*--resume "
+                        rf"{re.escape(str(out / 'epoch_1_step_1.pt'))} --max-steps N \(N > 1\)", lines[-1])
+    assert "epoch 1/50: 1/2 steps" in r.stderr and "\r" not in r.stderr, "plain progress lines off a terminal"
+    header = read_log(out)[0]
+    assert header["event"] == "run" and header["argv"][-2:] == ["--max-steps", "1"]
+    assert header["cache_fingerprint"] == CacheDataset(tiny_cache).fingerprint
+    assert re.fullmatch(r"[0-9a-f]{32}", header["code_version"]["east"]) and header["time"].endswith("+00:00")
+
+
+def wait_for_a_step(log: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        if log.exists() and '"event": "step"' in log.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no step logged within {timeout} s (exit status {proc.poll()})")
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
+    out = tmp_path / "run"
+    args = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--batch-size", "1", "--epochs", "1000"]
+    proc = subprocess.Popen([*TRAIN, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_a_step(out / "log.jsonl", proc)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == INTERRUPTED, stderr
+    assert "SIGINT: stopping after this step and saving a checkpoint" in stderr and "Traceback" not in stderr
+    last = stdout.splitlines()[-1]
+    m = re.fullmatch(r"stopped by a signal at step (\d+) \(epoch (\d+)\); saved (\S+); to continue: (.+)", last)
+    assert m, last
+    step, saved, command = int(m[1]), Path(m[3]), shlex.split(m[4])
+    assert saved.is_file() and command[:2] == ["python", str(REPO / "train.py")] and command[-2:] == ["--resume", str(saved)]
+    assert json.loads((out / "log.jsonl").read_text().splitlines()[-1])["event"] == "interrupted"
+    # the printed command goes on from there (one more step here)
+    r = subprocess.run([sys.executable, *command[1:], "--max-steps", str(step + 1)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert [x["step"] for x in read_log(out) if x["event"] == "step"][-1] == step + 1
+
+
+@pytest.mark.slow
+def test_a_resume_with_nothing_left_is_one_line_that_says_how_to_go_on(tiny_cache, tmp_path):
+    train_run(tiny_cache, tmp_path, "--epochs", "1")
+    r = train_cmd("--cache", str(tiny_cache), "--out", str(tmp_path), "--epochs", "1", "--resume",
+                  str(tmp_path / "latest.pt"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert re.match(r"error: .*latest\.pt has 1 epoch\(s\) done and --epochs is 1: nothing left to train\. To train "
+                    r"on, pass a larger --epochs, e\.g\. --epochs 2", r.stderr)
+
+
+@pytest.mark.parametrize("case", ["data set", "being built"])
+def test_a_folder_that_is_not_a_cache_yet_says_what_it_is(case, tiny_data, tmp_path):
+    folder, lock = tiny_data, contextlib.nullcontext()
+    expect = (f"error: {tiny_data} is a data set (it holds ufo/), not a cache; build a cache from it first: "
+              f"python -m preprocess build --data {tiny_data} --out cache")
+    if case == "being built":
+        folder = tmp_path / "cache"
+        folder.mkdir()
+        lock = build_lock(folder)  # held by this process, as by a build that has not finished
+        expect = f"error: {folder}: a build (pid {os.getpid()}) is still writing this cache; run again when"
+    with lock:
+        r = train_cmd("--cache", str(folder), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith(expect), r.stderr
