@@ -86,13 +86,14 @@ def optimizer_step(model, optimizer, ctx: Context, loss: torch.Tensor) -> torch.
 
 
 def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]:
-    """Steps through the rest of epoch ctx.state.epoch (all of it unless a checkpoint stopped inside it, then
-    loader starts where it stopped). Returns the epoch's mean losses and timings, and whether it is complete."""
+    """The steps of epoch ctx.state.epoch not done yet: all of them, or in a run resumed inside the epoch those
+    after the checkpoint's (the loader's sampler skips the others). Returns the epoch's mean losses and timings,
+    and whether the epoch is complete."""
     model.train()
     cfg, state, accum = ctx.cfg, ctx.state, ctx.cfg.accum_steps
     first = state.epoch_micro
     n_micro = (len(loader) + first) // accum * accum  # the whole epoch's; no partial accumulation at its end
-    if state.epoch_sums is None:  # loss sums over good steps and their count; a resumed epoch's carry on
+    if state.epoch_sums is None:  # loss sums over good steps, and their count; a resumed epoch's go on
         state.epoch_sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
     window = torch.zeros_like(state.epoch_sums)
     acc = torch.zeros(len(LOSS_KEYS), device=ctx.rt.device)

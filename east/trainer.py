@@ -66,7 +66,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
     if ctx.log:
         ctx.log(run_header(cfg, rt, argv, ds, val, origin))
-    ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
+    if not cfg.profile:  # a profiling run saves nothing
+        ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
     with stop_on_signals(ctx.state, rt):
         run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds)
@@ -147,10 +148,13 @@ def finish(ctx: Context, argv: list[str]) -> int:
     saved = state.last_checkpoint
     again = f"; to continue: {resume_command(argv, saved, rt.world)}" if saved else ""
     if state.signal is not None:
+        inside = state.epoch_micro > 0  # else between epochs: state.epoch already counts the last one done
+        epoch = state.epoch + 1 if inside else state.epoch
         if ctx.log:
-            ctx.log({"event": "interrupted", "signal": state.signal, "epoch": state.epoch + 1, "step": state.step,
+            ctx.log({"event": "interrupted", "signal": state.signal, "epoch": epoch, "step": state.step,
                      "checkpoint": str(saved) if saved else None})
-        rt.say(f"stopped by a signal at step {state.step} (epoch {state.epoch + 1}); saved {saved}{again}")
+        where = f"inside epoch {epoch}" if inside else f"after epoch {epoch}"
+        rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}")
         return INTERRUPTED
     note = ""
     if state.stopped and saved and not cfg.check_run and not cfg.profile:

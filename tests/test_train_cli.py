@@ -79,7 +79,8 @@ def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
     assert proc.returncode == INTERRUPTED, stderr
     assert "SIGINT: stopping after this step and saving a checkpoint" in stderr and "Traceback" not in stderr
     last = stdout.splitlines()[-1]
-    m = re.fullmatch(r"stopped by a signal at step (\d+) \(epoch (\d+)\); saved (\S+); to continue: (.+)", last)
+    m = re.fullmatch(r"stopped by a signal at step (\d+), (?:inside|after) epoch (\d+); saved (\S+); to continue: (.+)",
+                     last)
     assert m, last
     step, saved, command = int(m[1]), Path(m[3]), shlex.split(m[4])
     assert saved.is_file() and command[:2] == ["python", str(REPO / "train.py")] and command[-2:] == ["--resume", str(saved)]
