@@ -4,13 +4,17 @@ to go on, a resume with nothing left, and a cache that is not one yet."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import pty
 import re
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -57,6 +61,29 @@ def test_a_run_says_what_it_runs_and_max_steps_changes_nothing_else(tiny_cache, 
     assert header["event"] == "run" and header["argv"][-2:] == ["--max-steps", "1"]
     assert header["cache_fingerprint"] == CacheDataset(tiny_cache).fingerprint
     assert re.fullmatch(r"[0-9a-f]{32}", header["code_version"]["east"]) and header["time"].endswith("+00:00")
+
+
+@pytest.mark.slow
+def test_on_a_terminal_progress_is_a_bar(tiny_cache, tmp_path):
+    """stderr on a pseudo-terminal: tqdm redraws its bar with carriage returns instead of printing lines."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty is 0 columns wide
+    proc = subprocess.Popen([*TRAIN, "--cache", str(tiny_cache), "--out", str(tmp_path), *QUIET_RUN, "--epochs", "1"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:  # read as it comes: a full pty buffer would block the run
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the run closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=300) == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert "epoch 1/1" in text and "\r" in text and "1/1 steps (" not in text, text
 
 
 def wait_for_a_step(log: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
