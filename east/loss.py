@@ -1,4 +1,16 @@
-"""The EAST loss: dice on the score map, IoU on the distances, 1 - cos on the angle, always in float32."""
+"""The EAST loss, always in float32 whatever the prediction dtype.
+
+Over the pixels of the training mask (roi: 0 on don't-care words and outside the crop):
+- score: dice loss 1 - (2 sum(p g) + s) / (sum(p) + sum(g) + s), p the predicted score, g the target (0/1),
+  s = DICE_SMOOTH, so that a text-free crop predicted text-free costs 0;
+- geometry, on positive pixels only: each holds the distances d = (top, bottom, left, right) from the pixel
+  to its word's rotated box edges, in input px. With areas A = (t + b)(l + r) of the prediction and the
+  target and the intersection I = (min t + min b)(min l + min r), the IoU loss is -log((I + 1) / (U + 1)),
+  U = A_pred + A_gt - I (the +1 keeps empty boxes finite), averaged over positive pixels;
+- angle, on positive pixels: 1 - cos(theta_pred - theta_gt), weighted by ANGLE_WEIGHT (the paper's
+  lambda_theta), averaged likewise.
+The total is dice + IoU + ANGLE_WEIGHT * angle; the parts are returned for logging.
+"""
 from __future__ import annotations
 
 import torch
