@@ -129,8 +129,8 @@ LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batc
 
 def check_flags(args) -> None:
     """Flags that only make sense together: --checkpoint with the modes that read it, --eval-every with the
-    cache it evaluates on; counts out of range; a --backbone-weights file that is not there. Checked before
-    anything slow starts."""
+    cache it evaluates on; counts out of range; a --backbone-weights or --resume file that is not there.
+    Checked before anything slow starts."""
     for flag, least in LEAST_VALUES.items():
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if value is not None and value < least:  # None: not given, a default follows
@@ -147,6 +147,9 @@ def check_flags(args) -> None:
         raise UsageError("--eval-every needs --val-cache DIR, the cache whose words the predictions are scored on")
     if args.backbone_weights not in (None, *BACKBONES):
         check_backbone_file(Path(args.backbone_weights))
+    if args.resume is not None and not args.resume.is_file():
+        raise UsageError(f"--resume {args.resume}: no such checkpoint; pass a file that a run wrote into its --out, "
+                         f"e.g. runs/east/latest.pt")
 
 
 

@@ -388,12 +388,14 @@ def test_cpu_defaults_are_a_short_check_run():
 @pytest.mark.parametrize("flag, value, floor", [
     ("--accum-steps", 0, 1), ("--log-every", 0, 1), ("--save-every", 0, 1), ("--batch-size", 0, 1),
     ("--epochs", 0, 1), ("--profile", 0, 1), ("--max-steps", -1, 1), ("--max-bad-steps", 0, 1),
-    ("--workers", -1, 0), ("--eval-every", -1, 0)])
+    ("--workers", -1, 0), ("--eval-every", -1, 0), ("--save-every-steps", 0, 1)])
 def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
     with pytest.raises(UsageError, match=f"^{flag} {value}: must be {floor} or more"):
         cli.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
     with pytest.raises(UsageError, match="--time-limit"):
         cli.run(["--time-limit", "0"])
+    with pytest.raises(UsageError, match=r"^--resume .*nope\.pt: no such checkpoint"):
+        cli.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 
 
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
