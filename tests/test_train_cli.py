@@ -98,7 +98,8 @@ def wait_for_a_step(log: Path, proc: subprocess.Popen, timeout: float = 120) -> 
 @pytest.mark.slow
 def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
     out = tmp_path / "run"
-    args = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--batch-size", "1", "--epochs", "1000"]
+    args = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--batch-size", "1", "--epochs", "1000",
+            "--save-every", "1000", "--save-every-steps", "1"]
     proc = subprocess.Popen([*TRAIN, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_a_step(out / "log.jsonl", proc)
     proc.send_signal(signal.SIGINT)
@@ -112,6 +113,7 @@ def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
     step, saved, command = int(m[1]), Path(m[3]), shlex.split(m[4])
     assert saved.is_file() and command[:2] == ["python", str(REPO / "train.py")] and command[-2:] == ["--resume", str(saved)]
     assert json.loads((out / "log.jsonl").read_text().splitlines()[-1])["event"] == "interrupted"
+    assert [p.name for p in out.glob("epoch_*.pt")] == [saved.name], "each mid-epoch save replaced the one before"
     # the printed command goes on from there (one more step here)
     r = subprocess.run([sys.executable, *command[1:], "--max-steps", str(step + 1)], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300, check=False)
