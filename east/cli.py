@@ -3,6 +3,7 @@ training run, --eval-only, or --export-onnx. Errors whose messages say what to d
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from east.config import (
 )
 from east.engine import NonFiniteLoss
 from east.export import export_onnx
-from east.runinfo import INTERRUPTED
+from east.runinfo import INTERRUPTED, invoked_as
 from east.runtime import leave_group, setup_device
 from east.trainer import evaluate_checkpoint, train
 from preprocess.errors import BuildError, CacheError, DataError, UsageError
@@ -40,6 +41,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     """Flags default to None (not given); TrainConfig's defaults, resolved once in resolve_config, fill them."""
     d = TrainConfig()
     p = argparse.ArgumentParser(
+        prog=shlex.join(invoked_as()),
         description="Train the EAST text detector on a cache built by `python -m preprocess build`, evaluate a "
                     "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
                     "step and saves a checkpoint that --resume continues from exactly.",

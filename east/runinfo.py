@@ -17,7 +17,6 @@ from preprocess.errors import UsageError
 from preprocess.store.fingerprint import code_hash
 
 INTERRUPTED = 130  # exit status of a run stopped by SIGINT / SIGTERM: 128 + SIGINT, as shells report Ctrl-C
-SCRIPTS = ("train.py", "cli.py")  # run as `python train.py` / `python -m east.cli`, else the east-train command
 
 
 def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
@@ -76,12 +75,16 @@ def resume_command(argv: list[str], checkpoint: Path, world: int, drop: tuple[st
         skip = a in drop
         if not skip:
             kept.append(a)
-    prog = sys.argv[0]
-    if world > 1:
-        head = ["torchrun", f"--nproc_per_node={world}", prog]
-    else:
-        head = ["python", prog] if Path(prog).name in SCRIPTS else ["east-train"]
+    head = ["torchrun", f"--nproc_per_node={world}", sys.argv[0]] if world > 1 else invoked_as()
     return shlex.join([*head, *kept, "--resume", str(checkpoint)])
+
+
+def invoked_as() -> list[str]:
+    """How this process was started, as a user would type it: python train.py, python -m east.cli, east-train."""
+    prog = sys.argv[0]
+    if Path(prog).name == "train.py":
+        return ["python", prog]
+    return ["python", "-m", "east.cli"] if Path(prog).name == "cli.py" else ["east-train"]
 
 
 def run_header(cfg: TrainConfig, rt: Runtime, argv: list[str], ds: CacheDataset, val: CacheDataset | None,
