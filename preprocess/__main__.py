@@ -1,5 +1,5 @@
 import sys
 
-from preprocess.cli import main
+from preprocess.cli import MODULE_COMMAND, main
 
-sys.exit(main())
+sys.exit(main(prog=MODULE_COMMAND))

@@ -1,8 +1,12 @@
-"""`python -m preprocess {build,convert,info,verify,bench,show}`. Fills a BuildConfig from flags; imports no torch."""
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show.
+
+Fills a BuildConfig from flags; imports no torch (only `bench` and `show` load it, when they run).
+"""
 from __future__ import annotations
 
 import argparse
 import errno
+import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -13,102 +17,109 @@ from preprocess.convert import add_arguments as add_convert_args   # flags and f
 from preprocess.store.formats import FILE_FORMATS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
+COMMAND = "east-cache"            # the console script (pyproject.toml [project.scripts])
+MODULE_COMMAND = "python -m preprocess"
+DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
+               "images once, then inspect, check and benchmark it. `{}` is the same command.")
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
+    """Every flag that the cache records defaults to None: unset takes the existing cache's value (buildrequest.py),
+    so each help text states the default of a first build itself."""
     d = BuildConfig()
+    kept = " (default: the existing cache's, else {})".format
     p.add_argument("--data", action="append", type=Path, metavar="DIR",
-                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. "
-                        "Default: the built-in synthetic sample set, generated into ./sample_data")
-    p.add_argument("--split", default="train", help="which ufo/{split}.json to read (default: train)")
-    p.add_argument("--out", type=Path, default=Path("cache"), help="cache directory (default: cache/)")
-    p.add_argument("--strategy", choices=(AUTO, *STRATEGIES), default=AUTO,
+                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. Default: the "
+                        "existing cache's, else the built-in synthetic sample set, generated into ./sample_data")
+    p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
+    p.add_argument("--out", type=Path, default=Path("cache"),
+                   help="cache directory; an existing cache there is updated with its own options, except those "
+                        "given here (default: cache/)")
+    p.add_argument("--strategy", choices=(AUTO, *STRATEGIES),
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
-                        "chunked = --chunk-size per file; auto picks from cache size vs RAM (default: auto)")
-    p.add_argument("--chunk-size", type=int, default=d.chunk_size, help=f"samples per file, chunked (default {d.chunk_size})")
+                        "chunked = --chunk-size per file; auto picks from cache size vs RAM and keeps an existing "
+                        "cache's while nothing else changes (default: the existing cache's if named, else auto)")
+    p.add_argument("--chunk-size", type=int, help="samples per file, chunked" + kept(d.chunk_size))
     p.add_argument("--format", dest="file_format", choices=FILE_FORMATS,
                    help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
                         "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
                         "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
-                        "that chunk-size x sample size fits in a worker's RAM (default: the existing cache's format, else npy)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"samples per file, batch strategy; use your training batch size (default {d.batch_size})")
-    p.add_argument("--variants", type=int, default=d.variants,
-                   help=f"augmented variants cached per image; epoch e reads variant (e + offset) mod K (default {d.variants})")
-    p.add_argument("--image-size", type=int, default=d.image_size, help=f"long side after resizing, px (default {d.image_size})")
-    p.add_argument("--input-size", type=int, default=d.input_size, help=f"square crop side, px (default {d.input_size})")
-    p.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
-                   help=f"target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4 (default {d.map_scale})")
-    p.add_argument("--seed", type=int, default=d.seed, help="seed of every random draw (default 0)")
-    p.add_argument("--height-jitter", type=float, default=d.height_jitter, help="height scaled by U[1-j, 1+j] (default 0.2)")
-    p.add_argument("--max-rotation", type=float, default=d.max_rotation, help="rotation drawn from U[-r, r] degrees (default 10)")
-    p.add_argument("--crop-tries", type=int, default=d.crop_tries,
-                   help=f"random crops tested for cutting no legible word before the least-cutting one is taken "
-                        f"(default {d.crop_tries})")
-    p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
-                   help="comma-separated word tags that make a don't-care region (default: %(default)s)")
-    p.add_argument("--min-area", type=float, default=d.min_area, help="px^2; smaller words become don't-care (default 10)")
-    p.add_argument("--drop-area", type=float, default=d.drop_area, help="px^2; smaller words are dropped (default 1)")
-    p.add_argument("--fit-polygons", action="store_true", help="fit words with 5+ points to a min-area quad instead of don't-care")
+                        "that chunk-size x sample size fits in a worker's RAM (default: the existing cache's format "
+                        "where it holds the strategy, else npy)")
+    p.add_argument("--batch-size", type=int,
+                   help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
+    p.add_argument("--variants", type=int,
+                   help="augmented variants cached per image; epoch e reads variant (e + offset) mod K" + kept(d.variants))
+    p.add_argument("--image-size", type=int, help="long side after resizing, px" + kept(d.image_size))
+    p.add_argument("--input-size", type=int, help="square crop side, px" + kept(d.input_size))
+    p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
+                   help="target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4" + kept(d.map_scale))
+    p.add_argument("--seed", type=int, help="seed of every random draw" + kept(d.seed))
+    p.add_argument("--height-jitter", type=float, help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
+    p.add_argument("--max-rotation", type=float, help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
+    p.add_argument("--crop-tries", type=int,
+                   help="random crops tested for cutting no legible word before the least-cutting one is taken"
+                        + kept(d.crop_tries))
+    p.add_argument("--ignore-tags", help="comma-separated word tags that make a don't-care region"
+                                         + kept(",".join(DEFAULT_IGNORE_TAGS)))
+    p.add_argument("--min-area", type=float, help="px^2; smaller words become don't-care" + kept(d.min_area))
+    p.add_argument("--drop-area", type=float, help="px^2; smaller words are dropped" + kept(d.drop_area))
+    p.add_argument("--fit-polygons", action=argparse.BooleanOptionalAction,
+                   help="fit words with 5+ points to a min-area quad instead of don't-care" + kept("off"))
     p.add_argument("--jobs", type=int, default=-1,
-                   help="parallel worker processes (joblib; default -1 = all cores, with dask all the cluster's threads)")
+                   help="parallel worker processes, -1 or >= 1 (joblib; default -1 = all cores, with dask all the "
+                        "cluster's threads)")
     p.add_argument("--backend", choices=("loky", "dask"), default="loky",
                    help="who runs the jobs: loky, processes on this machine; dask, the workers of the dask.distributed "
                         "cluster at --scheduler (pip install -e \".[dask]\"). With dask, --data and --out must be on "
                         "storage that every worker sees under the same path (a shared file system), and this package "
                         "importable on every worker (default loky)")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="with --backend dask: the scheduler, e.g. tcp://HOST:8786")
-    p.add_argument("--check-content", action="store_true",
-                   help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)")
-    p.add_argument("--skip-bad", action="store_true",
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: the scheduler, e.g. tcp://HOST:8786 (default: none)")
+    p.add_argument("--check-content", action=argparse.BooleanOptionalAction,
+                   help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)"
+                        + kept("off"))
+    p.add_argument("--skip-bad", action=argparse.BooleanOptionalAction,
                    help="go on past bad images instead of stopping: a missing image or annotation entry is left out; "
                         "an image that cannot be decoded keeps its place as an all-don't-care sample (no loss). "
-                        "Both are named at the end of the build and by `info`")
-    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
-
-
-def config_from_args(a: argparse.Namespace) -> BuildConfig:
-    return BuildConfig(image_size=a.image_size, input_size=a.input_size, map_scale=a.map_scale, variants=a.variants,
-                       seed=a.seed, height_jitter=a.height_jitter, max_rotation=a.max_rotation, crop_tries=a.crop_tries,
-                       ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
-                       min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons,
-                       strategy=a.strategy,
-                       chunk_size=a.chunk_size, batch_size=a.batch_size)
-
-
+                        "Both are named at the end of the build and by `info`" + kept("off"))
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (default: off)")
 
 
 def cmd_build(a: argparse.Namespace) -> int:
+    from preprocess.buildrequest import print_plan, resolve
     from preprocess.store.build import build_cache
     from preprocess.store.cluster import dask_client
     say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
     if (a.backend == "dask") != (a.scheduler is not None):
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
-    data = a.data
+    req = resolve(a)
+    data = req.data
     if not data:
         from preprocess.tools.sampledata import ensure_default_sample
         data = [ensure_default_sample()]
         say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
-        r = build_cache(config_from_args(a), data, a.out, split=a.split, jobs=a.jobs, quiet=a.quiet,
-                        check_content=a.check_content, skip_bad=a.skip_bad, backend=a.backend,
-                        file_format=a.file_format)
+        r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
+                        check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
+                        file_format=req.file_format, on_plan=None if a.quiet else print_plan)
     if r.up_to_date:
-        say(f"{a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to do "
-            f"[{r.seconds:.2f} s]")
+        say(f"cache {a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to "
+            f"do [{r.seconds:.2f} s]")
         return 0
-    say(f"strategy: {r.strategy} ({r.strategy_reason})")
-    if r.full_rebuild_reason:
-        say(f"rebuilt everything: {r.full_rebuild_reason}")
-    elif r.changes.stale and not r.first_build:
+    if r.changes.stale and not r.first_build and not r.full_rebuild_reason:
         say(f"source changes: {r.changes.describe()}")
-    say(f"{a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the previous "
-        f"cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} [{r.seconds:.1f} s]")
+    say(f"cache {a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
+        f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
+        f"[{r.seconds:.1f} s]")
     if r.skipped:
-        shown = "; ".join(f"{name}: {why}" for name, why in r.skipped[:SHOW_SKIPPED])
+        from preprocess.errors import skipped_reason
+        shown = "; ".join(f"{name}: {skipped_reason(why)}" for name, why in r.skipped[:SHOW_SKIPPED])
         more = f"; and {len(r.skipped) - SHOW_SKIPPED} more" if len(r.skipped) > SHOW_SKIPPED else ""
-        say(f"--skip-bad: {len(r.skipped)} bad image(s) ({shown}{more}); `python -m preprocess info {a.out}` lists them")
+        say(f"{len(r.skipped)} bad image(s) left out or blanked ({shown}{more}); "
+            f"`{a.prog_name} info {a.out}` lists them")
     return 0
 
 
@@ -182,12 +193,16 @@ def cmd_show(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"error: cannot write {a.out}: {e.strerror or e}; give -o a file in a folder that exists and that you "
+              f"can write to", file=sys.stderr)
+        return 2
     print(a.out)
     return 0
 
 
-def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m preprocess", description=__doc__.split("\n")[0])
+def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(COMMAND if prog != COMMAND else MODULE_COMMAND))
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
     add_build_args(b)
@@ -231,22 +246,44 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def invoked_as(argv0: str) -> str:
+    """The command name to show in usage and hints: the console script's name, or `python -m preprocess`."""
+    name = Path(argv0).name
+    return MODULE_COMMAND if name in ("__main__.py", "") else name
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from preprocess.errors import BuildError, CacheError, DataError
-    args = get_parser().parse_args(argv)
+    prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
+    args = get_parser(prog).parse_args(argv)
+    args.prog_name = prog
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()   # here, not at exit: a closed pipe is then caught below
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except (DataError, CacheError, BuildError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # a flag value BuildConfig refuses; its message names the flag's field
-        print(f"error: {e}; see `python -m preprocess {args.command} --help`", file=sys.stderr)
+        print(f"error: {e}; see `{prog} {args.command} --help`", file=sys.stderr)
         return 2
     except OSError as e:  # --out not creatable, a full disk while writing: the previous cache is untouched
         hint = " Free some space or build into another --out." if e.errno == errno.ENOSPC else ""
-        print(f"error: {e}.{hint} The previous cache, if any, is unchanged.", file=sys.stderr)
+        kept = " The previous cache, if any, is unchanged." if args.command == "build" else ""
+        print(f"error: {e}.{hint}{kept}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the previous cache is intact; run the same command again to finish "
-              "(finished files are reused)", file=sys.stderr)
+              "(finished files are reused)" if args.command == "build" else "interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """`info | head`: the reader stopped reading. Say nothing; point stdout at /dev/null so that the flush at
+    exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE

@@ -4,6 +4,8 @@ Every message names the file, the image and the word where there is one, and say
 """
 from __future__ import annotations
 
+import re
+
 
 class DataError(ValueError):
     """A problem with the input data (annotations, images)."""
@@ -19,3 +21,12 @@ class BuildError(RuntimeError):
 
 class UsageError(ValueError):
     """Flags that do not fit together, or a path that cannot be what the flag needs."""
+
+
+# The advice a bad-image error gives a build run without --skip-bad ("..., or pass --skip-bad to leave it out").
+_SKIP_ADVICE = re.compile(r",? or pass --skip-bad\b[^;]*")
+
+
+def skipped_reason(why: str) -> str:
+    """A bad image's error as the summary of a --skip-bad build shows it: without the advice to pass --skip-bad."""
+    return _SKIP_ADVICE.sub("", why)

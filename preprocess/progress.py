@@ -1,33 +1,42 @@
-"""Progress that suits where it is shown: a tqdm bar on a terminal, a plain line every 10 % in a log."""
+"""Progress that suits where it is shown: a tqdm bar on a terminal, plain periodic lines in a log or a pipe.
+
+One helper for the build, training and prediction: a bar's carriage returns make a log file one endless
+line, so off a terminal the same progress is written as whole lines, one per tenth of the work and at
+least one every PLAIN_EVERY_S seconds.
+"""
 from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 from tqdm import tqdm
 
+PLAIN_STEP = 0.1       # share of the total between two plain lines
+PLAIN_EVERY_S = 30.0   # s; the longest silence between two plain lines while work goes on
+
 
 class Progress:
-    def __init__(self, total: int, unit: str, quiet: bool = False, desc: str = "", initial: int = 0):
-        self.total, self.unit, self.done, self.t0 = total, unit, initial, time.perf_counter()
-        self.quiet, self.desc, self.note, self.start = quiet or total == 0, desc, "", initial
-        self.bar = (tqdm(total=total, unit=unit, desc=desc or None, initial=initial, dynamic_ncols=True)
-                    if not self.quiet and sys.stderr.isatty() else None)
-        self.next_line = (initial / total if total else 0) + 0.1
+    """update(n) as work is done, set_note(loss=...) for figures shown beside the count, close() at the end (or
+    use it as a context manager). total None: unknown, lines by time only. initial: work done before (a resumed
+    run). quiet: nothing is shown. stream: where it is shown (default stderr)."""
 
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-        elif not self.quiet and self.done >= self.next_line * self.total:
-            dt = time.perf_counter() - self.t0
-            rate = (self.done - self.start) / dt if dt > 0 else 0.0
-            eta = (self.total - self.done) / rate if rate > 0 else 0.0
-            head = f"  {self.desc}: " if self.desc else "  "
-            print(f"{head}{self.done}/{self.total} {self.unit} ({rate:.1f}/s, ETA {eta:.0f} s){self.note}",
-                  file=sys.stderr, flush=True)
-            while self.next_line * self.total <= self.done:
-                self.next_line += 0.1
+    def __init__(self, total: int | None, unit: str, quiet: bool = False, desc: str = "", initial: int = 0,
+                 leave: bool = True, stream: TextIO | None = None):
+        self.total, self.unit, self.desc, self.done, self.start = total, unit, desc, initial, initial
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet, self.note = quiet or total == 0, ""
+        self.t0 = self.last_line = time.perf_counter()
+        self.next_share = (initial / total if total else 0.0) + PLAIN_STEP
+        tty = not self.quiet and _isatty(self.stream)
+        self.bar = (tqdm(total=total, unit=unit, desc=desc or None, initial=initial, leave=leave, dynamic_ncols=True,
+                         file=self.stream) if tty else None)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def set_note(self, **values) -> None:
         """Figures shown beside the count: the bar's postfix, or the end of the next plain line."""
@@ -35,6 +44,36 @@ class Progress:
             self.bar.set_postfix(values)
         self.note = "; " + ", ".join(f"{k} {v}" for k, v in values.items())
 
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif not self.quiet and self._line_due():
+            self._line()
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+    def _line_due(self) -> bool:
+        if self.total and self.done >= self.next_share * self.total:
+            while self.next_share * self.total <= self.done:
+                self.next_share += PLAIN_STEP
+            return True
+        return time.perf_counter() - self.last_line >= PLAIN_EVERY_S
+
+    def _line(self) -> None:
+        self.last_line = time.perf_counter()
+        dt = self.last_line - self.t0
+        rate = (self.done - self.start) / dt if dt > 0 else 0.0
+        count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+        eta = f", ETA {(self.total - self.done) / rate:.0f} s" if self.total and rate > 0 else ""
+        head = f"{self.desc}: " if self.desc else ""
+        print(f"  {head}{count} {self.unit} ({rate:.1f}/s{eta}){self.note}", file=self.stream, flush=True)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):   # a closed stream, or a file-like one without a terminal
+        return False

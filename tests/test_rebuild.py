@@ -14,7 +14,8 @@ import pytest
 from helpers import cache_bytes, edit_ufo, first_image, nudge_first_word, small_config
 
 from dataset import CacheDataset, StaleCacheError
-from preprocess.cli import config_from_args, get_parser
+from preprocess.buildrequest import config_from_args
+from preprocess.cli import get_parser
 from preprocess.cli import main as cli_main
 from preprocess.errors import BuildError, CacheError, DataError
 from preprocess.store.build import build_cache, build_lock, rebuild

@@ -34,12 +34,10 @@ from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, d
 from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
 from preprocess.store.sidecar import quads_checksum, quads_path, sidecar_arrays
 from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
-from preprocess.store.strategy import choose_strategy
+from preprocess.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
 from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
-
-
 
 @dataclass
 class BuildReport:
@@ -59,6 +57,25 @@ class BuildReport:
     first_build: bool = True
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
+
+
+@dataclass
+class BuildPlan:
+    """What a build is about to do, handed to on_plan before the first data file is written."""
+    out: Path
+    first_build: bool
+    strategy: str
+    strategy_reason: str
+    file_format: str
+    images: int
+    variants: int
+    files: int                  # data files of the finished cache
+    files_to_write: int
+    samples_to_write: int       # rows to compute or copy from the previous cache
+    disk_bytes: int             # estimated data bytes of the finished cache
+    full_rebuild_reason: str    # "" unless every sample is made anew
+    changes: list[str] = field(default_factory=list)    # recorded source options this build changes: "k: a -> b"
+    warnings: list[str] = field(default_factory=list)   # settings that misfit the data, shown before the work
 
 
 @contextmanager
@@ -81,9 +98,10 @@ def build_lock(out: Path):
 
 def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
                 check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
-                file_format: str | None = None) -> BuildReport:
+                file_format: str | None = None, on_plan=None) -> BuildReport:
     """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
-    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy."""
+    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy. on_plan(BuildPlan)
+    is called once the work is known and before it starts (not when the cache is up to date)."""
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     out = Path(out)
     (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
@@ -117,6 +135,8 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
                 dataclasses.replace(old, source=source, images=sources).save(out)
             report.seconds = time.perf_counter() - t0
             return report
+        if on_plan is not None:
+            on_plan(_announce(report, cfg, plan, fmt, old, source))
         _preallocate(out, cfg, plan, fmt)
         # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
         unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
@@ -183,13 +203,30 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
             raise BuildError(f"--format {fmt.name} stores the {' or '.join(fmt.strategies)} strategy only, not "
                              f"{cfg.strategy}; use --strategy {fmt.strategies[0]} (or auto)")
     if not auto:
-        return cfg, "chosen with --strategy"
+        return cfg, STRATEGY_BY_FLAG
     if old is not None:
         kept = dataclasses.replace(cfg, strategy=old.config.strategy)
         if kept == old.config:
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
     strategy, reason = choose_strategy(len(records) * cfg.variants, record_spec(cfg).dtype.itemsize)
-    return dataclasses.replace(cfg, strategy=strategy), reason
+    return dataclasses.replace(cfg, strategy=strategy), AUTO_REASON + reason
+
+
+def _announce(report: BuildReport, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None,
+              source: Source) -> BuildPlan:
+    spec = record_spec(cfg)
+    changes = []
+    if old is not None:
+        was, now = old.source, source
+        for name, a, b in (("data", was.data_dirs, now.data_dirs), ("split", was.split, now.split),
+                           ("format", old.file_format, fmt.name), ("skip_bad", was.skip_bad, now.skip_bad),
+                           ("check_content", was.check_content, now.check_content)):
+            if a != b:
+                changes.append(f"{name}: {' '.join(a) if isinstance(a, list) else a} -> "
+                               f"{' '.join(b) if isinstance(b, list) else b}")
+    return BuildPlan(report.out, report.first_build, cfg.strategy, report.strategy_reason, fmt.name, report.images,
+                     cfg.variants, len(plan.files), len(plan.to_write), len(plan.tasks),
+                     sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files), report.full_rebuild_reason, changes)
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:

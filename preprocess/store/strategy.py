@@ -9,6 +9,8 @@ WHOLE_RAM_SHARE = 0.5
 BIG_RECORD_BYTES = 12 << 20
 # Beyond this many samples, per-batch files become too many inodes and opens: group into chunks.
 MANY_SAMPLES = 20_000
+STRATEGY_BY_FLAG = "chosen with --strategy"   # the recorded reason of a strategy the user named
+AUTO_REASON = "auto: "                        # starts the recorded reason of one picked here
 
 
 def available_ram() -> int:

@@ -5,6 +5,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from preprocess.errors import skipped_reason
 from preprocess.store.manifest import Manifest, data_path
 from preprocess.store.sidecar import quads_path
 
@@ -44,7 +45,7 @@ def describe(cache_dir, as_json: bool = False) -> str:
         "ingest     " + ", ".join(f"{k}={v}" for k, v in ingest.items()),
     ]
     for name, reason in s["ingest"].get("bad", []):
-        lines.append(f"skipped    {name}: {reason}")
+        lines.append(f"skipped    {name}: {skipped_reason(reason)}")
     for name, note in sorted(s["notes"].items()):
-        lines.append(f"note       {name}: {note}")
+        lines.append(f"note       {name}: {skipped_reason(note)}")
     return "\n".join(lines)
