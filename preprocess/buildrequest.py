@@ -96,7 +96,8 @@ def plan_lines(p: BuildPlan) -> list[str]:
         lines.append(f"  full rebuild: {p.full_rebuild_reason}")
     lines += [f"  strategy {p.strategy}, {p.file_format} files: {p.strategy_reason}",
               (f"  {p.images} images x {p.variants} variant(s) = {p.images * p.variants} samples in {p.files} file(s); "
-               f"{p.samples_to_write} sample(s) to write into {p.files_to_write} file(s)"),
+               f"to write: {p.files_to_write} file(s), {p.samples_to_make} sample(s) to make, {p.samples_to_copy} "
+               f"to copy from the previous cache"),
               f"  estimated size on disk: {mib:,.1f} MiB"]
     lines += [f"warning: {w}" for w in p.warnings]
     return lines

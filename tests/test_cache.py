@@ -196,7 +196,7 @@ def test_cli_build_and_info_do_not_import_torch(sample_root, tmp_path):
             "--strategy", "auto", "--jobs", "1"]
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "strategy: whole" in r.stderr
+    assert "strategy whole, npy files: auto:" in r.stderr
     info = subprocess.run([sys.executable, "-m", "preprocess", "info", str(out)], cwd=REPO, capture_output=True, text=True)
     assert info.returncode == 0, info.stderr
     assert "samples    5 = 5 images x 1 variants" in info.stdout and "illegible" in info.stdout

@@ -155,7 +155,7 @@ def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
             "--format", "zarr", "--chunk-size", "2", "--jobs", "1"]
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "strategy: chunked (--format zarr: zarr files hold the chunked strategy)" in r.stderr
+    assert "strategy chunked, zarr files: --format zarr: zarr files hold the chunked strategy" in r.stderr
     assert main(["info", str(out)]) == 0
     assert "in 3 zarr data files" in capsys.readouterr().out
     assert main([*args, "--strategy", "whole"]) == 2

@@ -40,7 +40,8 @@ def add_arguments(p) -> None:
                    help="where the source images are (default: beside the annotations; cord: image/ beside json/)")
     p.add_argument("--copy", action="store_true", help="copy the images into ROOT/images (default: symbolic links)")
     p.add_argument("--prefix", default="", help="put this before every image name, e.g. cord_, so that names "
-                                                "cannot collide with another root's when `build` takes several --data")
+                                                "cannot collide with another root's when `build` takes several --data "
+                                                "(default: none)")
     p.add_argument("--subset", metavar="SET", help='cocotext: the images whose "set" is SET; "all" for every '
                                                    "image (default: the --split name)")
     p.add_argument("--skip-bad", action="store_true",

@@ -71,7 +71,8 @@ class BuildPlan:
     variants: int
     files: int                  # data files of the finished cache
     files_to_write: int
-    samples_to_write: int       # rows to compute or copy from the previous cache
+    samples_to_make: int        # rows made from the source images
+    samples_to_copy: int        # rows copied from the previous cache
     disk_bytes: int             # estimated data bytes of the finished cache
     full_rebuild_reason: str    # "" unless every sample is made anew
     changes: list[str] = field(default_factory=list)    # recorded source options this build changes: "k: a -> b"
@@ -225,7 +226,7 @@ def _announce(report: BuildReport, cfg: BuildConfig, plan: Plan, fmt: FileFormat
                 changes.append(f"{name}: {' '.join(a) if isinstance(a, list) else a} -> "
                                f"{' '.join(b) if isinstance(b, list) else b}")
     return BuildPlan(report.out, report.first_build, cfg.strategy, report.strategy_reason, fmt.name, report.images,
-                     cfg.variants, len(plan.files), len(plan.to_write), len(plan.tasks),
+                     cfg.variants, len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"),
                      sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files), report.full_rebuild_reason, changes)
 
 

@@ -1,0 +1,206 @@
+"""The command line as a user meets it: console scripts, help, rebuilds that keep their options, the plan, messages."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from preprocess import progress
+from preprocess.cli import get_parser
+from preprocess.errors import skipped_reason
+from preprocess.progress import Progress
+from preprocess.store.manifest import Manifest
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL_FLAGS = ["--image-size", "192", "--input-size", "96", "--crop-tries", "50", "--jobs", "1"]
+
+
+def run_cli(*args, cwd: Path, script: str | None = None, **kw) -> subprocess.CompletedProcess:
+    """The command in a fresh process, from cwd, with this checkout importable: `python -m preprocess ARGS`, or as
+    the console script named script would run it (its argv[0] is the script's path)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if script is None:
+        cmd = [sys.executable, "-m", "preprocess", *map(str, args)]
+    else:
+        launcher = f"import sys; sys.argv[0] = {script!r}; from preprocess.cli import main; sys.exit(main())"
+        cmd = [sys.executable, "-c", launcher, *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, env=env, text=True, check=False, **{"capture_output": True, **kw})
+
+
+def test_every_console_script_target_exists_and_is_callable():
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert "east-cache" in scripts
+    for name, target in scripts.items():
+        module, _, func = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), func)), f"{name} -> {target}"
+
+
+def test_module_help_works_from_another_folder_and_opens_with_a_user_sentence(tmp_path):
+    r = run_cli("--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: python -m preprocess ")
+    description = r.stdout.split("\n\n")[1]
+    assert description.startswith("Build a cache of ready-made EAST training samples")
+    assert "BuildConfig" not in r.stdout and "torch" not in r.stdout
+
+
+def test_console_script_names_itself_in_usage(tmp_path):
+    r = run_cli("build", "--help", cwd=tmp_path, script="/somewhere/bin/east-cache")
+    assert r.returncode == 0 and r.stdout.startswith("usage: east-cache build ")
+
+
+def _options(parser: argparse.ArgumentParser, where: str = ""):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options(sub, f"{where} {name}")
+        elif action.option_strings and action.help is not argparse.SUPPRESS:
+            yield where, action
+
+
+def test_every_flag_help_states_its_default():
+    silent = [f"{where} {a.option_strings[-1]}" for where, a in _options(get_parser())
+              if not isinstance(a, (argparse._HelpAction, argparse._StoreTrueAction)) and not a.required
+              and "default" not in (a.help or "").lower()]
+    assert silent == []
+
+
+def _build(cwd: Path, *args) -> subprocess.CompletedProcess:
+    r = run_cli("build", *args, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_the_plan_comes_first_and_the_summary_names_the_cache(sample_root, tmp_path):
+    out = tmp_path / "c"
+    err = _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS).stderr
+    lines = err.splitlines()
+    assert lines[0] == f"cache {out}: a new cache"
+    assert any(line.startswith("  strategy whole, npy files: auto: the cache") for line in lines[:4])
+    assert any("5 images x 1 variant(s) = 5 samples" in line for line in lines[:5])
+    assert any(line.startswith("  estimated size on disk: ") for line in lines[:5])
+    assert lines[-1].startswith(f"cache {out}: 5 images, 5 samples: computed 5")
+    assert "\r" not in err, "off a terminal the progress is whole lines"
+
+
+def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_path):
+    out = tmp_path / "c"
+    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--strategy", "batch",
+           "--batch-size", "2", "--seed", "3", "--fit-polygons", "--skip-bad", "--ignore-tags", "stamp")
+    built = Manifest.load(out)
+    r = _build(tmp_path / "c", "--out", ".", "--jobs", "1")   # from another folder, with no option at all
+    assert "up to date" in r.stderr and "sample_data" not in r.stderr
+    assert Manifest.load(out).config == built.config and Manifest.load(out).source == built.source
+
+
+def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_path):
+    out = tmp_path / "c"
+    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--strategy", "batch", "--batch-size", "2")
+    lines = _build(tmp_path, "--out", out, "--image-size", "160", "--no-skip-bad", "--jobs", "1").stderr.splitlines()
+    assert lines[:3] == [f"cache {out}: update of the existing cache",
+                         "  full rebuild: the build configuration changed (image_size: 192 -> 160)",
+                         "  strategy batch, npy files: chosen with --strategy"]
+    m = Manifest.load(out)
+    assert (m.config.image_size, m.config.input_size, m.config.strategy, m.config.batch_size) == (160, 96, "batch", 2)
+    assert m.source.data_dirs == [str(sample_root.resolve())]
+
+
+def test_source_option_changes_are_listed(data_copy, tmp_path):
+    out = tmp_path / "c"
+    _build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS)
+    lines = _build(tmp_path, "--out", out, "--skip-bad", "--check-content", "--jobs", "1").stderr.splitlines()
+    assert lines[1] == "  changed: skip_bad: False -> True; check_content: False -> True"
+    assert Manifest.load(out).source.skip_bad and Manifest.load(out).config.image_size == 192
+
+
+def test_skip_bad_summary_names_the_image_without_advising_skip_bad(data_copy, tmp_path):
+    victim = sorted((data_copy / "images").iterdir())[0]
+    victim.unlink()
+    out = tmp_path / "c"
+    err = _build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS, "--skip-bad").stderr
+    assert victim.name in err and "image file not found" in err and "--skip-bad" not in err
+    assert f"`python -m preprocess info {out}` lists them" in err
+    info = run_cli("info", out, cwd=tmp_path).stdout
+    assert victim.name in info and "--skip-bad" not in info
+
+
+def test_skipped_reason_drops_only_the_advice():
+    why = "ufo/train.json: image 'a.jpg': image file not found at x; fix the file name, or pass --skip-bad to leave " \
+          "the image out"
+    assert skipped_reason(why) == "ufo/train.json: image 'a.jpg': image file not found at x; fix the file name"
+    assert skipped_reason('"words" is not an object; fix it, or pass --skip-bad') == '"words" is not an object; fix it'
+
+
+def test_jobs_zero_is_our_own_one_line_error(sample_root, tmp_path):
+    r = run_cli("build", "--data", sample_root, "--out", tmp_path / "c", "--jobs", "0", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: --jobs 0: give -1 (every core) or a number of worker processes >= 1")
+    assert len(r.stderr.splitlines()) == 1 and "n_jobs" not in r.stderr
+
+
+def test_show_into_a_missing_folder_names_the_file_and_no_cache(sample_root, tmp_path):
+    target = tmp_path / "nonexist" / "a.png"
+    name = sorted((sample_root / "images").iterdir())[0].name
+    r = run_cli("show", "--source", sample_root, "--name", name, "--input-size", "96", "-o", target, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: cannot write {target}: No such file or directory")
+    assert "cache" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path):
+    out = tmp_path / "c"
+    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    read_end, write_end = os.pipe()
+    os.close(read_end)   # the reader is gone before the first line, as `info | head -0` leaves it
+    try:
+        r = run_cli("info", "--json", out, cwd=tmp_path, stdout=write_end, capture_output=False,
+                    stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert r.stderr == "" and r.returncode == 141
+
+
+def test_progress_off_a_terminal_prints_whole_lines_every_tenth(monkeypatch):
+    stream = io.StringIO()
+    with Progress(20, "samples", stream=stream, desc="build") as p:
+        for _ in range(20):
+            p.update(1)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("  build: 20/20 samples (")
+    assert "\r" not in stream.getvalue()
+
+
+def test_progress_without_a_total_prints_by_time_with_its_figures(monkeypatch):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    stream = io.StringIO()
+    p = Progress(None, "steps", stream=stream, desc="epoch 1")
+    p.set_postfix(loss="0.5000")
+    p.update(3)
+    p.close()
+    assert stream.getvalue().startswith("  epoch 1: 3 steps (") and stream.getvalue().endswith(" loss=0.5000\n")
+
+
+def test_progress_on_a_terminal_is_a_tqdm_bar():
+    leader, follower = os.openpty()
+    with open(follower, "w") as tty, open(leader, "rb", buffering=0):
+        p = Progress(4, "samples", stream=tty)
+        assert p.bar is not None
+        p.update(4)
+        p.close()
+    quiet = Progress(4, "samples", quiet=True, stream=io.StringIO())
+    assert quiet.bar is None
+
+
+@pytest.mark.parametrize("argv0, shown", [("/usr/bin/east-cache", "east-cache"),
+                                          ("/x/preprocess/__main__.py", "python -m preprocess")])
+def test_the_usage_follows_how_it_was_invoked(argv0, shown):
+    from preprocess.cli import invoked_as
+    assert invoked_as(argv0) == shown
+    assert get_parser(shown).format_usage().startswith(f"usage: {shown} ")
+
