@@ -12,15 +12,12 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from preprocess.config import AUTO, BuildConfig
 from preprocess.errors import CacheError, UsageError
+from preprocess.store.announce import BuildPlan
 from preprocess.store.manifest import Manifest
 from preprocess.store.strategy import STRATEGY_BY_FLAG
-
-if TYPE_CHECKING:   # the build itself (joblib, the readers) loads only when a build runs
-    from preprocess.store.build import BuildPlan
 
 DEFAULT_SPLIT = "train"
 
@@ -92,6 +89,8 @@ def plan_lines(p: BuildPlan) -> list[str]:
     lines = [f"cache {p.out}: {head}"]
     if p.changes:
         lines.append("  changed: " + "; ".join(p.changes))
+    if p.source_changes:
+        lines.append(f"  source: {p.source_changes}")
     if p.full_rebuild_reason:
         lines.append(f"  full rebuild: {p.full_rebuild_reason}")
     lines += [f"  strategy {p.strategy}, {p.file_format} files: {p.strategy_reason}",

@@ -50,7 +50,8 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int,
                    help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
     p.add_argument("--variants", type=int,
-                   help="augmented variants cached per image; epoch e reads variant (e + offset) mod K" + kept(d.variants))
+                   help="augmented variants cached per image; epoch e reads variant (e + offset) mod K"
+                        + kept(d.variants))
     p.add_argument("--image-size", type=int, help="long side after resizing, px" + kept(d.image_size))
     p.add_argument("--input-size", type=int, help="square crop side, px" + kept(d.input_size))
     p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
@@ -109,8 +110,6 @@ def cmd_build(a: argparse.Namespace) -> int:
         say(f"cache {a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to "
             f"do [{r.seconds:.2f} s]")
         return 0
-    if r.changes.stale and not r.first_build and not r.full_rebuild_reason:
-        say(f"source changes: {r.changes.describe()}")
     say(f"cache {a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
         f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
         f"[{r.seconds:.1f} s]")
@@ -202,7 +201,8 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(COMMAND if prog != COMMAND else MODULE_COMMAND))
+    other = COMMAND if prog != COMMAND else MODULE_COMMAND
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
     add_build_args(b)
@@ -235,7 +235,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "
                          "(default: none, draw from CACHE)")
-    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: required with --source)")
+    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed with --source)")
     sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
     sh.add_argument("--input-size", type=int, default=d.input_size,
                     help=f"with --source: crop side, px (default {d.input_size})")

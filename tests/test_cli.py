@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import edit_ufo, nudge_first_word
 
 from preprocess import progress
 from preprocess.cli import get_parser
@@ -118,6 +119,9 @@ def test_source_option_changes_are_listed(data_copy, tmp_path):
     lines = _build(tmp_path, "--out", out, "--skip-bad", "--check-content", "--jobs", "1").stderr.splitlines()
     assert lines[1] == "  changed: skip_bad: False -> True; check_content: False -> True"
     assert Manifest.load(out).source.skip_bad and Manifest.load(out).config.image_size == 192
+    edit_ufo(data_copy, nudge_first_word)
+    lines = _build(tmp_path, "--out", out, "--jobs", "1").stderr.splitlines()
+    assert lines[1].startswith("  source: 1 changed image(s) since the build")
 
 
 def test_skip_bad_summary_names_the_image_without_advising_skip_bad(data_copy, tmp_path):
@@ -132,8 +136,8 @@ def test_skip_bad_summary_names_the_image_without_advising_skip_bad(data_copy, t
 
 
 def test_skipped_reason_drops_only_the_advice():
-    why = "ufo/train.json: image 'a.jpg': image file not found at x; fix the file name, or pass --skip-bad to leave " \
-          "the image out"
+    why = ("ufo/train.json: image 'a.jpg': image file not found at x; fix the file name, or pass --skip-bad to leave "
+           "the image out")
     assert skipped_reason(why) == "ufo/train.json: image 'a.jpg': image file not found at x; fix the file name"
     assert skipped_reason('"words" is not an object; fix it, or pass --skip-bad') == '"words" is not an object; fix it'
 

@@ -26,6 +26,7 @@ from preprocess.config import AUTO, BuildConfig
 from preprocess.errors import BuildError, CacheError
 from preprocess.ingest.ufo import load_splits
 from preprocess.progress import Progress
+from preprocess.store.announce import announce
 from preprocess.store.atomic import fsync_path
 from preprocess.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
 from preprocess.store.format import DATA_DIR, MANIFEST, record_spec
@@ -38,6 +39,7 @@ from preprocess.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_stra
 from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
+
 
 @dataclass
 class BuildReport:
@@ -57,26 +59,6 @@ class BuildReport:
     first_build: bool = True
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
-
-
-@dataclass
-class BuildPlan:
-    """What a build is about to do, handed to on_plan before the first data file is written."""
-    out: Path
-    first_build: bool
-    strategy: str
-    strategy_reason: str
-    file_format: str
-    images: int
-    variants: int
-    files: int                  # data files of the finished cache
-    files_to_write: int
-    samples_to_make: int        # rows made from the source images
-    samples_to_copy: int        # rows copied from the previous cache
-    disk_bytes: int             # estimated data bytes of the finished cache
-    full_rebuild_reason: str    # "" unless every sample is made anew
-    changes: list[str] = field(default_factory=list)    # recorded source options this build changes: "k: a -> b"
-    warnings: list[str] = field(default_factory=list)   # settings that misfit the data, shown before the work
 
 
 @contextmanager
@@ -101,8 +83,8 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
                 check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
                 file_format: str | None = None, on_plan=None) -> BuildReport:
     """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
-    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy. on_plan(BuildPlan)
-    is called once the work is known and before it starts (not when the cache is up to date)."""
+    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy.
+    on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date)."""
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     out = Path(out)
     (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
@@ -137,7 +119,8 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
             report.seconds = time.perf_counter() - t0
             return report
         if on_plan is not None:
-            on_plan(_announce(report, cfg, plan, fmt, old, source))
+            on_plan(announce(out, cfg, plan, fmt, old, source, report.images, reason, report.full_rebuild_reason,
+                             report.changes))
         _preallocate(out, cfg, plan, fmt)
         # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
         unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
@@ -211,23 +194,6 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
     strategy, reason = choose_strategy(len(records) * cfg.variants, record_spec(cfg).dtype.itemsize)
     return dataclasses.replace(cfg, strategy=strategy), AUTO_REASON + reason
-
-
-def _announce(report: BuildReport, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None,
-              source: Source) -> BuildPlan:
-    spec = record_spec(cfg)
-    changes = []
-    if old is not None:
-        was, now = old.source, source
-        for name, a, b in (("data", was.data_dirs, now.data_dirs), ("split", was.split, now.split),
-                           ("format", old.file_format, fmt.name), ("skip_bad", was.skip_bad, now.skip_bad),
-                           ("check_content", was.check_content, now.check_content)):
-            if a != b:
-                changes.append(f"{name}: {' '.join(a) if isinstance(a, list) else a} -> "
-                               f"{' '.join(b) if isinstance(b, list) else b}")
-    return BuildPlan(report.out, report.first_build, cfg.strategy, report.strategy_reason, fmt.name, report.images,
-                     cfg.variants, len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"),
-                     sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files), report.full_rebuild_reason, changes)
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:

@@ -1,0 +1,56 @@
+"""What a build is about to do, told before the first data file is written (the CLI prints it as the plan)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from preprocess.config import BuildConfig
+from preprocess.store.format import record_spec
+from preprocess.store.formats import FileFormat
+from preprocess.store.manifest import Manifest, Source
+from preprocess.store.plan import Plan
+from preprocess.store.stale import Staleness
+
+
+@dataclass
+class BuildPlan:
+    """What a build is about to do, handed to on_plan before the first data file is written."""
+    out: Path
+    first_build: bool
+    strategy: str
+    strategy_reason: str
+    file_format: str
+    images: int
+    variants: int
+    files: int                  # data files of the finished cache
+    files_to_write: int
+    samples_to_make: int        # rows made from the source images
+    samples_to_copy: int        # rows copied from the previous cache
+    disk_bytes: int             # estimated data bytes of the finished cache
+    full_rebuild_reason: str    # "" unless every sample is made anew
+    source_changes: str         # images changed, added or removed since the previous build ("" for a first build)
+    changes: list[str] = field(default_factory=list)    # recorded source options this build changes: "k: a -> b"
+    warnings: list[str] = field(default_factory=list)   # settings that misfit the data, shown before the work
+
+
+
+def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None, source: Source,
+             images: int, strategy_reason: str, full_rebuild_reason: str, changes: Staleness) -> BuildPlan:
+    """The plan of a build of cfg (strategy resolved) from source into out, whose previous manifest is old."""
+    spec = record_spec(cfg)
+    return BuildPlan(out, old is None, cfg.strategy, strategy_reason, fmt.name, images, cfg.variants,
+                     len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"),
+                     sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files), full_rebuild_reason,
+                     changes.describe() if old is not None and changes.stale else "", option_changes(old, source, fmt))
+
+
+def option_changes(old: Manifest | None, source: Source, fmt: FileFormat) -> list[str]:
+    """The recorded source options (not the sample config: a change of that is a full rebuild's reason) that this
+    build changes, as "name: old -> new"."""
+    if old is None:
+        return []
+    was = old.source
+    pairs = (("data", " ".join(was.data_dirs), " ".join(source.data_dirs)), ("split", was.split, source.split),
+             ("format", old.file_format, fmt.name), ("skip_bad", was.skip_bad, source.skip_bad),
+             ("check_content", was.check_content, source.check_content))
+    return [f"{name}: {a} -> {b}" for name, a, b in pairs if a != b]
