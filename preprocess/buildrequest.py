@@ -16,6 +16,7 @@ from pathlib import Path
 from preprocess.config import AUTO, BuildConfig
 from preprocess.errors import CacheError, UsageError
 from preprocess.store.announce import BuildPlan
+from preprocess.store.format import MANIFEST
 from preprocess.store.manifest import Manifest
 from preprocess.store.strategy import STRATEGY_BY_FLAG
 
@@ -33,12 +34,15 @@ class BuildRequest:
     existing: Manifest | None    # the cache at --out, where one can be read
 
 
-def existing_cache(out: Path) -> Manifest | None:
-    """The manifest of the cache at out; None where there is none, or it cannot be read (the build then says
-    why it ignores it, and builds from the flags and the defaults)."""
+def existing_cache(out: Path, data_given: bool) -> Manifest | None:
+    """The manifest of the cache at out, None where there is none. One that cannot be read is ignored (the build
+    says so) when --data is given; without --data its recorded options are lost, and guessing would build the
+    sample set into the user's cache folder."""
     try:
         return Manifest.load(out)
     except CacheError:
+        if (out / MANIFEST).exists() and not data_given:
+            raise   # its message says to rebuild with --data and the options it was built with
         return None
 
 
@@ -67,7 +71,7 @@ def resolve(a) -> BuildRequest:
     """The build's request: each flag given, else the existing cache's recorded option, else the default."""
     if a.jobs is not None and a.jobs != -1 and a.jobs < 1:
         raise UsageError(f"--jobs {a.jobs}: give -1 (every core) or a number of worker processes >= 1")
-    old = existing_cache(a.out)
+    old = existing_cache(a.out, bool(a.data))
 
     def pick(flag: str, default):
         given = getattr(a, flag)

@@ -208,3 +208,15 @@ def test_the_usage_follows_how_it_was_invoked(argv0, shown):
     assert invoked_as(argv0) == shown
     assert get_parser(shown).format_usage().startswith(f"usage: {shown} ")
 
+
+
+def test_an_unreadable_manifest_without_data_is_not_rebuilt_from_guesses(sample_root, tmp_path):
+    out = tmp_path / "c"
+    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    (out / "manifest.json").write_text('{"format_version": ')
+    r = run_cli("build", "--out", out, "--jobs", "1", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith(f"error: {out / 'manifest.json'}: unreadable manifest") and "--data DIR" in r.stderr
+    assert not (tmp_path / "sample_data").exists(), "no sample set was built in its place"
+    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    assert Manifest.load(out).config.image_size == 192
