@@ -31,7 +31,6 @@ class BuildRequest:
     skip_bad: bool
     check_content: bool
     file_format: str | None      # None: the cache's own format where it can hold the strategy, else npy
-    existing: Manifest | None    # the cache at --out, where one can be read
 
 
 def existing_cache(out: Path, data_given: bool) -> Manifest | None:
@@ -83,7 +82,7 @@ def resolve(a) -> BuildRequest:
         config=config_from_args(a, recorded_config(old) if old is not None else None),
         data=a.data or ([Path(d) for d in old.source.data_dirs] if old is not None else None),
         split=pick("split", DEFAULT_SPLIT), skip_bad=pick("skip_bad", False),
-        check_content=pick("check_content", False), file_format=a.file_format, existing=old)
+        check_content=pick("check_content", False), file_format=a.file_format)
 
 
 def plan_lines(p: BuildPlan) -> list[str]:
@@ -101,7 +100,7 @@ def plan_lines(p: BuildPlan) -> list[str]:
               (f"  {p.images} images x {p.variants} variant(s) = {p.images * p.variants} samples in {p.files} file(s); "
                f"to write: {p.files_to_write} file(s), {p.samples_to_make} sample(s) to make, {p.samples_to_copy} "
                f"to copy from the previous cache"),
-              f"  estimated size on disk: {mib:,.1f} MiB"]
+              f"  estimated size on disk: {mib:,.2f} MiB"]
     lines += [f"warning: {w}" for w in p.warnings]
     return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -14,9 +15,11 @@ import pytest
 from helpers import edit_ufo, nudge_first_word
 
 from preprocess import progress
+from preprocess.buildrequest import plan_lines
 from preprocess.cli import get_parser
 from preprocess.errors import skipped_reason
 from preprocess.progress import Progress
+from preprocess.store.announce import BuildPlan
 from preprocess.store.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,3 +223,19 @@ def test_an_unreadable_manifest_without_data_is_not_rebuilt_from_guesses(sample_
     assert not (tmp_path / "sample_data").exists(), "no sample set was built in its place"
     _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
     assert Manifest.load(out).config.image_size == 192
+
+
+def test_the_estimated_size_is_the_size_built(sample_root, tmp_path):
+    out = tmp_path / "c"
+    err = _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2").stderr
+    estimate = float(err.split("estimated size on disk: ")[1].split(" MiB")[0])
+    built = json.loads(run_cli("info", "--json", out, cwd=tmp_path).stdout)["data_bytes"] / 2**20
+    assert estimate == pytest.approx(built, abs=0.01)
+
+
+def test_plan_warnings_come_after_the_plan():
+    plan = BuildPlan(Path("c"), True, "whole", "auto: fits", "npy", 3, 1, 1, 1, 3, 0, 2**20, "", "",
+                     warnings=["--image-size 2048 enlarges 100% of the images by more than 1.25x"])
+    lines = plan_lines(plan)
+    assert lines[0] == "cache c: a new cache" and lines[-2] == "  estimated size on disk: 1.00 MiB"
+    assert lines[-1] == "warning: --image-size 2048 enlarges 100% of the images by more than 1.25x"
