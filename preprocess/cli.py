@@ -21,6 +21,10 @@ COMMAND = "east-cache"            # the console script (pyproject.toml [project.
 MODULE_COMMAND = "python -m preprocess"
 DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
                "images once, then inspect, check and benchmark it. `{}` is the same command.")
+BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every option not given keeps the value "
+                     "the cache was built with (all but --jobs, --backend, --scheduler and --quiet), so `build --out "
+                     "CACHE` alone brings it up to date; the defaults below are those of a new cache. The plan "
+                     "(strategy and why, counts, size, what changed) is printed before any work starts.")
 EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
 
 
@@ -28,10 +32,10 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     """Every flag that the cache records defaults to None: unset takes the existing cache's value (buildrequest.py),
     so each help text states the default of a first build itself."""
     d = BuildConfig()
-    kept = " (default: the existing cache's, else {})".format
+    kept = " (default {})".format
     p.add_argument("--data", action="append", type=Path, metavar="DIR",
                    help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. Default: the "
-                        "existing cache's, else the built-in synthetic sample set, generated into ./sample_data")
+                        "built-in synthetic sample set, generated into ./sample_data")
     p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
     p.add_argument("--out", type=Path, default=Path("cache"),
                    help="cache directory; an existing cache there is updated with its own options, except those "
@@ -39,14 +43,14 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=(AUTO, *STRATEGIES),
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM and keeps an existing "
-                        "cache's while nothing else changes (default: the existing cache's if named, else auto)")
+                        "cache's while nothing else changes; a rebuild keeps a strategy you named (default auto)")
     p.add_argument("--chunk-size", type=int, help="samples per file, chunked" + kept(d.chunk_size))
     p.add_argument("--format", dest="file_format", choices=FILE_FORMATS,
                    help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
                         "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
                         "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
-                        "that chunk-size x sample size fits in a worker's RAM (default: the existing cache's format "
-                        "where it holds the strategy, else npy)")
+                        "that chunk-size x sample size fits in a worker's RAM (default npy; a rebuild keeps the "
+                        "cache's format where it holds the strategy)")
     p.add_argument("--batch-size", type=int,
                    help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
     p.add_argument("--variants", type=int,
@@ -204,7 +208,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build or update a cache (only what changed is redone)")
+    b = sub.add_parser("build", help="build or update a cache (only what changed is redone)",
+                       description=BUILD_DESCRIPTION)
     add_build_args(b)
     b.set_defaults(func=cmd_build)
     c = sub.add_parser("convert", help="another text-detection format to a UFO dataset root for --data",

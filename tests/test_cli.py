@@ -58,6 +58,7 @@ def test_module_help_works_from_another_folder_and_opens_with_a_user_sentence(tm
 def test_console_script_names_itself_in_usage(tmp_path):
     r = run_cli("build", "--help", cwd=tmp_path, script="/somewhere/bin/east-cache")
     assert r.returncode == 0 and r.stdout.startswith("usage: east-cache build ")
+    assert "every option not given keeps the value the cache was built with" in " ".join(r.stdout.split())
 
 
 def _options(parser: argparse.ArgumentParser, where: str = ""):
