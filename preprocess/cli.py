@@ -240,7 +240,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "
                          "(default: none, draw from CACHE)")
-    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed with --source)")
+    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed there)")
     sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
     sh.add_argument("--input-size", type=int, default=d.input_size,
                     help=f"with --source: crop side, px (default {d.input_size})")
