@@ -174,13 +174,17 @@ def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path):
     assert r.stderr == "" and r.returncode == 141
 
 
-def test_progress_off_a_terminal_prints_whole_lines_every_tenth(monkeypatch):
+def test_progress_off_a_terminal_prints_whole_lines_every_tenth():
     stream = io.StringIO()
     with Progress(20, "samples", stream=stream, desc="build") as p:
         for _ in range(20):
             p.update(1)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 10 and lines[-1].startswith("  build: 20/20 samples (")
+    resumed = io.StringIO()
+    with Progress(20, "steps", stream=resumed, initial=10) as p:   # a resumed run: lines from where it stands
+        p.update(2)
+    assert resumed.getvalue().startswith("  12/20 steps (")
     assert "\r" not in stream.getvalue()
 
 
@@ -188,10 +192,11 @@ def test_progress_without_a_total_prints_by_time_with_its_figures(monkeypatch):
     monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     stream = io.StringIO()
     p = Progress(None, "steps", stream=stream, desc="epoch 1")
-    p.set_postfix(loss="0.5000")
+    p.set_note(loss="0.5000", skipped=0)
     p.update(3)
     p.close()
-    assert stream.getvalue().startswith("  epoch 1: 3 steps (") and stream.getvalue().endswith(" loss=0.5000\n")
+    line = stream.getvalue()
+    assert line.startswith("  epoch 1: 3 steps (") and line.endswith("; loss 0.5000, skipped 0\n")
 
 
 def test_progress_on_a_terminal_is_a_tqdm_bar():
