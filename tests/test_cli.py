@@ -38,12 +38,17 @@ def run_cli(*args, cwd: Path, script: str | None = None, **kw) -> subprocess.Com
     return subprocess.run(cmd, cwd=cwd, env=env, text=True, check=False, **{"capture_output": True, **kw})
 
 
-def test_every_console_script_target_exists_and_is_callable():
+def test_every_console_script_runs_from_another_folder_and_names_itself(tmp_path):
+    """What pip's launcher does for each [project.scripts] entry: import the target, call it with argv[0] its path."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert "east-cache" in scripts
     for name, target in scripts.items():
         module, _, func = target.partition(":")
         assert callable(getattr(importlib.import_module(module), func)), f"{name} -> {target}"
+        launcher = f"import sys; sys.argv[0] = '/venv/bin/{name}'; from {module} import {func}; sys.exit({func}())"
+        r = subprocess.run([sys.executable, "-c", launcher, "--help"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+        assert r.returncode == 0 and r.stdout.startswith(f"usage: {name} "), (name, r.stderr)
 
 
 def test_module_help_works_from_another_folder_and_opens_with_a_user_sentence(tmp_path):
