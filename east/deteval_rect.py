@@ -148,7 +148,7 @@ def totals(per_image) -> dict:
     precision = p_acc / det_care if det_care else 0.0
     hmean = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
     return {"precision": precision, "recall": recall, "hmean": hmean, "gt_care": gt_care, "det_care": det_care,
-                "recall_accum": r_acc, "precision_accum": p_acc}
+            "recall_accum": r_acc, "precision_accum": p_acc}
 
 
 def evaluate(gt_list, det_list) -> dict:

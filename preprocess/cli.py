@@ -1,4 +1,4 @@
-"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show.
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate.
 
 Fills a BuildConfig from flags; imports no torch (only `bench` and `show` load it, when they run).
 """
@@ -11,6 +11,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from east import evaluate_cli   # flags only: the scorer loads when `evaluate` runs
 from preprocess.config import AUTO, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from preprocess.convert import FORMATS_HELP
 from preprocess.convert import add_arguments as add_convert_args   # flags and format names only: no reader
@@ -249,6 +250,10 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.add_argument("--seed", type=int, default=d.seed,
                     help=f"with --source: seed of the random draws (default {d.seed})")
     sh.set_defaults(func=cmd_show)
+    ev = sub.add_parser("evaluate", help="score UFO predictions against UFO ground truth: DetEval precision, "
+                                         "recall, hmean")
+    evaluate_cli.add_arguments(ev)
+    ev.set_defaults(func=evaluate_cli.run)
     return p
 
 

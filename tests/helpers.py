@@ -1,12 +1,17 @@
 """Helpers shared by the tests (test modules never import each other): a small build config, cache contents as
-bytes, edits of a UFO file; tiny caches and training runs on the CPU."""
+bytes, edits of a UFO file; tiny caches and training runs on the CPU; the ground-truth maps of whole
+pages, and a model double that returns them."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+
 from east import cli
+from east.decode import decode_maps
 from preprocess.config import BuildConfig
+from preprocess.sample.targets import make_targets
 from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
 from preprocess.store.sidecar import quads_path
@@ -71,3 +76,26 @@ def read_log(out: Path) -> list[dict]:
 
 def epochs_of(log: list[dict]) -> list[dict]:
     return [r for r in log if r["event"] == "epoch"]
+
+
+STRIDE = 32   # the backbone's stride: inputs are padded to a multiple of it
+
+
+def page_maps(points, offsets, care, width: int, height: int, long_side: int, map_scale: float):
+    """(score (m, m), geo (5, m, m), scale): the EAST targets of a whole page resized so that its long side is
+    long_side px, on a square map covering the page padded to a multiple of STRIDE: what a perfect model
+    would output for the page."""
+    scale = long_side / max(width, height)
+    side = -(-round(max(width, height) * scale) // STRIDE) * STRIDE
+    score, geo, _ = make_targets(np.asarray(points, np.float32) * scale, offsets, np.asarray(care, np.uint8), side,
+                                 map_scale)
+    return score, geo, scale
+
+
+def decode_page(score, geo, scale: float, map_scale: float, shift: int = 0) -> np.ndarray:
+    """(K, 4, 2) quads in the page's frame from page_maps' output; shift > 0 rolls the maps that many map
+    pixels right and down first (a deliberately displaced output)."""
+    if shift:
+        score, geo = np.roll(score, (shift, shift), axis=(0, 1)), np.roll(geo, (shift, shift), axis=(1, 2))
+    quads, _ = decode_maps(score, geo, map_scale)
+    return quads.astype(np.float64) / scale
