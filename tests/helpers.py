@@ -3,6 +3,7 @@ bytes, edits of a UFO file; tiny caches and training runs on the CPU; the ground
 pages, and a model double that returns them."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -99,3 +100,39 @@ def decode_page(score, geo, scale: float, map_scale: float, shift: int = 0) -> n
         score, geo = np.roll(score, (shift, shift), axis=(0, 1)), np.roll(geo, (shift, shift), axis=(1, 2))
     quads, _ = decode_maps(score, geo, map_scale)
     return quads.astype(np.float64) / scale
+
+
+def input_key(images_uint8: np.ndarray) -> bytes:
+    """What identifies one prepared input image (H, W, 3) uint8."""
+    return hashlib.blake2b(np.ascontiguousarray(images_uint8).tobytes(), digest_size=16).digest()
+
+
+class GroundTruthModel:
+    """A test double for EAST at inference: for an input it has seen prepared (east.predict.load_input) it returns
+    the page's ground-truth score and geometry maps, so predictions are as good as decoding allows; any other
+    input gets empty maps. It recognises an input by un-normalising it back to the uint8 image."""
+
+    def __init__(self, pages, words: dict, image_size: int, map_scale: float):
+        from east.predict import input_geometry, load_input
+        self.map_scale, self.maps = map_scale, {}
+        for page in pages:
+            w = words[page.name]
+            scale, _, (ph, pw) = input_geometry(page, image_size)
+            score, geo, _ = make_targets(np.asarray(w.points, np.float32) * scale, w.offsets,
+                                         np.asarray(w.care, np.uint8), max(ph, pw), map_scale)
+            mh, mw = round(ph * map_scale), round(pw * map_scale)
+            self.maps[input_key(load_input(page, image_size))] = (score[:mh, :mw], geo[:, :mh, :mw])
+
+    def __call__(self, x):
+        """score (B, 1, h, w) and geo (B, 5, h, w) tensors for normalised images x (B, 3, H, W)."""
+        import torch
+
+        from east.augment import IMAGENET_MEAN, IMAGENET_STD
+        mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        images = ((x.float().cpu() * std + mean) * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        h, w = round(x.shape[2] * self.map_scale), round(x.shape[3] * self.map_scale)
+        score, geo = torch.zeros(len(x), 1, h, w), torch.zeros(len(x), 5, h, w)
+        for k, image in enumerate(images.numpy()):
+            if (maps := self.maps.get(input_key(image))) is not None:
+                score[k, 0], geo[k] = torch.from_numpy(maps[0].astype(np.float32)), torch.from_numpy(maps[1])
+        return score, geo

@@ -1,0 +1,132 @@
+"""Full-image prediction (east.predict): inputs prepared as the build prepares images (EXIF-aware, the same
+resize convention), batched by shape, and quads mapped back to each image's own frame. A ground-truth-maps test
+double stands in for the model, so the predictions are as good as decoding allows and must score so."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from helpers import GroundTruthModel
+from PIL import Image
+
+from east.predict import (
+    STRIDE,
+    Page,
+    PredictConfig,
+    input_geometry,
+    load_input,
+    pages_from_folder,
+    pages_from_split,
+    plan_batches,
+    predict,
+    write_predictions,
+)
+from east.scoring import Words, load_ground_truth, load_predictions, score
+from preprocess.config import BuildConfig
+from preprocess.errors import DataError
+from preprocess.ingest.ufo import CARE, load_ufo
+
+CPU = __import__("torch").device("cpu")
+
+
+def gt_setup(root, image_size=256, map_scale=0.5, split="train"):
+    records, _ = load_ufo(root / "ufo" / f"{split}.json", root / "images", BuildConfig())
+    pages, _ = pages_from_split(root, split)
+    words = {r.name: Words.from_record(r) for r in records}
+    return pages, words, GroundTruthModel(pages, words, image_size, map_scale)
+
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+def test_ground_truth_maps_through_prediction_score_high(sample_root, tmp_path, map_scale):
+    """Every page (an EXIF-rotated JPEG, a PNG, a grayscale JPEG, RGB JPEGs) through load, batch, decode and
+    the mapping back to the frame: rect hmean >= 0.95 against the UFO words, read back from the written file."""
+    pages, _, model = gt_setup(sample_root, 256, map_scale)
+    cfg = PredictConfig(image_size=256, map_scale=map_scale, batch_size=2)
+    results, skipped = predict(model, pages, cfg, CPU, progress=False)
+    assert skipped == [] and sorted(results) == sorted(p.name for p in pages)
+    write_predictions(tmp_path / "pred.json", results)
+    gt = load_ground_truth(sample_root / "ufo" / "train.json", BuildConfig())
+    r = score(gt, load_predictions(tmp_path / "pred.json", gt))
+    assert r["gt_care"] >= 30 and r["hmean"] >= 0.95, r
+
+
+def test_inputs_follow_the_exif_orientation(sample_root):
+    """Page 0 is stored turned 90 degrees with an EXIF orientation: in the prepared input, the legible words'
+    boxes are darker (ink) than the page around them; in the stored layout they would not be."""
+    records, _ = load_ufo(sample_root / "ufo" / "train.json", sample_root / "images", BuildConfig())
+    rec = records[0]
+    assert Image.open(rec.path).size == (rec.height, rec.width), "the test page is stored turned"
+    page = Page(rec.name, rec.path, rec.width, rec.height)
+    image = load_input(page, 256).mean(axis=2)
+    scale = input_geometry(page, 256)[0]
+    inside = np.zeros(image.shape, bool)
+    for k in np.flatnonzero(rec.reason == CARE):
+        (x0, y0), (x1, y1) = (rec.points[rec.offsets[k]:rec.offsets[k + 1]] * scale).min(0), \
+            (rec.points[rec.offsets[k]:rec.offsets[k + 1]] * scale).max(0)
+        inside[int(y0):int(y1) + 1, int(x0):int(x1) + 1] = True
+    h, w = input_geometry(page, 256)[1]
+    assert image[inside].mean() < image[:h, :w][~inside[:h, :w]].mean() - 10
+
+
+def test_input_geometry_and_padding():
+    page = Page("p.jpg", "p.jpg", 1200, 1600)
+    scale, (h, w), (ph, pw) = input_geometry(page, 1000)
+    assert scale == 1000 / 1600 and (h, w) == (1000, 750) and (ph, pw) == (1024, 768)
+    assert ph % STRIDE == 0 and pw % STRIDE == 0
+
+
+def test_batches_hold_one_shape_each():
+    pages = [Page(f"{k}.jpg", "", *size) for k, size in
+             enumerate([(1200, 1600), (1600, 1200), (1200, 1600), (900, 1200), (1200, 1600), (500, 500)])]
+    batches = plan_batches(pages, 512, 2)
+    assert sorted(p.name for b in batches for p in b) == sorted(p.name for p in pages)
+    for b in batches:
+        assert len(b) <= 2 and len({input_geometry(p, 512)[2] for p in b}) == 1
+    assert len(batches) == 4   # three portrait pages of one shape (2 + 1), with the 900 x 1200 one; landscape; square
+
+
+def test_folder_of_images_uses_exif_upright_sizes(sample_root):
+    pages, bad = pages_from_folder(sample_root / "images")
+    records, _ = load_ufo(sample_root / "ufo" / "train.json", sample_root / "images", BuildConfig())
+    assert bad == [] and [(p.name, p.width, p.height) for p in pages] == [(r.name, r.width, r.height) for r in records]
+
+
+def test_undecodable_image_is_named_or_skipped(data_copy):
+    pages, _ = pages_from_split(data_copy, "train")
+    broken = pages[1]
+    (data_copy / "images" / broken.name).write_bytes(b"not an image at all")
+    cfg = PredictConfig(image_size=128, map_scale=0.5)
+    with pytest.raises(DataError, match=broken.name):
+        predict(EmptyModel(), pages, cfg, CPU, progress=False)
+    results, skipped = predict(EmptyModel(), pages, PredictConfig(128, 0.5, skip_bad=True), CPU, progress=False)
+    assert [name for name, _ in skipped] == [broken.name] and broken.name in skipped[0][1]
+    assert sorted(results) == sorted(p.name for p in pages if p != broken)
+
+
+def test_missing_image_is_named(data_copy):
+    pages, _ = pages_from_split(data_copy, "train")
+    (data_copy / "images" / pages[2].name).unlink()
+    with pytest.raises(DataError, match=pages[2].name):
+        pages_from_split(data_copy, "train")
+    kept, skipped = pages_from_split(data_copy, "train", skip_bad=True)
+    assert len(kept) == len(pages) - 1 and skipped[0][0] == pages[2].name
+
+
+def test_predictions_file_is_ufo_and_replaced_whole(tmp_path):
+    quad = np.array([[[1.234, 2], [10, 2], [10, 8], [1.234, 8]]])
+    out = tmp_path / "sub" / "pred.json"
+    write_predictions(out, {"a.jpg": (quad, np.ones(1)), "b.jpg": (np.zeros((0, 4, 2)), np.zeros(0))})
+    assert json.loads(out.read_text()) == {"images": {
+        "a.jpg": {"words": {"1": {"points": [[1.23, 2.0], [10.0, 2.0], [10.0, 8.0], [1.23, 8.0]]}}},
+        "b.jpg": {"words": {}}}}
+    write_predictions(out, {})
+    assert json.loads(out.read_text()) == {"images": {}} and [p.name for p in out.parent.iterdir()] == ["pred.json"]
+
+
+class EmptyModel:
+    """Maps of nothing, at map scale 0.5."""
+
+    def __call__(self, x):
+        import torch
+        return torch.zeros(len(x), 1, x.shape[2] // 2, x.shape[3] // 2), torch.zeros(len(x), 5, x.shape[2] // 2, x.shape[3] // 2)
