@@ -7,8 +7,9 @@ For a cared-for gt G and a kept detection D: recall r = |G n D| / |G|, precision
 
 0. A detection whose area lies more than DONT_CARE_PRECISION inside one don't-care rectangle is
    dropped: it earns no credit and is not counted.
-1. One-to-one: r >= AREA_RECALL and p >= AREA_PRECISION, each is the other's only such candidate,
-   each overlaps nothing else (among cared-for gts and kept detections), and
+1. One-to-one: r >= AREA_RECALL and p >= AREA_PRECISION, each is the other's only such candidate
+   (among all boxes, don't-care ones included, as the competition script counts), each overlaps
+   nothing else (among cared-for gts and kept detections), and
    2 x centre distance / (diag G + diag D) < CENTER_DIFF_THRESH. Credit 1 to recall and precision.
 2. One-to-many (a split), for a still-unmatched G overlapping at least two detections: the unmatched
    detections with p >= AREA_PRECISION match G when their recalls sum (rounded to ROUND_DECIMALS)
@@ -102,19 +103,23 @@ def evaluate_image(gt_rects, care, det_rects) -> ImageCounts:
     if len(care) != len(gt):
         raise ValueError(f"care has {len(care)} flags for {len(gt)} gt rectangles")
     det_area = areas(det)
-    dont_care = overlaps(det, gt[~care]) / det_area[:, None]
-    gi, di = np.flatnonzero(care), np.flatnonzero(~np.any(dont_care > DONT_CARE_PRECISION, axis=1))
+    inter_all = overlaps(gt, det)
+    recall_all, precision_all = inter_all / areas(gt)[:, None], inter_all / det_area[None]
+    gi = np.flatnonzero(care)
+    di = np.flatnonzero(~np.any(precision_all[~care] > DONT_CARE_PRECISION, axis=0))
     g, d = gt[gi], det[di]
-    inter = overlaps(g, d)
-    recall, precision = inter / areas(g)[:, None], inter / det_area[di][None]
-    touches = inter > 0
+    cared = np.ix_(gi, di)
+    recall, precision, touches = recall_all[cared], precision_all[cared], inter_all[cared] > 0
     gt_done, det_done = np.zeros(len(g), bool), np.zeros(len(d), bool)
     r_acc = p_acc = 0.0
     matches = []
 
-    good = (recall >= AREA_RECALL) & (precision >= AREA_PRECISION)
-    only = (good.sum(axis=1) == 1) & (touches.sum(axis=1) == 1)
-    for i, j in zip(*np.nonzero(good & only[:, None] & ((good.sum(axis=0) == 1) & (touches.sum(axis=0) == 1))[None])):
+    # "Only candidate" counts every box, don't-care ones included, as the competition script does;
+    # "overlaps nothing else" counts cared-for gts and kept detections only.
+    good = (recall_all >= AREA_RECALL) & (precision_all >= AREA_PRECISION)
+    unique = good[cared] & (good.sum(axis=1) == 1)[gi][:, None] & (good.sum(axis=0) == 1)[di][None]
+    single = (touches.sum(axis=1) == 1)[:, None] & (touches.sum(axis=0) == 1)[None]
+    for i, j in zip(*np.nonzero(unique & single)):
         if _close_centres(g[i], d[j]):   # unique mutual candidates are disjoint pairs: order does not matter
             gt_done[i] = det_done[j] = True
             r_acc, p_acc = r_acc + 1, p_acc + 1

@@ -68,6 +68,18 @@ def test_one_to_one_needs_each_to_overlap_nothing_else():
     assert prh(r) == (0.5, 1, 2 / 3)
 
 
+def test_a_dropped_detection_still_counts_as_a_second_candidate():
+    """As in the competition script, "only candidate" counts dropped detections too. Word 0..99 x 0..19 (2000 px),
+    don't-care word x 0..35 (720 px). Detection A = the word: 720 / 2000 = 36% inside the don't-care word, kept.
+    Detection B = x 0..79 (1600 px): 45% inside, dropped, yet recall 0.8 and precision 1 for the word. The word
+    has two candidates: no one-to-one; it overlaps one kept detection only: no split. A is a false positive."""
+    gt, care = rects((0, 0, 99, 19), (0, 0, 35, 19)), [1, 0]
+    r = one_image(gt, rects((0, 0, 99, 19), (0, 0, 79, 19)), care)
+    assert r["per_image"][0].matches == () and r["per_image"][0].det_care == 1
+    assert prh(r) == (0, 0, 0)
+    assert prh(one_image(gt, rects((0, 0, 99, 19)), care)) == (1, 1, 1)
+
+
 def test_split_over_two_detections():
     """Halves of 1000 px each: recall 0.5 + 0.5 = 1 >= 0.8, precision 1 each. Recall credit 0.8 for the one
     gt; precision credit 0.8 per detection, 1.6 / 2."""
