@@ -31,7 +31,7 @@ from preprocess.ingest.imageio import decode_image, oriented_size
 from preprocess.ingest.ufo import find_split, load_ufo
 from preprocess.sample.geometry import compose
 from preprocess.sample.make import _decoded_to_frame
-from preprocess.store.manifest import write_atomic
+from preprocess.store.atomic import write_atomic
 
 STRIDE = 32                   # px; the backbone's total stride: input sides are padded to a multiple of it
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   # what --images DIR picks up

@@ -19,7 +19,7 @@ from east import deteval, deteval_rect
 from preprocess.config import BuildConfig
 from preprocess.errors import DataError
 from preprocess.ingest import ufo
-from preprocess.store.manifest import write_atomic
+from preprocess.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")
