@@ -28,11 +28,11 @@ from east.trainer import evaluate_checkpoint, train
 from preprocess.errors import BuildError, CacheError, DataError, UsageError
 
 EXAMPLES = """examples:
-  python train.py --cache cache/train --val-cache cache/val    train; DetEval hmean logged every epoch
+  python train.py --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
   python train.py --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
-  python train.py --eval-only --checkpoint runs/east/latest.pt --val-cache cache/val
+  python train.py --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
   python train.py --export-onnx east.onnx --checkpoint runs/east/latest.pt
 """
 
@@ -51,10 +51,14 @@ def get_args_parser() -> argparse.ArgumentParser:
     data.add_argument("--val-cache", type=Path,
                       help="validation cache: its loss after every epoch, detection metrics per --eval-every "
                            "(default: none)")
+    data.add_argument("--val-data", type=Path, metavar="ROOT",
+                      help="dataset root whose full --val-split images are predicted and scored with the competition's "
+                           "rect DetEval per --eval-every: the headline precision/recall/hmean (default: none)")
+    data.add_argument("--val-split", help=f"with --val-data: which ROOT/ufo/SPLIT.json (default: {d.val_split})")
     data.add_argument("--eval-every", type=int, metavar="N",
-                      help="epochs between detection metrics on --val-cache (predictions decoded to quads, DetEval "
-                           "precision/recall/hmean against its words) and after the last; 0: off "
-                           "(default: 1 with --val-cache, else 0)")
+                      help="epochs between detection metrics, and after the last: on --val-data's full images (rect "
+                           "DetEval), else on --val-cache's crops (polygon DetEval against its words); 0: off "
+                           "(default: 1 with --val-data or --val-cache, else 0)")
     data.add_argument("--rebuild", action="store_true",
                       help="update a stale cache (train or val) before training (default: off; a stale cache stops the "
                            "run with the command that updates it)")
@@ -109,8 +113,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                        help="the checkpoint --eval-only or --export-onnx reads (default: none)")
     mode = other.add_mutually_exclusive_group()
     mode.add_argument("--eval-only", action="store_true",
-                      help="no training: DetEval precision/recall/hmean of --checkpoint on --val-cache (or --cache), "
-                           "printed and appended to OUT/eval.jsonl")
+                      help="no training: DetEval precision/recall/hmean of --checkpoint on --val-data's full images "
+                           "(rect), else on --val-cache (or --cache), printed and appended to OUT/eval.jsonl")
     mode.add_argument("--export-onnx", type=Path, metavar="PATH",
                       help="no training: write --checkpoint as ONNX and check it with onnxruntime. Input 'image': "
                            "float32 (B, 3, H, W), RGB in [0, 1] normalised per channel as (x - mean) / std with the "
@@ -145,8 +149,11 @@ def check_flags(args) -> None:
     if args.checkpoint is not None and not wants:
         raise UsageError("--checkpoint is read by --eval-only and --export-onnx only; to continue training from it, "
                          "pass --resume")
-    if args.eval_every and not args.val_cache:
-        raise UsageError("--eval-every needs --val-cache DIR, the cache whose words the predictions are scored on")
+    if args.eval_every and not (args.val_cache or args.val_data):
+        raise UsageError("--eval-every needs --val-data ROOT (full images) or --val-cache DIR (crops), the words the "
+                         "predictions are scored on")
+    if args.val_split is not None and args.val_data is None:
+        raise UsageError("--val-split names a split of --val-data ROOT; pass --val-data too")
     if args.backbone_weights not in (None, *BACKBONES):
         check_backbone_file(Path(args.backbone_weights))
     if args.resume is not None and not args.resume.is_file():

@@ -31,6 +31,8 @@ class TrainConfig:
     """Every setting of a run, defaults resolved. The flags of the same name in east.cli say more."""
     cache: Path = Path("cache")            # training cache directory
     val_cache: Path | None = None          # validation cache: loss every epoch, detection metrics per eval_every
+    val_data: Path | None = None           # dataset root: full val_split images predicted, rect DetEval per eval_every
+    val_split: str = "val"                 # val_data's split: ROOT/ufo/{val_split}.json
     out: Path = OUT                        # checkpoints, log.jsonl, eval.jsonl, profile trace
     epochs: int = EPOCHS                   # epochs in all, counting those a resumed checkpoint has done
     max_steps: int | None = None           # optimiser steps in all (over resumes); None: no cap
@@ -50,7 +52,7 @@ class TrainConfig:
     save_every_steps: int | None = None    # optimiser steps between mid-epoch checkpoints; None: none
     log_every: int = 20                    # optimiser steps between loss logs (the host syncs)
     max_bad_steps: int = 20                # non-finite optimiser steps in a row before giving up
-    eval_every: int = 0                    # epochs between detection metrics on val_cache; 0: none
+    eval_every: int = 0                    # epochs between detection metrics (val_data, else val_cache); 0: none
     rebuild: bool = False                  # update a stale cache before training
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
@@ -106,7 +108,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     if not cuda and all(v is None for v in lengths) and not getattr(args, "eval_only", False):
         given.update(epochs=1, max_steps=CPU_BUDGET_STEPS, time_limit=CPU_BUDGET_SECONDS, check_run=True)
     if args.eval_every is None:
-        given["eval_every"] = 1 if args.val_cache else 0
+        given["eval_every"] = 1 if args.val_cache or getattr(args, "val_data", None) else 0
     if args.out is None:
         checkpoint = getattr(args, "checkpoint", None)
         given["out"] = checkpoint.parent if getattr(args, "eval_only", False) and checkpoint else OUT

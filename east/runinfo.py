@@ -23,6 +23,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
                   steps_per_epoch: int) -> list[str]:
     c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
     val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
+    if cfg.val_data:
+        val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"
     if cfg.resume:
         where = (f"inside epoch {state.epoch + 1}, {state.epoch_micro // cfg.accum_steps} of its steps done"
                  if state.epoch_micro else f"after epoch {state.epoch}")

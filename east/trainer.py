@@ -33,6 +33,8 @@ from east.runinfo import (
     started_lines,
 )
 from east.runtime import Runtime, jsonl_writer, profiler, stop_on_signals
+from east.validate import full_page_metrics, val_pages
+from preprocess.config import BuildConfig
 from preprocess.errors import UsageError
 
 
@@ -69,12 +71,14 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
+    pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     with stop_on_signals(ctx.state, rt):
-        run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds)
+        run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
     return finish(ctx, argv)
 
 
-def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset) -> None:
+def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages=None) -> None:
+    """pages (east.validate.ValPages): full validation images, scored instead of the validation crops."""
     cfg, rt, state = ctx.cfg, ctx.rt, ctx.state
     profiling = bool(cfg.profile) and rt.rank == 0
     prof = profiler(cfg.profile, cfg.out, rt.device, rt.say) if profiling else nullcontext()
@@ -94,7 +98,8 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
                 stats.update(evaluate(net, loaders[1], ctx))
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
-                stats.update(detection_metrics(model, loaders[1].dataset.ds, ctx))
+                stats.update(full_page_metrics(model, pages, rt) if pages is not None
+                             else detection_metrics(model, loaders[1].dataset.ds, ctx))
             end_epoch(stats, complete, lr, model, optimizer, scheduler, ctx, ds)
             if complete:
                 state.epoch, state.epoch_micro, state.epoch_sums = epoch + 1, 0, None
@@ -168,20 +173,28 @@ def finish(ctx: Context, argv: list[str]) -> int:
 
 
 def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
-    """--eval-only: detection metrics of the checkpoint on --val-cache, or --cache when there is none; printed
-    and appended to OUT/eval.jsonl (OUT: the checkpoint's folder unless --out is given)."""
+    """--eval-only: detection metrics of the checkpoint on --val-data's full images (rect DetEval, as training
+    logs them), else on --val-cache, or --cache when there is none; printed and appended to OUT/eval.jsonl (OUT:
+    the checkpoint's folder unless --out is given)."""
     ck = load_checkpoint(checkpoint)
-    cache = cfg.val_cache or cfg.cache
-    ds = open_cache(cache, cfg.rebuild, rt)
-    check_fits_cache(ck, checkpoint, ds)
     model = inference_model(ck, checkpoint, rt.device)
-    metrics = detection_metrics(model, ds, new_context(cfg, rt))
+    if cfg.val_data:
+        pages = val_pages(cfg.val_data, cfg.val_split, BuildConfig.from_dict(ck["config"]), cfg.batch_size)
+        metrics = full_page_metrics(model, pages, rt)
+        source, n, on = {"data": str(cfg.val_data), "split": cfg.val_split}, len(pages.records), \
+            f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
+    else:
+        cache = cfg.val_cache or cfg.cache
+        ds = open_cache(cache, cfg.rebuild, rt)
+        check_fits_cache(ck, checkpoint, ds)
+        metrics = detection_metrics(model, ds, new_context(cfg, rt))
+        source, n, on = {"cache": str(cache)}, len(ds), str(cache)
     if rt.rank != 0:
         return
     cfg.out.mkdir(parents=True, exist_ok=True)
     log = cfg.out / "eval.jsonl"
     where = f"epoch {ck['epoch']}" + ("" if ck.get("complete", True) else f", step {ck['step']}, inside it")
     jsonl_writer(log)({"event": "eval", "checkpoint": str(checkpoint), "epoch": ck["epoch"], "step": ck["step"],
-                       "cache": str(cache), "images": len(ds), **metrics})
-    print(f"{checkpoint} ({where}) on {cache}, {len(ds)} images: precision {metrics['precision']:.4f}, "
+                       **source, "images": n, **metrics})
+    print(f"{checkpoint} ({where}) on {on}, {n} images: precision {metrics['precision']:.4f}, "
           f"recall {metrics['recall']:.4f}, hmean {metrics['hmean']:.4f}; appended to {log}", flush=True)

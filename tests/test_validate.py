@@ -1,0 +1,70 @@
+"""Validation on full pages during training (--val-data ROOT --val-split SPLIT) and --eval-only on a checkpoint:
+the same prediction and rect scoring, so the checkpoint's figure is the logged one. Ground-truth maps stand in
+for EAST at inference (training itself runs the real model), so the figure is one of a model that detects words."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import GroundTruthModel, epochs_of, small_config, train_run
+
+from east import cli
+from east.model import EAST
+from east.predict import Page
+from east.scoring import Words
+from east.validate import val_pages
+from preprocess.errors import UsageError
+from preprocess.store.build import build_cache
+
+METRICS = ("precision", "recall", "hmean")
+
+
+@pytest.fixture
+def detecting_east(sample_root, monkeypatch):
+    """EAST whose inference returns the ground-truth maps of the sample pages prepared at the cache's image size."""
+    cfg = small_config(variants=1)
+    pages = val_pages(sample_root, "train", cfg, batch_size=2)
+    double = GroundTruthModel([Page(r.name, r.path, r.width, r.height) for r in pages.records],
+                              {r.name: Words.from_record(r) for r in pages.records}, cfg.image_size, cfg.map_scale)
+    train_forward = EAST.forward
+    monkeypatch.setattr(EAST, "forward", lambda self, x: train_forward(self, x) if self.training else double(x))
+    return cfg
+
+
+@pytest.mark.slow
+def test_eval_only_reproduces_the_logged_full_page_figure(detecting_east, sample_root, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    build_cache(detecting_east, [sample_root], cache, jobs=1, quiet=True)
+    val = ["--val-data", str(sample_root), "--val-split", "train"]
+    (last,) = epochs_of(train_run(cache, tmp_path / "run", "--epochs", "1", "--max-steps", "1", *val))
+    assert last["hmean"] >= 0.95 and last["detections"] >= 30, last
+    capsys.readouterr()
+    assert cli.run(["--eval-only", "--checkpoint", str(tmp_path / "run" / "latest.pt"), *val,
+                    "--out", str(tmp_path / "eval"), "--device", "cpu"]) == 0
+    (record,) = [json.loads(line) for line in (tmp_path / "eval" / "eval.jsonl").read_text().splitlines()]
+    assert {k: record[k] for k in METRICS} == {k: last[k] for k in METRICS}
+    assert record["images"] == 5 and record["split"] == "train" and record["detections"] == last["detections"]
+    assert f"hmean {record['hmean']:.4f}" in capsys.readouterr().out
+
+
+def test_validation_images_take_the_cache_word_rules(sample_root):
+    """A tag the cache ignores is don't-care in validation too: fewer cared-for words than with no ignore tags."""
+    with_tags = val_pages(sample_root, "train", small_config(), 1).records
+    without = val_pages(sample_root, "train", small_config(ignore_tags=()), 1).records
+    care = [sum(int(w.care.sum()) for w in map(Words.from_record, recs)) for recs in (with_tags, without)]
+    assert care[0] < care[1]
+    assert val_pages(sample_root, "train", small_config(image_size=320), 1).predict.image_size == 320
+
+
+@pytest.mark.parametrize("flags, expect", [
+    (["--eval-every", "1"], "--eval-every needs --val-data ROOT"),
+    (["--val-split", "val"], "--val-split names a split of --val-data"),
+])
+def test_flags_that_need_validation_data(flags, expect):
+    with pytest.raises(UsageError, match=expect):
+        cli.run(flags)
+
+
+def test_missing_validation_split_is_named(sample_root, tmp_path):
+    with pytest.raises(Exception, match=r"ufo/nosuch\.json"):
+        val_pages(sample_root, "nosuch", small_config(), 1)
