@@ -10,9 +10,10 @@ from helpers import GroundTruthModel, epochs_of, small_config, train_run
 
 from east import cli
 from east.model import EAST
-from east.predict import Page
-from east.scoring import Words
-from east.validate import val_pages
+from east.predict import Page, predict, write_predictions
+from east.runtime import Runtime
+from east.scoring import Words, load_ground_truth, load_predictions, score
+from east.validate import full_page_metrics, val_pages
 from preprocess.errors import UsageError
 from preprocess.store.build import build_cache
 
@@ -68,3 +69,19 @@ def test_flags_that_need_validation_data(flags, expect):
 def test_missing_validation_split_is_named(sample_root, tmp_path):
     with pytest.raises(Exception, match=r"ufo/nosuch\.json"):
         val_pages(sample_root, "nosuch", small_config(), 1)
+
+
+def test_validation_figure_is_predict_then_evaluate(sample_root, tmp_path):
+    """What training logs is what predict.py + `preprocess evaluate` give for the same checkpoint and split."""
+    cfg = small_config()
+    pages = val_pages(sample_root, "train", cfg, batch_size=2)
+    page_list = [Page(r.name, r.path, r.width, r.height) for r in pages.records]
+    double = GroundTruthModel(page_list, {r.name: Words.from_record(r) for r in pages.records}, cfg.image_size,
+                              cfg.map_scale)
+    logged = full_page_metrics(double, pages, Runtime())
+    results, _ = predict(double, page_list, pages.predict, Runtime().device, progress=False)
+    write_predictions(tmp_path / "pred.json", results)
+    gt = load_ground_truth(sample_root / "ufo" / "train.json", cfg)
+    scored = score(gt, load_predictions(tmp_path / "pred.json", gt))
+    assert logged["hmean"] >= 0.95
+    assert {k: logged[k] for k in METRICS} == pytest.approx({k: scored[k] for k in METRICS})
