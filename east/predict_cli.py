@@ -50,7 +50,10 @@ def get_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None) -> None:
     a = get_parser().parse_args(argv)
-    from east.checkpoint import (  # torch model code: after the flags are checked
+    # the images first: a missing one is named before the model is loaded
+    pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
+                      else pages_from_folder(a.images, a.skip_bad))
+    from east.checkpoint import (  # torch model code: after the flags and the images are checked
         inference_model,
         load_checkpoint,
     )
@@ -62,8 +65,6 @@ def run(argv: list[str] | None = None) -> None:
                             skip_bad=a.skip_bad)
     except ValueError as e:
         raise UsageError(f"{e}; see predict.py --help") from None
-    pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
-                      else pages_from_folder(a.images, a.skip_bad))
     device = setup_device(a.device).device
     model = inference_model(ck, a.checkpoint, device)
     t0 = time.perf_counter()

@@ -130,3 +130,28 @@ class EmptyModel:
     def __call__(self, x):
         import torch
         return torch.zeros(len(x), 1, x.shape[2] // 2, x.shape[3] // 2), torch.zeros(len(x), 5, x.shape[2] // 2, x.shape[3] // 2)
+
+
+def run_cli(capsys, *flags) -> tuple[int, str]:
+    from east.predict_cli import main
+    rc = main([*map(str, flags)])
+    return rc, capsys.readouterr().err
+
+
+def test_cli_names_a_missing_image_before_loading_the_model(data_copy, tmp_path, capsys):
+    pages, _ = pages_from_split(data_copy, "train")
+    (data_copy / "images" / pages[1].name).unlink()
+    rc, err = run_cli(capsys, "--checkpoint", tmp_path / "none.pt", "--data", data_copy, "--split", "train",
+                      "--out", tmp_path / "p.json")
+    assert rc == 2 and err.startswith("error: ") and err.count("\n") == 1 and pages[1].name in err
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("case", ["checkpoint", "folder", "split"])
+def test_cli_errors_are_one_line_naming_the_path(case, sample_root, tmp_path, capsys):
+    source = {"checkpoint": ["--images", sample_root / "images"], "folder": ["--images", tmp_path / "nowhere"],
+              "split": ["--data", sample_root, "--split", "nosuch"]}[case]
+    rc, err = run_cli(capsys, "--checkpoint", tmp_path / "none.pt", *source, "--out", tmp_path / "p.json")
+    expect = {"checkpoint": "none.pt: no such checkpoint", "folder": "nowhere: not a folder",
+              "split": "nosuch.json: UFO file not found"}[case]
+    assert rc == 2 and err.count("\n") == 1 and expect in err, err
