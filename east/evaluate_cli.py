@@ -33,7 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from east.scoring import load_ground_truth, load_predictions, report, score, write_per_image
+    from east.scoring import (
+        load_ground_truth,
+        load_predictions,
+        report,
+        score,
+        write_per_image,
+    )
     rules = BuildConfig(ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
                         min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons)
     gt = load_ground_truth(a.gt, rules)

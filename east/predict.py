@@ -21,7 +21,6 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from east.augment import prepare_images
 from east.decode import NMS_THRESH, SCORE_THRESH, decode_maps
@@ -29,6 +28,7 @@ from preprocess.config import BuildConfig
 from preprocess.errors import DataError
 from preprocess.ingest.imageio import decode_image, oriented_size
 from preprocess.ingest.ufo import find_split, load_ufo
+from preprocess.progress import Progress
 from preprocess.sample.geometry import compose
 from preprocess.sample.make import _decoded_to_frame
 from preprocess.store.atomic import write_atomic
@@ -166,7 +166,7 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
     results, skipped = {}, []
     batches = plan_batches(pages, cfg.image_size, cfg.batch_size)
     with ThreadPoolExecutor(LOADER_THREADS) as pool, \
-            tqdm(total=len(pages), desc=desc, unit="img", disable=not progress, leave=False) as bar:
+            Progress(len(pages), "img", quiet=not progress, desc=desc, leave=False) as bar:
         for batch, images, bad in _loaded(batches, cfg, pool):
             skipped += bad
             if batch:

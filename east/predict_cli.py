@@ -18,11 +18,12 @@ from east.predict import (
 from preprocess.errors import BuildError, CacheError, DataError, UsageError
 
 SHOW_SKIPPED = 5   # skipped images named in the summary line
+SCRIPT = "predict.py"   # how usage names the command unless it was started otherwise (east-predict)
 
 
-def get_parser() -> argparse.ArgumentParser:
+def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     d = PredictConfig(image_size=1024, map_scale=0.5)
-    p = argparse.ArgumentParser(prog="predict.py", description="Predict words on full images with a trained "
+    p = argparse.ArgumentParser(prog=prog, description="Predict words on full images with a trained "
                                 "checkpoint; write them as a UFO JSON submission file.")
     p.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint train.py wrote, e.g. runs/east/latest.pt")
     src = p.add_mutually_exclusive_group(required=True)
@@ -48,8 +49,14 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def invoked_as(argv0: str) -> str:
+    """The name usage shows: predict.py, east-predict, or `python -m east.predict_cli`."""
+    name = Path(argv0).name
+    return "python -m east.predict_cli" if name in ("predict_cli.py", "") else name
+
+
 def run(argv: list[str] | None = None) -> None:
-    a = get_parser().parse_args(argv)
+    a = get_parser(invoked_as(sys.argv[0]) if argv is None else SCRIPT).parse_args(argv)
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))
@@ -64,7 +71,7 @@ def run(argv: list[str] | None = None) -> None:
                             batch_size=a.batch_size, score_thresh=a.score_thresh, nms_thresh=a.nms_thresh,
                             skip_bad=a.skip_bad)
     except ValueError as e:
-        raise UsageError(f"{e}; see predict.py --help") from None
+        raise UsageError(f"{e}; see --help") from None
     device = setup_device(a.device).device
     model = inference_model(ck, a.checkpoint, device)
     t0 = time.perf_counter()
@@ -92,3 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}; the previous --out file, if any, is unchanged", file=sys.stderr)
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
