@@ -1,16 +1,22 @@
-"""Shared by the benchmark scripts: sample data at benchmark scale, timing, markdown tables, machine line.
+"""Shared by the benchmark scripts: sample data at benchmark scale (pages, camera photos), timing, markdown tables,
+machine line.
 
 Importing it puts the repository root (and tests/, home of the plain reference targets) on sys.path,
 so that every script runs as `python benchmarks/NAME.py` from anywhere, without an install.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path]
@@ -20,12 +26,83 @@ from preprocess.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))
 FAST_REPEATS = 10   # timed runs of fast code per run of its slow reference: they are cheap, and steady the median
+PHOTO_SIZES = ((3000, 4000), (2480, 3508))   # (width, height) px upright: a 12 MP phone photo, an A4 page at 300 dpi
+PHOTO_QUALITY = 90       # JPEG quality of the photos, as phone cameras save them
+PHOTO_PAGE = 0.86        # the page's share of the photo's width: the rest is the table it lies on
+PHOTO_ORIENTATIONS = (1, 6, 1, 8, 1, 3)   # EXIF orientation by photo index: half stored turned, as phones do
+PHOTO_MARKER = ".photos-ok"
+PHOTO_VERSION = 1        # bump when the photo generator changes, so that old sets are rewritten
+# EXIF orientation -> the transpose from the upright photo to the stored pixels (the inverse of the display turn).
+_STORED = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
 
 
 def bench_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
     """Document-like sample pages (default ~120 words, a dense printed page)."""
     root = BENCH_DATA / f"pages-{n_images}-{words_per_page}-{page_size[0]}x{page_size[1]}"
     return write_sample_dataset(root, n_images=n_images, words_per_page=words_per_page, page_size=page_size, seed=0)
+
+
+def bench_photos(n_images: int, words_per_page: int = 120) -> Path:
+    """Camera-like photos of pages: PHOTO_SIZES in turn, JPEG at PHOTO_QUALITY, a page lying on a textured table
+    under uneven light, lens blur and sensor noise, half of them stored turned with an EXIF orientation. Generated
+    (deterministic), never downloaded; written once under BENCH_DATA."""
+    root = BENCH_DATA / f"photos-{n_images}-{words_per_page}"
+    args = {"version": PHOTO_VERSION, "n_images": n_images, "words_per_page": words_per_page}
+    marker = root / PHOTO_MARKER
+    if marker.exists() and json.loads(marker.read_text()) == args:
+        return root
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "ufo").mkdir(exist_ok=True)
+    images = {}
+    for s, size in enumerate(PHOTO_SIZES):
+        count = len(range(s, n_images, len(PHOTO_SIZES)))
+        pages = write_sample_dataset(BENCH_DATA / f"photo-pages-{count}-{words_per_page}-{size[0]}x{size[1]}",
+                                     n_images=count, words_per_page=words_per_page, page_size=size, seed=s)
+        entries = json.loads((pages / "ufo" / "train.json").read_text())["images"]
+        for k, (name, entry) in enumerate(entries.items()):
+            index = s + k * len(PHOTO_SIZES)
+            with Image.open(pages / "images" / name) as im:
+                page = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+            rng = np.random.default_rng([7, index])
+            photo, (x0, y0, kx, ky) = _photograph(rng, page)
+            for word in entry["words"].values():
+                word["points"] = [[round(x * kx + x0, 2), round(y * ky + y0, 2)] for x, y in word["points"]]
+            images[_save_photo(photo, root / "images" / f"photo_{index:03d}.jpg", index)] = entry
+    (root / "ufo" / "train.json").write_text(json.dumps({"images": images}, indent=1) + "\n")
+    marker.write_text(json.dumps(args))
+    return root
+
+
+def _smooth_field(rng, shape: tuple, cells: int, lo: float, hi: float) -> np.ndarray:
+    """float32 (H, W): random values on a coarse `cells`-wide grid, interpolated smoothly to the full size."""
+    coarse = rng.uniform(lo, hi, size=(max(2, cells * shape[0] // shape[1]), cells)).astype(np.float32)
+    return cv2.resize(coarse, shape[::-1], interpolation=cv2.INTER_CUBIC)
+
+
+def _photograph(rng, page: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """The page (H, W, 3) shrunk to PHOTO_PAGE of its size on a wood-grain table, lit unevenly, blurred a
+    little by the lens, with sensor noise: (photo of the page's size, (x0, y0, kx, ky): page px -> photo px
+    is x * kx + x0, y * ky + y0)."""
+    h, w = page.shape[:2]
+    grain = _smooth_field(rng, (h, w), 400, -25, 25)[:, :1] + _smooth_field(rng, (h, w), 24, -20, 20)
+    wood = np.clip(np.array([120, 80, 50], np.float32) + grain[..., None], 0, 255)
+    pw, ph = round(w * PHOTO_PAGE), round(h * PHOTO_PAGE)
+    x0, y0 = int(rng.integers(0, w - pw)), int(rng.integers(0, h - ph))
+    wood[y0:y0 + ph, x0:x0 + pw] = cv2.resize(page, (pw, ph), interpolation=cv2.INTER_AREA)
+    light = _smooth_field(rng, (h, w), 6, 0.7, 1.1)
+    photo = cv2.GaussianBlur(wood * light[..., None], (0, 0), 0.8)
+    photo += rng.standard_normal(photo.shape, np.float32) * 4
+    return np.clip(photo, 0, 255).astype(np.uint8), (x0, y0, pw / w, ph / h)
+
+
+def _save_photo(photo: np.ndarray, path: Path, index: int) -> str:
+    orientation = PHOTO_ORIENTATIONS[index % len(PHOTO_ORIENTATIONS)]
+    image, exif = Image.fromarray(photo), Image.Exif()
+    exif[0x0112] = orientation
+    if orientation in _STORED:
+        image = image.transpose(_STORED[orientation])
+    image.save(path, quality=PHOTO_QUALITY, exif=exif.tobytes())
+    return path.name
 
 
 def median_time(fn, repeat: int) -> float:

@@ -1,12 +1,14 @@
 """Image decoding: RGB from any mode, EXIF orientation chosen by the frame size, DCT-scaled JPEG decode, bad files."""
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageOps
 
 from preprocess.errors import DataError
-from preprocess.ingest.imageio import decode_image, oriented_size
+from preprocess.ingest import imageio
+from preprocess.ingest.imageio import contiguous_source, decode_image, oriented_size
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 
@@ -29,6 +31,18 @@ def save_jpeg(path, im: Image.Image, orientation: int | None = None):
 
 def near(pixel, colour) -> bool:
     return bool(np.abs(pixel.astype(int) - colour).max() < 40)
+
+
+def photo_like(w: int, h: int, seed: int = 0) -> np.ndarray:
+    """Gradients, blotchy texture, sensor noise and dark text: what a camera gives, at test size."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    a = np.stack([x / w * 200, y / h * 180 + 40, (x + y) / (w + h) * 150 + 50], -1)
+    a += cv2.resize(rng.uniform(-30, 30, (h // 16, w // 16, 3)).astype(np.float32), (w, h),
+                    interpolation=cv2.INTER_CUBIC)
+    a = np.clip(a + rng.normal(0, 4, a.shape), 0, 255).astype(np.uint8)
+    cv2.putText(a, "Total 12.50", (w // 20, h // 2), cv2.FONT_HERSHEY_SIMPLEX, w / 300, (20, 20, 20), max(1, w // 150))
+    return a
 
 
 @pytest.mark.parametrize("mode", ["L", "P", "RGBA", "CMYK", "I;16"])
@@ -118,3 +132,55 @@ def test_unreadable_file_raises_data_error_naming_path(tmp_path, damage):
     if damage != "truncated":   # a truncated file still has a readable header
         with pytest.raises(DataError, match="skip-bad"):
             oriented_size(path)
+
+
+@pytest.mark.parametrize("scale, reduction", [(0.5, 2), (0.25, 4), (0.125, 8)])
+def test_reduced_jpeg_decode_matches_a_downscaled_full_decode(tmp_path, scale, reduction):
+    # DCT scaling is a different low-pass from an area average: on photo-like content the two agree to
+    # a mean of 1.5 levels and 6 levels at the 99th percentile; only text edges differ more.
+    Image.fromarray(photo_like(512, 384)).save(tmp_path / "p.jpg", quality=90)
+    full = decode_image(tmp_path / "p.jpg", 512, 384).image
+    d = decode_image(tmp_path / "p.jpg", 512, 384, scale=scale)
+    assert d.image.shape == (384 // reduction, 512 // reduction, 3) and d.sx == d.sy == 1 / reduction
+    err = np.abs(d.image.astype(int) - cv2.resize(full, d.image.shape[1::-1], interpolation=cv2.INTER_AREA))
+    assert err.mean() <= 1.5 and np.percentile(err, 99) <= 6
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_every_exif_orientation_matches_pil_exif_transpose(tmp_path, orientation, scale):
+    path = save_jpeg(tmp_path / "o.jpg", Image.fromarray(photo_like(96, 64)), orientation)
+    with Image.open(path) as im:
+        if scale < 1:
+            im.draft("RGB", (48, 32))
+        upright = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    h, w = upright.shape[:2]
+    d = decode_image(path, round(w / scale), round(h / scale), scale=scale)
+    assert d.exif_applied == (orientation != 1) and d.warning is None
+    # Both decode with libjpeg-turbo's accurate integer DCT: at most a rounding step apart across builds.
+    assert d.image.shape == upright.shape and np.abs(d.image.astype(int) - upright).max() <= 1
+
+
+@pytest.mark.skipif(not imageio._FAST, reason="this OpenCV leaves JPEG decoding to PIL")
+def test_rgb_jpeg_decodes_into_its_own_array_once(tmp_path):
+    """OpenCV writes the RGB pixels into the array returned: no PIL buffer, no bytes joined, no convert."""
+    Image.fromarray(photo_like(64, 48)).save(tmp_path / "p.jpg", quality=90)
+    d = decode_image(tmp_path / "p.jpg", 64, 48)
+    assert d.image.flags.owndata and d.image.flags.c_contiguous and d.image.base is None
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_contiguous_source_maps_an_exif_view_to_the_stored_pixels(tmp_path, orientation):
+    path = save_jpeg(tmp_path / "o.jpg", Image.fromarray(photo_like(48, 32)), orientation)
+    with Image.open(path) as im:
+        w, h = ImageOps.exif_transpose(im).size
+    image = decode_image(path, w, h).image
+    pixels, to_pixels = contiguous_source(image)
+    assert pixels.flags.c_contiguous and np.shares_memory(pixels, image), "the turn undone, not copied"
+    y, x = np.mgrid[0:h, 0:w]
+    px, py = (np.rint(to_pixels @ np.stack([x.ravel(), y.ravel(), np.ones(x.size)])).astype(int))
+    assert (pixels[py, px].reshape(image.shape) == image).all()
+    # A warp through the map reads the same image as a warp of the upright copy (fixed-point rounding aside).
+    m = np.array([[0.7, 0.2, 3.0], [-0.1, 0.8, 2.0]])
+    via_map = cv2.warpAffine(pixels, m @ np.vstack([cv2.invertAffineTransform(to_pixels), [0, 0, 1]]), (40, 40))
+    assert np.abs(via_map.astype(int) - cv2.warpAffine(np.ascontiguousarray(image), m, (40, 40))).max() <= 1

@@ -2,13 +2,21 @@
 
 UFO points refer to an img_w x img_h frame. Photos often store their pixels rotated and say so in
 EXIF orientation; the frame size tells whether the annotator saw the stored or the rotated layout.
+
+8-bit RGB and grey JPEG and PNG files decode with OpenCV straight into the array that is returned, as RGB
+(libjpeg-turbo's RGB output, its 1/2, 1/4, 1/8 DCT scaling), and EXIF turns are views of it: one copy from
+the file's bytes. PIL reads the header (size, EXIF), decodes every other kind, and decides about any file
+OpenCV refuses, so that a damaged file gets PIL's error. Both use libjpeg-turbo: the pixels are the same.
 """
 from __future__ import annotations
 
+import io
 import math
 import struct
+from pathlib import Path
 from typing import NamedTuple
 
+import cv2
 import numpy as np
 from PIL import Image
 
@@ -26,6 +34,24 @@ _UPRIGHT = {
     8: Image.Transpose.ROTATE_90,
 }
 _SWAPS_AXES = (5, 6, 7, 8)
+# The same turns on an (H, W, C) array, as views: a[y, x] of the upright image.
+_UPRIGHT_VIEW = {
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: a.transpose(1, 0, 2)[:, ::-1],
+    7: lambda a: a.transpose(1, 0, 2)[::-1, ::-1],
+    8: lambda a: a.transpose(1, 0, 2)[::-1],
+}
+# OpenCV decodes these itself; 8-bit RGB and grey only, so that PIL's mode rules (16-bit grey, palettes,
+# alpha, CMYK) stay the only ones. OpenCV 5 refuses a truncated JPEG (4.x fills the rest with grey and
+# says nothing), and 4.11 added RGB output: older versions leave all decoding to PIL.
+_FAST_FORMATS = ("JPEG", "PNG")
+_FAST_MODES = ("RGB", "L")
+_FAST = int(cv2.__version__.split(".")[0]) >= 5 and hasattr(cv2, "IMREAD_COLOR_RGB")
+_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_COLOR_2 & ~cv2.IMREAD_COLOR, 4: cv2.IMREAD_REDUCED_COLOR_4 & ~cv2.IMREAD_COLOR,
+            8: cv2.IMREAD_REDUCED_COLOR_8 & ~cv2.IMREAD_COLOR}   # the DCT scale bits alone, to go with RGB output
 # What PIL raises on a file it cannot identify or decode (truncated, not an image, bad header).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
 
@@ -43,20 +69,42 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
 
     `scale` is the largest linear scale the caller applies to the frame afterwards; a JPEG is then
     decoded with DCT scaling to the smallest size that still has >= scale * frame pixels per axis.
+    An EXIF-turned image comes back as a view (see contiguous_source).
     """
     try:
-        with Image.open(path) as im:
+        data = Path(path).read_bytes()
+        with Image.open(io.BytesIO(data)) as im:
             orientation = _orientation(im)
             apply, warning = _match_frame(path, im.size, orientation, frame_w, frame_h)
-            if im.format == "JPEG":
-                _draft(im, apply and orientation in _SWAPS_AXES, frame_w, frame_h, scale)
-            rgb = _to_rgb(im)
+            swapped = apply and orientation in _SWAPS_AXES
+            reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if im.format == "JPEG" else 1
+            image = _fast_decode(data, reduction) if im.format in _FAST_FORMATS and im.mode in _FAST_MODES else None
+            if image is None:   # PIL decodes it, or says why it cannot
+                if reduction > 1:
+                    im.draft("RGB", (im.size[0] // reduction, im.size[1] // reduction))
+                image = np.asarray(_to_rgb(im))
         if apply:
-            rgb = rgb.transpose(_UPRIGHT[orientation])
-        image = np.asarray(rgb)
+            image = _UPRIGHT_VIEW[orientation](image)
     except _DECODE_ERRORS as e:
         raise _unreadable(path, e) from None
     return Decoded(image, image.shape[1] / frame_w, image.shape[0] / frame_h, apply, warning)
+
+
+def contiguous_source(image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(C-contiguous (h, w, C) pixels, 2x3 affine: image px -> their px). decode_image turns EXIF-oriented
+    images by flipped or transposed views; a warp reads the pixels where they lie through this map instead
+    of copying them upright first. Any other layout comes back copied contiguous, with the identity."""
+    h, w = image.shape[:2]
+    src, m = image, np.eye(3)
+    if src.strides[0] < 0:   # undo a vertical flip: row y is row h - 1 - y
+        src, m = src[::-1], np.array([[1, 0, 0], [0, -1, h - 1], [0, 0, 1]]) @ m
+    if src.strides[1] < 0:
+        src, m = src[:, ::-1], np.array([[-1, 0, w - 1], [0, 1, 0], [0, 0, 1]]) @ m
+    if src.strides[0] < src.strides[1]:   # undo a transpose: (x, y) is (y, x)
+        src, m = src.transpose(1, 0, 2), np.array([[0, 1, 0], [1, 0, 0], [0, 0, 1]]) @ m
+    if not src.flags.c_contiguous:
+        return np.ascontiguousarray(image), np.eye(3)[:2]
+    return src, m[:2]
 
 
 def oriented_size(path) -> tuple[int, int, bool]:
@@ -95,14 +143,24 @@ def _match_frame(path, size: tuple[int, int], orientation: int, frame_w: int, fr
                    f"check img_w/img_h")
 
 
-def _draft(im: Image.Image, swapped: bool, frame_w: int, frame_h: int, scale: float) -> None:
-    """Ask the JPEG decoder for a 1/2, 1/4 or 1/8 size that keeps >= scale * frame pixels per axis."""
-    w, h = im.size
+def _reduction(size: tuple[int, int], swapped: bool, frame_w: int, frame_h: int, scale: float) -> int:
+    """The largest JPEG DCT reduction (1, 2, 4 or 8) that keeps >= scale * frame pixels per axis."""
+    w, h = size
     shown_w, shown_h = (h, w) if swapped else (w, h)
     need = max(scale * frame_w / shown_w, scale * frame_h / shown_h)   # fraction of the stored size
-    if need < 1:
-        # PIL picks the largest reduction whose result is still >= the size asked for.
-        im.draft("RGB", (max(1, math.ceil(w * need)), max(1, math.ceil(h * need))))
+    if need >= 1:
+        return 1
+    fits = min(w // max(1, math.ceil(w * need)), h // max(1, math.ceil(h * need)))
+    return next(r for r in (8, 4, 2, 1) if fits >= r)   # as PIL's draft() picks it
+
+
+def _fast_decode(data: bytes, reduction: int) -> np.ndarray | None:
+    """RGB (H, W, 3) at 1/reduction of the stored size, pixels as stored (EXIF ignored); None when this
+    OpenCV cannot, or will not, decode the bytes."""
+    if not _FAST:
+        return None
+    flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | _REDUCED[reduction]
+    return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
@@ -110,4 +168,4 @@ def _to_rgb(im: Image.Image) -> Image.Image:
         # 16-bit grayscale: PIL's convert clips to 255 instead of rescaling.
         gray = (np.clip(np.asarray(im), 0, 65535).astype(np.uint32) >> 8).astype(np.uint8)
         return Image.fromarray(np.repeat(gray[..., None], 3, axis=2))
-    return im.convert("RGB")
+    return im if im.mode == "RGB" else im.convert("RGB")

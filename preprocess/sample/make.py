@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.ingest.imageio import decode_image
+from preprocess.ingest.imageio import contiguous_source, decode_image
 from preprocess.ingest.ufo import CARE, ImageRecord
 from preprocess.sample.geometry import (
     augment_matrix,
@@ -64,11 +64,12 @@ def _decoded_to_frame(sx: float, sy: float) -> np.ndarray:
 
 def _warp_image(rec: ImageRecord, frame_to_crop: np.ndarray, size: int):
     """(crop (S, S, 3), decoder warning, EXIF applied): the source decoded at the smallest size the warp
-    allows, then warped once."""
+    allows, then warped once, from the pixels as stored (an EXIF turn is part of the warp, not a copy)."""
     scale = float(np.linalg.svd(frame_to_crop[:, :2], compute_uv=False)[0])
     d = decode_image(rec.path, rec.width, rec.height, scale)
-    m = compose(frame_to_crop, _decoded_to_frame(d.sx, d.sy))
-    crop = cv2.warpAffine(np.ascontiguousarray(d.image), m, (size, size), flags=cv2.INTER_LINEAR,
+    pixels, to_pixels = contiguous_source(d.image)
+    m = compose(frame_to_crop, _decoded_to_frame(d.sx, d.sy), cv2.invertAffineTransform(to_pixels))
+    crop = cv2.warpAffine(pixels, m, (size, size), flags=cv2.INTER_LINEAR,
                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     return crop, d.warning, d.exif_applied
 
