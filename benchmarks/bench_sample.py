@@ -1,25 +1,52 @@
-"""Whole-sample speed: preprocess.sample.make_sample (decode at reduced size -> one affine warp -> targets)
-against a plain sequential pipeline built the way the common baseline builds a sample (PIL open, resize
-the long side, height jitter, rotate, crop retry loop, then the plain reference targets of
-tests/reference.py), and the targets alone on the same crops. Document-like pages of ~120 words, the
-default sizes. Prints a markdown table; asserts nothing.
+"""Whole-sample speed on document pages and camera photos: preprocess.sample.make_sample (decode at reduced
+size -> one affine warp -> targets) per stage, against its floor, the build, the decode it replaced, and a plain
+sequential pipeline built the way the common baseline builds a sample on the fly (PIL open, resize the long side,
+height jitter, rotate, crop retry loop, then the plain reference targets of tests/reference.py). Prints markdown
+tables; asserts nothing.
 
-    python benchmarks/bench_sample.py [--pages 8] [--repeat 3]
+The stages are timed inside make_sample, by wrapping the names make.py calls them by (its decoder, cv2's warp,
+the targets); the floor is their sum, measured in the same calls: the least a sample costs with this decoder.
+"The old decode" is the decode before OpenCV (PIL, convert("RGB"), np.asarray through tobytes), timed in the
+same run, in make_sample and in a build.
+
+    python benchmarks/bench_sample.py [--pages 8] [--photos 8] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import math
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
-from common import FAST_REPEATS, bench_pages, machine, median_over, table
+from common import (
+    FAST_REPEATS,
+    PHOTO_QUALITY,
+    PHOTO_SIZES,
+    bench_pages,
+    bench_photos,
+    machine,
+    median_over,
+    table,
+)
 from PIL import Image, ImageOps
 from reference import reference_targets
 
 from preprocess.config import BuildConfig
+from preprocess.ingest import imageio
 from preprocess.ingest.ufo import CARE, load_splits
+from preprocess.sample import make
 from preprocess.sample.make import make_sample
 from preprocess.sample.targets import make_targets
+from preprocess.store.build import build_cache
+from preprocess.store.format import record_dtype
+from preprocess.store.manifest import record_crc
+
+STAGES = ("decode", "warp", "targets")
+FLOOR_GOAL, BASELINE_GOAL = 1.3, 30   # the issue's goals: build <= 1.3x its floor, >= 30x the baseline on photos
 
 
 def _words(rec) -> list[np.ndarray]:
@@ -75,38 +102,175 @@ def baseline_sample(rec, cfg: BuildConfig, rng: np.random.Generator):
     return crop, reference_targets(np.concatenate(words) - origin, rec.offsets, care, s, cfg.map_scale)
 
 
-def rows(records: list, samples: list, cfg: BuildConfig, repeat: int) -> list[list]:
-    """Whole sample and targets alone (on the words of `samples`, the records' variant-0 crops): median
-    ms per page of the fast path and of the baseline."""
-    pages = list(zip(records, samples, range(len(records))))
-    fast = median_over(pages, lambda p: make_sample(p[0], cfg, 0), repeat)
-    base = median_over(pages, lambda p: baseline_sample(p[0], cfg, np.random.default_rng(p[2])), repeat)
-    crop = lambda s: (s.points, s.offsets, s.care, cfg.input_size, cfg.map_scale)  # noqa: E731
-    fast_t = median_over(pages, lambda p: make_targets(*crop(p[1])), repeat * FAST_REPEATS)
-    ref_t = median_over(pages, lambda p: reference_targets(*crop(p[1])), repeat)
-    return [["whole sample: decode, augment, crop, targets", "make_sample", f"{fast * 1e3:.0f}",
-             "baseline pipeline", f"{base * 1e3:.0f}", f"{base / fast:.1f}x"],
-            ["targets alone, same crops", "make_targets", f"{fast_t * 1e3:.1f}",
-             "reference_targets", f"{ref_t * 1e3:.0f}", f"{ref_t / fast_t:.0f}x"]]
+def legacy_decode(path, frame_w: int, frame_h: int, scale: float = 1.0) -> imageio.Decoded:
+    """The decode this project used before OpenCV, for the before/after rows: PIL decodes (draft-scaled),
+    convert("RGB") copies even an RGB image, the EXIF turn copies, np.asarray goes through tobytes()."""
+    with Image.open(path) as im:
+        orientation = imageio._orientation(im)
+        apply, warning = imageio._match_frame(path, im.size, orientation, frame_w, frame_h)
+        if im.format == "JPEG" and (r := imageio._reduction(im.size, apply and orientation in imageio._SWAPS_AXES,
+                                                            frame_w, frame_h, scale)) > 1:
+            im.draft("RGB", (im.size[0] // r, im.size[1] // r))
+        rgb = im.convert("RGB")
+    if apply:
+        rgb = rgb.transpose(imageio._UPRIGHT[orientation])
+    image = np.asarray(rgb)
+    return imageio.Decoded(image, image.shape[1] / frame_w, image.shape[0] / frame_h, apply, warning)
+
+
+class StageClock:
+    """While active, make_sample's decoder, warp and targets run through timers: seconds per stage of the
+    last call. `decode` replaces the decoder (the old one, for the before/after rows)."""
+
+    def __init__(self, decode=imageio.decode_image):
+        self.decode, self.times = decode, dict.fromkeys(STAGES, 0.0)
+
+    def _timed(self, stage: str, fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.times[stage] += time.perf_counter() - t0
+        return run
+
+    def __enter__(self):
+        cv2 = make.cv2
+        warp = self._timed("warp", cv2.warpAffine)
+        proxy = type("TimedCv2", (), {"__getattr__": lambda _, name: getattr(cv2, name), "warpAffine": staticmethod(warp)})
+        self.saved = {"decode_image": make.decode_image, "make_targets": make.make_targets, "cv2": cv2}
+        make.decode_image, make.make_targets = self._timed("decode", self.decode), self._timed("targets", make_targets)
+        make.cv2 = proxy()
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            setattr(make, name, value)
+
+    def sample(self, rec, cfg: BuildConfig) -> dict[str, float]:
+        """Seconds of each stage and of the whole make_sample call (variant 0)."""
+        self.times = dict.fromkeys(STAGES, 0.0)
+        t0 = time.perf_counter()
+        make_sample(rec, cfg, 0)
+        return {**self.times, "total": time.perf_counter() - t0}
+
+
+def profile(records: list, cfg: BuildConfig, repeat: int, decode=imageio.decode_image) -> dict[str, float]:
+    """Median over images of each image's median seconds per stage, floor and total. The images take turns,
+    as in a build: no image is decoded twice in a row from a warm CPU cache."""
+    runs = [[] for _ in records]
+    with StageClock(decode) as clock:
+        clock.sample(records[0], cfg)   # first calls (imports, pools) untimed
+        for _ in range(repeat):
+            for rec, mine in zip(records, runs):
+                mine.append(clock.sample(rec, cfg))
+    for r in (r for mine in runs for r in mine):
+        r["floor"] = sum(r[s] for s in STAGES)
+    per_image = [{k: statistics.median(r[k] for r in mine) for k in mine[0]} for mine in runs]
+    return {k: statistics.median(p[k] for p in per_image) for k in per_image[0]}
+
+
+def write_seconds(records: list, cfg: BuildConfig, repeat: int) -> float:
+    """A sample written as the build worker writes it: its fields into a row of a mapped .npy, then the row's
+    CRC; median over samples."""
+    samples = [make_sample(r, cfg, 0) for r in records]
+    with tempfile.TemporaryDirectory(prefix="east-bench-write-") as tmp:
+        dst = np.lib.format.open_memmap(Path(tmp) / "rows.npy", "w+", record_dtype(cfg.input_size, cfg.map_size),
+                                        (len(samples),))
+
+        def write(k: int) -> None:
+            s, rec = samples[k], dst[k]
+            rec["image"], rec["score"], rec["geo"], rec["roi"] = s.image, s.score, s.geo.astype(np.float16), s.roi
+            record_crc(dst[k:k + 1])
+        write(0)
+        return median_over(range(len(samples)), write, repeat * FAST_REPEATS)
+
+
+def build_seconds(data: Path, cfg: BuildConfig, repeat: int, decode=imageio.decode_image) -> float:
+    """Seconds per sample of a whole 1-job build (ingest, files, checksums, manifest, fsync), median of repeat."""
+    out, times = Path(tempfile.mkdtemp(prefix="east-bench-build-")), []
+    try:
+        with StageClock(decode):
+            for _ in range(repeat):
+                shutil.rmtree(out, ignore_errors=True)
+                report = build_cache(cfg, [data], out, jobs=1, quiet=True)
+                times.append(report.seconds / report.samples)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return statistics.median(times)
+
+
+def baseline_seconds(records: list, cfg: BuildConfig, repeat: int) -> float:
+    return median_over(list(enumerate(records)), lambda p: baseline_sample(p[1], cfg, np.random.default_rng(p[0])),
+                       repeat)
+
+
+def targets_rows(records: list, cfg: BuildConfig, repeat: int) -> list:
+    """Targets alone on the words of the records' variant-0 crops: fast path and plain reference."""
+    crops = [make_sample(r, cfg, 0) for r in records]
+    args = lambda s: (s.points, s.offsets, s.care, cfg.input_size, cfg.map_scale)
+    fast = median_over(crops, lambda s: make_targets(*args(s)), repeat * FAST_REPEATS)
+    ref = median_over(crops, lambda s: reference_targets(*args(s)), repeat)
+    return ["targets alone, same crops (pages)", "make_targets", f"{fast * 1e3:.1f}", "reference_targets",
+            f"{ref * 1e3:.0f}", f"{ref / fast:.0f}x"]
+
+
+def measure(data: Path, cfg: BuildConfig, repeat: int) -> dict:
+    records, _ = load_splits([data], "train", cfg)
+    return {"records": records, "new": profile(records, cfg, repeat),
+            "old": profile(records, cfg, repeat, legacy_decode), "write": write_seconds(records, cfg, repeat),
+            "build": build_seconds(data, cfg, repeat), "build_old": build_seconds(data, cfg, repeat, legacy_decode),
+            "baseline": baseline_seconds(records, cfg, max(1, repeat // 3))}
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}" if seconds < 0.1 else f"{seconds * 1e3:.0f}"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pages", type=int, default=8, help="sample pages timed (default 8)")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per page; the median is kept (default 3)")
+    p.add_argument("--photos", type=int, default=8, help="camera photos timed (default 8)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per image; the median is kept (default 3)")
     a = p.parse_args()
     cfg = BuildConfig()
-    records, _ = load_splits([bench_pages(a.pages)], "train", cfg)
-    samples = [make_sample(r, cfg, 0) for r in records]
-    table_rows = rows(records, samples, cfg, a.repeat)
-    page_words = np.mean([r.n_words for r in records])
-    crop_words = np.mean([len(s.care) for s in samples])
-    print(f"Machine: {machine()}. {a.pages} pages of {page_words:.0f} words on average (1600x2200 px; JPEG, PNG, "
-          f"grayscale, EXIF-rotated); image size {cfg.image_size}, input {cfg.input_size}, map scale {cfg.map_scale}. "
-          f"A crop holds {crop_words:.0f} words on average; the baseline's targets loop over every word of the page, "
-          f"as the common code does, the targets-alone row gives both the crop's words. Median of {a.repeat} runs "
-          f"per page, median over pages.\n")
-    print(table(["what", "fast path", "fast ms", "baseline", "baseline ms", "speed-up"], table_rows))
+    kinds = {"pages": measure(bench_pages(a.pages), cfg, a.repeat),
+             "photos": measure(bench_photos(a.photos), cfg, a.repeat)}
+    pages, photos = kinds["pages"], kinds["photos"]
+    words = {k: np.mean([r.n_words for r in v["records"]]) for k, v in kinds.items()}
+    sizes = " and ".join(f"{w}x{h}" for w, h in PHOTO_SIZES)
+    print(f"Machine: {machine()}. {a.pages} pages of {words['pages']:.0f} words on average (1600x2200 px; JPEG, PNG, "
+          f"grayscale, EXIF-rotated) and {a.photos} camera-like photos of {words['photos']:.0f} words ({sizes} JPEG "
+          f"at quality {PHOTO_QUALITY}, half stored turned with an EXIF orientation); image size {cfg.image_size}, "
+          f"input {cfg.input_size}, map scale {cfg.map_scale}, one core. Median of {a.repeat} runs per image, median "
+          f"over images; the baseline's targets loop over every word of the page, as the common code does. The "
+          f"machine may be shared: figures are medians, and noisy.\n")
+    print(table(["what", "fast path", "fast ms", "baseline", "baseline ms", "speed-up"], [
+        [f"whole sample: {k}", "make_sample", ms(v["new"]["total"]), "baseline pipeline", ms(v["baseline"]),
+         f"{v['baseline'] / v['new']['total']:.1f}x"] for k, v in kinds.items()] + [targets_rows(pages["records"],
+                                                                                               cfg, a.repeat)]))
+    print("\nPer sample, ms (stages timed inside make_sample; floor = decode + warp + targets of the same calls):\n")
+    stage_rows = [
+        ("decode, old (PIL, convert, tobytes)", lambda v: v["old"]["decode"]),
+        ("decode (OpenCV, DCT-scaled, EXIF as a view)", lambda v: v["new"]["decode"]),
+        ("warp (one affine, EXIF turn folded in)", lambda v: v["new"]["warp"]),
+        ("targets", lambda v: v["new"]["targets"]),
+        ("write (record row into a mapped .npy + CRC)", lambda v: v["write"]),
+        ("floor: decode + warp + targets", lambda v: v["new"]["floor"]),
+        ("make_sample, old decode", lambda v: v["old"]["total"]),
+        ("make_sample", lambda v: v["new"]["total"]),
+        ("build, 1 job, per sample, old decode", lambda v: v["build_old"]),
+        ("build, 1 job, per sample", lambda v: v["build"]),
+        ("baseline pipeline, on the fly", lambda v: v["baseline"])]
+    print(table(["stage", "pages ms", "photos ms"], [[name, ms(f(pages)), ms(f(photos))] for name, f in stage_rows]))
+    print("\nRatios (same run):\n")
+    ratio_rows = [
+        ("build per sample / floor", lambda v: v["build"] / v["new"]["floor"], f"<= {FLOOR_GOAL}x"),
+        ("baseline / build per sample", lambda v: v["baseline"] / v["build"], f">= {BASELINE_GOAL}x on photos"),
+        ("make_sample: old decode / new", lambda v: v["old"]["total"] / v["new"]["total"], "reported"),
+        ("build: old decode / new", lambda v: v["build_old"] / v["build"], "reported")]
+    print(table(["ratio", "pages", "photos", "goal"],
+                [[name, f"{f(pages):.2f}x", f"{f(photos):.2f}x", goal] for name, f, goal in ratio_rows]))
 
 
 if __name__ == "__main__":
