@@ -5,6 +5,11 @@ The README's performance figures come from one command:
     python benchmarks/run_all.py            # the README settings (each script's defaults); long
     python benchmarks/run_all.py --quick    # small settings, a few minutes: checks that all still run
     python benchmarks/run_all.py --only sample,loader
+    python benchmarks/run_all.py --only peers --peers-python /path/to/peers-env/bin/python
+
+bench_peers.py needs the optional `.[peers]` extra, best in an environment of its own (benchmarks/peers.py says
+why); --peers-python (or EAST_PEERS_PYTHON) names that environment's interpreter. Without the extra it prints a
+note, which stands in its section, and the rest runs as usual.
 
 It also rewrites the README's performance section (benchmarks/readme.py) from the same results.
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -30,12 +36,13 @@ from readme import update_readme
 
 HERE = Path(__file__).resolve().parent
 # The order of results.md; scripts not listed follow, by name.
-ORDER = ("targets", "sample", "loader", "rebuild", "build_memory", "zarr")
+ORDER = ("targets", "sample", "loader", "peers", "rebuild", "build_memory", "zarr")
 # Arguments that bring each benchmark down to seconds or a minute on 2 cores.
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
-    "sample": ["--pages", "3", "--repeat", "1"],
+    "sample": ["--pages", "3", "--photos", "2", "--repeat", "1"],
     "loader": ["--images", "8", "--epochs", "1"],
+    "peers": ["--records", "8", "--rounds", "2", "--input-size", "256"],
     "rebuild": ["--sizes", "100,1000"],
     "build_memory": ["--sizes", "10,40", "--input-size", "256"],
     "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
@@ -64,13 +71,14 @@ def parse_tables(text: str) -> list[dict]:
     return tables
 
 
-def run_one(name: str, script: Path, quick: bool) -> dict:
-    """Runs one script; its stderr passes through, so build progress and errors show as they happen."""
+def run_one(name: str, script: Path, quick: bool, python: str = sys.executable) -> dict:
+    """Runs one script with `python`; its stderr passes through, so build progress and errors show as they happen."""
     args = QUICK.get(name, []) if quick else []
-    command = ["python", str(script.relative_to(REPO)), *args]
+    command = ["python" if python == sys.executable else python, str(script.relative_to(REPO)), *args]
     print(f"$ {shlex.join(command)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, str(script), *args], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([python, str(script), *args], cwd=REPO, stdout=subprocess.PIPE, text=True, env=env)
     return {"name": name, "command": shlex.join(command), "mode": "quick" if quick else "full",
             "machine": machine(), "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "seconds": round(time.perf_counter() - t0, 1), "returncode": done.returncode, "output": done.stdout,
@@ -97,6 +105,9 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="small settings (minutes in all) instead of the README's")
     p.add_argument("--only", help="comma-separated benchmark names (e.g. sample,loader); default: all")
     p.add_argument("--out", type=Path, default=HERE, help="folder for results.md and results/ (default: benchmarks/)")
+    p.add_argument("--peers-python", default=os.environ.get("EAST_PEERS_PYTHON", sys.executable),
+                   help="interpreter of an environment with the .[peers] extra, for bench_peers.py "
+                        "(default: $EAST_PEERS_PYTHON, else this one)")
     a = p.parse_args()
     found = scripts()
     names = a.only.split(",") if a.only else list(found)
@@ -106,7 +117,7 @@ def main() -> int:
     (a.out / "results").mkdir(parents=True, exist_ok=True)
     failed = []
     for name in names:
-        result = run_one(name, found[name], a.quick)
+        result = run_one(name, found[name], a.quick, a.peers_python if name == "peers" else sys.executable)
         (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         if result["returncode"]:
             failed.append(name)
