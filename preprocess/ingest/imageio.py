@@ -10,7 +10,6 @@ OpenCV refuses, so that a damaged file gets PIL's error. Both use libjpeg-turbo:
 """
 from __future__ import annotations
 
-import io
 import math
 import struct
 from pathlib import Path
@@ -45,8 +44,8 @@ _UPRIGHT_VIEW = {
     8: lambda a: a.transpose(1, 0, 2)[::-1],
 }
 # OpenCV decodes these itself; 8-bit RGB and grey only, so that PIL's mode rules (16-bit grey, palettes,
-# alpha, CMYK) stay the only ones. OpenCV 5 refuses a truncated JPEG (4.x fills the rest with grey and
-# says nothing), and 4.11 added RGB output: older versions leave all decoding to PIL.
+# alpha, CMYK) stay the only ones. OpenCV 5 refuses a truncated JPEG, as PIL does (tests/test_imageio.py);
+# older versions are not relied on for that, nor for RGB output: with them PIL decodes everything.
 _FAST_FORMATS = ("JPEG", "PNG")
 _FAST_MODES = ("RGB", "L")
 _FAST = int(cv2.__version__.split(".")[0]) >= 5 and hasattr(cv2, "IMREAD_COLOR_RGB")
@@ -72,13 +71,13 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
     An EXIF-turned image comes back as a view (see contiguous_source).
     """
     try:
-        data = Path(path).read_bytes()
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(path) as im:
             orientation = _orientation(im)
             apply, warning = _match_frame(path, im.size, orientation, frame_w, frame_h)
             swapped = apply and orientation in _SWAPS_AXES
             reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if im.format == "JPEG" else 1
-            image = _fast_decode(data, reduction) if im.format in _FAST_FORMATS and im.mode in _FAST_MODES else None
+            fast = _FAST and im.format in _FAST_FORMATS and im.mode in _FAST_MODES
+            image = _fast_decode(Path(path).read_bytes(), reduction) if fast else None
             if image is None:   # PIL decodes it, or says why it cannot
                 if reduction > 1:
                     im.draft("RGB", (im.size[0] // reduction, im.size[1] // reduction))
@@ -155,12 +154,13 @@ def _reduction(size: tuple[int, int], swapped: bool, frame_w: int, frame_h: int,
 
 
 def _fast_decode(data: bytes, reduction: int) -> np.ndarray | None:
-    """RGB (H, W, 3) at 1/reduction of the stored size, pixels as stored (EXIF ignored); None when this
-    OpenCV cannot, or will not, decode the bytes."""
-    if not _FAST:
-        return None
+    """RGB (H, W, 3) at 1/reduction of the stored size, pixels as stored (EXIF ignored); None when OpenCV
+    cannot, or will not, decode the bytes."""
     flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | _REDUCED[reduction]
-    return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    try:
+        return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    except cv2.error:   # e.g. over OpenCV's pixel limit: PIL's rules decide
+        return None
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
