@@ -74,7 +74,7 @@ def parse_tables(text: str) -> list[dict]:
 def run_one(name: str, script: Path, quick: bool, python: str = sys.executable) -> dict:
     """Runs one script with `python`; its stderr passes through, so build progress and errors show as they happen."""
     args = QUICK.get(name, []) if quick else []
-    command = ["python" if python == sys.executable else python, str(script.relative_to(REPO)), *args]
+    command = ["python", str(script.relative_to(REPO)), *args]   # as a reader would type it, in its environment
     print(f"$ {shlex.join(command)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
