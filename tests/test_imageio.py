@@ -184,3 +184,15 @@ def test_contiguous_source_maps_an_exif_view_to_the_stored_pixels(tmp_path, orie
     m = np.array([[0.7, 0.2, 3.0], [-0.1, 0.8, 2.0]])
     via_map = cv2.warpAffine(pixels, m @ np.vstack([cv2.invertAffineTransform(to_pixels), [0, 0, 1]]), (40, 40))
     assert np.abs(via_map.astype(int) - cv2.warpAffine(np.ascontiguousarray(image), m, (40, 40))).max() <= 1
+
+
+def test_mpo_decodes_its_first_picture_like_a_jpeg(tmp_path):
+    """Some cameras save MPO: a JPEG with more pictures after it. The first one is the photo."""
+    first, second = Image.fromarray(photo_like(64, 48, seed=1)), Image.fromarray(photo_like(64, 48, seed=2))
+    first.save(tmp_path / "m.mpo", format="MPO", save_all=True, append_images=[second], quality=95)
+    with Image.open(tmp_path / "m.mpo") as im:
+        assert im.format == "MPO"
+        expected = np.asarray(im.convert("RGB"))
+    d = decode_image(tmp_path / "m.mpo", 64, 48)
+    assert np.abs(d.image.astype(int) - expected).max() <= 1
+    assert decode_image(tmp_path / "m.mpo", 64, 48, scale=0.5).image.shape == (24, 32, 3)

@@ -3,7 +3,7 @@
 UFO points refer to an img_w x img_h frame. Photos often store their pixels rotated and say so in
 EXIF orientation; the frame size tells whether the annotator saw the stored or the rotated layout.
 
-8-bit RGB and grey JPEG and PNG files decode with OpenCV straight into the array that is returned, as RGB
+8-bit RGB and grey JPEG files decode with OpenCV straight into the array that is returned, as RGB
 (libjpeg-turbo's RGB output, its 1/2, 1/4, 1/8 DCT scaling), and EXIF turns are views of it: one copy from
 the file's bytes. PIL reads the header (size, EXIF), decodes every other kind, and decides about any file
 OpenCV refuses, so that a damaged file gets PIL's error. Both use libjpeg-turbo: the pixels are the same.
@@ -43,10 +43,11 @@ _UPRIGHT_VIEW = {
     7: lambda a: a.transpose(1, 0, 2)[::-1, ::-1],
     8: lambda a: a.transpose(1, 0, 2)[::-1],
 }
-# OpenCV decodes these itself; 8-bit RGB and grey only, so that PIL's mode rules (16-bit grey, palettes,
-# alpha, CMYK) stay the only ones. OpenCV 5 refuses a truncated JPEG, as PIL does (tests/test_imageio.py);
-# older versions are not relied on for that, nor for RGB output: with them PIL decodes everything.
-_FAST_FORMATS = ("JPEG", "PNG")
+# OpenCV decodes JPEGs itself (MPO: a camera's JPEG with more pictures appended); 8-bit RGB and grey only, so
+# that PIL's mode rules (CMYK) stay the only ones. Not PNG: PIL must decode a PNG anyway to find an EXIF
+# chunk after its pixels. OpenCV 5 refuses a truncated JPEG, as PIL does (tests/test_imageio.py); older
+# versions are not relied on for that, nor for RGB output: with them PIL decodes everything.
+_JPEG_FORMATS = ("JPEG", "MPO")
 _FAST_MODES = ("RGB", "L")
 _FAST = int(cv2.__version__.split(".")[0]) >= 5 and hasattr(cv2, "IMREAD_COLOR_RGB")
 _REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_COLOR_2 & ~cv2.IMREAD_COLOR, 4: cv2.IMREAD_REDUCED_COLOR_4 & ~cv2.IMREAD_COLOR,
@@ -75,8 +76,9 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
             orientation = _orientation(im)
             apply, warning = _match_frame(path, im.size, orientation, frame_w, frame_h)
             swapped = apply and orientation in _SWAPS_AXES
-            reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if im.format == "JPEG" else 1
-            fast = _FAST and im.format in _FAST_FORMATS and im.mode in _FAST_MODES
+            jpeg = im.format in _JPEG_FORMATS
+            reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if jpeg else 1
+            fast = _FAST and jpeg and im.mode in _FAST_MODES
             image = _fast_decode(Path(path).read_bytes(), reduction) if fast else None
             if image is None:   # PIL decodes it, or says why it cannot
                 if reduction > 1:
