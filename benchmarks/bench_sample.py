@@ -30,6 +30,7 @@ from common import (
     bench_photos,
     machine,
     median_over,
+    median_time,
     table,
 )
 from PIL import Image, ImageOps
@@ -156,8 +157,8 @@ class StageClock:
 
 
 def profile(records: list, cfg: BuildConfig, repeat: int, decode=imageio.decode_image) -> dict[str, float]:
-    """Median over images of each image's median seconds per stage, floor and total. The images take turns,
-    as in a build: no image is decoded twice in a row from a warm CPU cache."""
+    """Mean over images of each image's median seconds per stage, floor and total: a mean, as a build's cost
+    per sample is. The images take turns, as in a build: none is decoded twice in a row from a warm CPU cache."""
     runs = [[] for _ in records]
     with StageClock(decode) as clock:
         clock.sample(records[0], cfg)   # first calls (imports, pools) untimed
@@ -167,7 +168,7 @@ def profile(records: list, cfg: BuildConfig, repeat: int, decode=imageio.decode_
     for r in (r for mine in runs for r in mine):
         r["floor"] = sum(r[s] for s in STAGES)
     per_image = [{k: statistics.median(r[k] for r in mine) for k in mine[0]} for mine in runs]
-    return {k: statistics.median(p[k] for p in per_image) for k in per_image[0]}
+    return {k: statistics.mean(p[k] for p in per_image) for k in per_image[0]}
 
 
 def write_seconds(records: list, cfg: BuildConfig, repeat: int) -> float:
@@ -201,8 +202,9 @@ def build_seconds(data: Path, cfg: BuildConfig, repeat: int, decode=imageio.deco
 
 
 def baseline_seconds(records: list, cfg: BuildConfig, repeat: int) -> float:
-    return median_over(list(enumerate(records)), lambda p: baseline_sample(p[1], cfg, np.random.default_rng(p[0])),
-                       repeat)
+    """Mean over images of each image's median seconds."""
+    return statistics.mean(median_time(lambda k=k, r=r: baseline_sample(r, cfg, np.random.default_rng(k)), repeat)
+                           for k, r in enumerate(records))
 
 
 def targets_rows(records: list, cfg: BuildConfig, repeat: int) -> list:
@@ -242,8 +244,8 @@ def main() -> None:
     print(f"Machine: {machine()}. {a.pages} pages of {words['pages']:.0f} words on average (1600x2200 px; JPEG, PNG, "
           f"grayscale, EXIF-rotated) and {a.photos} camera-like photos of {words['photos']:.0f} words ({sizes} JPEG "
           f"at quality {PHOTO_QUALITY}, half stored turned with an EXIF orientation); image size {cfg.image_size}, "
-          f"input {cfg.input_size}, map scale {cfg.map_scale}, one core. Median of {a.repeat} runs per image, median "
-          f"over images; the baseline's targets loop over every word of the page, as the common code does. The "
+          f"input {cfg.input_size}, map scale {cfg.map_scale}, one core. Median of {a.repeat} runs per image, mean "
+          f"over images, as a build's cost per sample is a mean (targets alone: median over pages); the baseline's targets loop over every word of the page, as the common code does. The "
           f"machine may be shared: figures are medians, and noisy.\n")
     print(table(["what", "fast path", "fast ms", "baseline", "baseline ms", "speed-up"], [
         [f"whole sample: {k}", "make_sample", ms(v["new"]["total"]), "baseline pipeline", ms(v["baseline"]),
