@@ -17,6 +17,7 @@ torchvision): `pip install -e ".[peers]"`. Without it, prints a note and exits 0
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import os
 import shutil
@@ -74,12 +75,13 @@ def touch(batch: dict) -> tuple[int, int]:
     return n, total
 
 
-def epoch_rate(epoch, e: int) -> tuple[float, int]:
-    """(samples/s, samples) of one epoch."""
-    t0, n = time.perf_counter(), 0
+def epoch_rate(epoch, e: int) -> tuple[float, int, float]:
+    """(samples/s, samples, seconds to the first batch) of one epoch."""
+    t0, n, first = time.perf_counter(), 0, None
     for batch in epoch(e):
         n += touch(batch)[0]
-    return n / (time.perf_counter() - t0), n
+        first = first or time.perf_counter() - t0
+    return n / (time.perf_counter() - t0), n, first
 
 
 def disk_mib(path: Path) -> float:
@@ -132,21 +134,24 @@ def open_all(records, cache: Path, work: Path, batch: int) -> dict[str, object]:
     return readers
 
 
-def measure(readers: dict, ds, n: int, batch: int, rounds: int) -> tuple[dict, dict, list[float]]:
-    """({reader: [samples/s per round]}, {reader: [x memcpy per round]}, [memcpy samples/s per round]);
-    one warm-up epoch each first."""
+def measure(readers: dict, ds, n: int, batch: int, rounds: int) -> tuple[dict, dict, dict, list[float]]:
+    """({reader: [samples/s per round]}, {reader: [x memcpy per round]}, {reader: [s to the first batch]},
+    [memcpy samples/s per round]); one warm-up epoch each first."""
     for label, epoch in readers.items():
         got = epoch_rate(epoch, 0)[1]
         if got != n:
             raise SystemExit(f"error: {label} read {got} samples in an epoch, not {n}; its figures would be wrong")
-    rates, ratios, copies, names = {k: [] for k in readers}, {k: [] for k in readers}, [], list(readers)
+    rates, ratios, firsts = ({k: [] for k in readers} for _ in range(3))
+    copies, names = [], list(readers)
     for r in range(rounds):
         copy = memcpy_rate(ds, 1, batch)
         copies.append(copy)
         for label in names[r % len(names):] + names[:r % len(names)]:
-            rates[label].append(epoch_rate(readers[label], r + 1)[0])
-            ratios[label].append(rates[label][-1] / copy)
-    return rates, ratios, copies
+            rate, _, first = epoch_rate(readers[label], r + 1)
+            rates[label].append(rate)
+            ratios[label].append(rate / copy)
+            firsts[label].append(first)
+    return rates, ratios, firsts, copies
 
 
 def span(values: list[float], fmt: str = ".2f") -> str:
@@ -180,10 +185,11 @@ def main() -> int:
         build_ms = (time.perf_counter() - t0) / report.samples * 1e3
         ds = CacheDataset(work / "cache")
         records = Records(ds)
-        written = write_all(records, work / "cache", work)
-        os.sync()   # every store's dirty pages on disk now, not during a timed epoch
-        readers = open_all(records, work / "cache", work, a.batch_size)
-        rates, ratios, copies = measure(readers, ds, len(records), a.batch_size, a.rounds)
+        with contextlib.redirect_stdout(sys.stderr):   # LitData prints its progress: stdout holds the tables
+            written = write_all(records, work / "cache", work)
+            os.sync()   # every store's dirty pages on disk now, not during a timed epoch
+            readers = open_all(records, work / "cache", work, a.batch_size)
+            rates, ratios, firsts, copies = measure(readers, ds, len(records), a.batch_size, a.rounds)
         mb = ds.dtype.itemsize / 2**20
         copy = statistics.median(copies)
         print(f"Machine: {machine()}. {len(records)} records of {mb:.1f} MiB (input {a.input_size}: image, score, geo, "
@@ -194,16 +200,19 @@ def main() -> int:
         how = {label: h for label, _, h in PEERS}
         fmt = {label: n for label, n, _ in PEERS}
         rows = [["memcpy of the same records into a batch buffer", "np.copyto, 1 core", f"{copy:.1f}", "1.00", "-",
-                 "-"]]
+                 "-", "-"]]
         for label, r in sorted(ratios.items(), key=lambda kv: -statistics.median(kv[1])):
             w, size = written.get(fmt.get(label), (None, disk_mib(work / "cache")))
             rows.append([label, how.get(label, "CacheDataset + sampler + collate, batches one ahead in a thread"),
-                         f"{statistics.median(rates[label]):.1f}", span(r), f"{w:.1f}" if w is not None else
+                         f"{statistics.median(rates[label]):.1f}", span(r),
+                         f"{statistics.median(firsts[label]) * 1e3:.0f}", f"{w:.1f}" if w is not None else
                          f"{build_ms:.0f} (the build)", f"{size:.0f}"])
-        print(table(["reader", "how", "samples/s", "x memcpy, median [min-max]", "write ms/sample", "MiB on disk"],
-                    rows))
-        print("\nThis project's write time is its build from the source pages (decode, augment, targets, write; "
-              "2 jobs): see bench_sample for its parts. The others are written from those records.")
+        print(table(["reader", "how", "samples/s", "x memcpy, median [min-max]", "first batch ms",
+                     "write ms/sample", "MiB on disk"], rows))
+        print(f"\nsamples/s and x memcpy cover whole epochs of {len(records)} samples, the wait for the first batch "
+              f"included (streaming readers prepare each epoch: with longer epochs that weighs less). This project's "
+              f"write time is its build from the source pages (decode, augment, targets, write; 2 jobs): see "
+              f"bench_sample for its parts. The others are written from those records.")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -57,7 +57,7 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Imag
 
 
 class Decoded(NamedTuple):
-    image: np.ndarray       # uint8 (H, W, 3) RGB; may be read-only
+    image: np.ndarray       # uint8 (H, W, 3) RGB; may be read-only, or a turned view (contiguous_source)
     sx: float               # decoded width / frame width: the pixel grid is the frame scaled by (sx, sy)
     sy: float               # decoded height / frame height
     exif_applied: bool      # the EXIF orientation was applied to match the frame
