@@ -43,8 +43,8 @@ from preprocess.sample import make
 from preprocess.sample.make import make_sample
 from preprocess.sample.targets import make_targets
 from preprocess.store.build import build_cache
-from preprocess.store.format import record_dtype
-from preprocess.store.manifest import record_crc
+from preprocess.store.fingerprint import record_crc
+from preprocess.store.format import record_spec
 
 STAGES = ("decode", "warp", "targets")
 FLOOR_GOAL, BASELINE_GOAL = 1.3, 30   # the issue's goals: build <= 1.3x its floor, >= 30x the baseline on photos
@@ -174,14 +174,14 @@ def profile(records: list, cfg: BuildConfig, repeat: int, decode=imageio.decode_
 def write_seconds(records: list, cfg: BuildConfig, repeat: int) -> float:
     """A sample written as the build worker writes it: its fields into a row of a mapped .npy, then the row's
     CRC; median over samples."""
-    samples = [make_sample(r, cfg, 0) for r in records]
+    samples, spec = [make_sample(r, cfg, 0) for r in records], record_spec(cfg)
     with tempfile.TemporaryDirectory(prefix="east-bench-write-") as tmp:
-        dst = np.lib.format.open_memmap(Path(tmp) / "rows.npy", "w+", record_dtype(cfg.input_size, cfg.map_size),
-                                        (len(samples),))
+        dst = np.lib.format.open_memmap(Path(tmp) / "rows.npy", "w+", spec.dtype, (len(samples),))
 
         def write(k: int) -> None:
-            s, rec = samples[k], dst[k]
-            rec["image"], rec["score"], rec["geo"], rec["roi"] = s.image, s.score, s.geo.astype(np.float16), s.roi
+            rec = dst[k]
+            for f in spec.kind.fields:
+                rec[f.name] = f.stored(getattr(samples[k], f.name))
             record_crc(dst[k:k + 1])
         write(0)
         return median_over(range(len(samples)), write, repeat * FAST_REPEATS)

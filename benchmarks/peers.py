@@ -31,8 +31,8 @@ class Records:
     """The cache's variant-0 rows as dicts of views: what every format is written from."""
 
     def __init__(self, ds):
-        self.rows = [ds._file(f)[r] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
-        self.fields = ds.dtype.names
+        self.rows = [ds.record(i, 0) for i in range(len(ds))]
+        self.fields = ds.fields
 
     def __len__(self) -> int:
         return len(self.rows)
