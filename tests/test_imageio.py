@@ -161,7 +161,7 @@ def test_every_exif_orientation_matches_pil_exif_transpose(tmp_path, orientation
     assert d.image.shape == upright.shape and np.abs(d.image.astype(int) - upright).max() <= 1
 
 
-@pytest.mark.skipif(not imageio._FAST, reason="this OpenCV leaves JPEG decoding to PIL")
+@pytest.mark.skipif(imageio._opencv() is None, reason="this OpenCV leaves JPEG decoding to PIL")
 def test_rgb_jpeg_decodes_into_its_own_array_once(tmp_path):
     """OpenCV writes the RGB pixels into the array returned: no PIL buffer, no bytes joined, no convert."""
     Image.fromarray(photo_like(64, 48)).save(tmp_path / "p.jpg", quality=90)

@@ -10,12 +10,12 @@ OpenCV refuses, so that a damaged file gets PIL's error. Both use libjpeg-turbo:
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from pathlib import Path
 from typing import NamedTuple
 
-import cv2
 import numpy as np
 from PIL import Image
 
@@ -45,13 +45,9 @@ _UPRIGHT_VIEW = {
 }
 # OpenCV decodes JPEGs itself (MPO: a camera's JPEG with more pictures appended); 8-bit RGB and grey only, so
 # that PIL's mode rules (CMYK) stay the only ones. Not PNG: PIL must decode a PNG anyway to find an EXIF
-# chunk after its pixels. OpenCV 5 refuses a truncated JPEG, as PIL does (tests/test_imageio.py); older
-# versions are not relied on for that, nor for RGB output: with them PIL decodes everything.
+# chunk after its pixels.
 _JPEG_FORMATS = ("JPEG", "MPO")
 _FAST_MODES = ("RGB", "L")
-_FAST = int(cv2.__version__.split(".")[0]) >= 5 and hasattr(cv2, "IMREAD_COLOR_RGB")
-_REDUCED = {1: 0, 2: cv2.IMREAD_REDUCED_COLOR_2 & ~cv2.IMREAD_COLOR, 4: cv2.IMREAD_REDUCED_COLOR_4 & ~cv2.IMREAD_COLOR,
-            8: cv2.IMREAD_REDUCED_COLOR_8 & ~cv2.IMREAD_COLOR}   # the DCT scale bits alone, to go with RGB output
 # What PIL raises on a file it cannot identify or decode (truncated, not an image, bad header).
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
 
@@ -78,7 +74,7 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
             swapped = apply and orientation in _SWAPS_AXES
             jpeg = im.format in _JPEG_FORMATS
             reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if jpeg else 1
-            fast = _FAST and jpeg and im.mode in _FAST_MODES
+            fast = jpeg and im.mode in _FAST_MODES and _opencv() is not None
             image = _fast_decode(Path(path).read_bytes(), reduction) if fast else None
             if image is None:   # PIL decodes it, or says why it cannot
                 if reduction > 1:
@@ -155,10 +151,22 @@ def _reduction(size: tuple[int, int], swapped: bool, frame_w: int, frame_h: int,
     return next(r for r in (8, 4, 2, 1) if fits >= r)   # as PIL's draft() picks it
 
 
+@functools.cache
+def _opencv():
+    """cv2 when it decodes JPEG as this module needs, else None: OpenCV 5 refuses a truncated JPEG as PIL does
+    (tests/test_imageio.py) and has RGB output; older versions are not relied on, and PIL decodes everything.
+    Imported on the first decode, not with this module: ingest reads headers only."""
+    import cv2
+    return cv2 if int(cv2.__version__.split(".")[0]) >= 5 and hasattr(cv2, "IMREAD_COLOR_RGB") else None
+
+
 def _fast_decode(data: bytes, reduction: int) -> np.ndarray | None:
     """RGB (H, W, 3) at 1/reduction of the stored size, pixels as stored (EXIF ignored); None when OpenCV
     cannot, or will not, decode the bytes."""
-    flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | _REDUCED[reduction]
+    cv2 = _opencv()
+    scale = {1: 0, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
+    # The DCT scale bits alone: IMREAD_REDUCED_COLOR_n also sets IMREAD_COLOR (BGR), which RGB output excludes.
+    flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | (scale[reduction] & ~cv2.IMREAD_COLOR)
     try:
         return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     except cv2.error:   # e.g. over OpenCV's pixel limit: PIL's rules decide
