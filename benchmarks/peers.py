@@ -7,11 +7,19 @@ that are the batch's own memory (copied out of the store, never views of it: a l
 look infinitely fast). Map-style readers take the samples in a seeded random order per epoch; streaming
 readers use their own shuffle.
 
-Mosaic Streaming's package imports its vision extras, and through them torchvision, when it is imported. The
-only torchvision wheel available here is a CUDA build, and pip would resolve one that replaces a CPU torch, so
-the peers environment has no torchvision: `_streaming()` loads the `streaming` package object without running
-its __init__ (which only re-exports), then imports `streaming.base` itself, which needs no torchvision. No
-module is stubbed.
+The peers get an environment of their own, so that their dependencies never reach the project's:
+
+    python -m venv PEERS && . PEERS/bin/activate
+    pip install torch==2.13.0                         # the CPU build, as in the README's set-up
+    pip install -e ".[peers]" "torch==2.13.0"         # keeps that torch: unpinned, pip may swap in a CUDA build
+    pip uninstall -y torchvision                      # where only a CUDA build of it exists; nothing here needs it
+    python benchmarks/run_all.py --only peers --peers-python PEERS/bin/python
+
+LitData and Mosaic Streaming both require torchvision, and the torchvision that matches torch 2.13 (0.28) is
+available only as a CUDA build here, so it is removed again. LitData imports without it. Mosaic Streaming's
+package imports its vision extras, and through them torchvision, when it is imported: `_streaming()` loads the
+`streaming` package object without running its __init__ (which only re-exports), then imports `streaming.base`
+itself, which needs no torchvision. No module is stubbed.
 """
 from __future__ import annotations
 
