@@ -255,7 +255,7 @@ def main() -> None:
           f"at quality {PHOTO_QUALITY}, half stored turned with an EXIF orientation); image size {cfg.image_size}, "
           f"input {cfg.input_size}, map scale {cfg.map_scale}, one core. Median of {a.repeat} runs per image, mean "
           f"over images, as a build's cost per sample is a mean (targets alone: median over pages); the baseline's targets loop over every word of the page, as the common code does. The "
-          f"machine may be shared: figures are medians, and noisy.\n")
+          f"machine may be shared: figures are noisy.\n")
     print(table(["what", "fast path", "fast ms", "baseline", "baseline ms", "speed-up"], [
         [f"whole sample: {k}", "make_sample", ms(v["new"]["total"]), "baseline pipeline", ms(v["baseline"]),
          f"{v['baseline'] / v['new']['total']:.1f}x"] for k, v in kinds.items()] + [targets_rows(pages["records"],

@@ -4,7 +4,8 @@
 
 Panels: target maps and whole samples against the plain reference and baseline (ms, log scale);
 loader samples/s per storage strategy against a memcpy and the on-the-fly Dataset (log scale);
-rebuild seconds against the number of source images; the build's peak memory against pages.
+rebuild seconds against the number of source images; the build's peak memory against pages; the same records
+read by other tools, as a ratio to a memcpy (bench_peers).
 Needs matplotlib, an optional extra: pip install -e ".[bench]".
 """
 from __future__ import annotations
@@ -76,6 +77,25 @@ def loader_panel(ax, results: dict) -> bool:
     return True
 
 
+def peers_panel(ax, results: dict) -> bool:
+    """Each reader's median x memcpy, its rounds' range as a whisker; this project in blue."""
+    ax.set_title("The same records read by other tools\nthis project (blue) vs the others (grey), x memcpy")
+    if not (t := find_table(results.get("peers"), "x memcpy, median [min-max]")):
+        return False
+    # "0.60 [0.48-0.89]" -> (0.60, 0.48, 0.89); the memcpy row is a plain "1.00"
+    spans = [[number(v) for v in c.replace("[", " ").replace("]", " ").replace("-", " ").split()]
+             for c in t["x memcpy, median [min-max]"]]
+    mid, lo, hi = zip(*[(v[0], v[-2], v[-1]) if len(v) == 3 else (v[0],) * 3 for v in spans])
+    names = t["reader"]
+    y = range(len(names))
+    ax.barh(y, mid, xerr=[[m - a for m, a in zip(mid, lo)], [b - m for m, b in zip(mid, hi)]], capsize=2,
+            color=[FAST if n.startswith("this project") else SLOW for n in names])
+    ax.set_yticks(list(y), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("x memcpy of the same bytes (warm page cache)")
+    return True
+
+
 def rebuild_panel(ax, results: dict) -> bool:
     """One line per operation (full build, no-op, ...) over the source image counts."""
     ax.set_title("Build and rebuild time vs dataset size")
@@ -109,7 +129,7 @@ def memory_panel(ax, results: dict) -> bool:
 
 # (benchmarks a panel draws, the function that draws it; False when it found none of their tables)
 PANELS = [(("targets", "sample"), speed_panel), (("loader",), loader_panel), (("rebuild",), rebuild_panel),
-          (("build_memory",), memory_panel)]
+          (("build_memory",), memory_panel), (("peers",), peers_panel)]
 
 
 def _placeholder(ax, names: tuple) -> None:
@@ -125,10 +145,12 @@ def load(folder: Path) -> dict[str, dict]:
 
 def draw(results: dict, out: Path, plt) -> None:
     with plt.rc_context({"axes.titlesize": 11}):
-        fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+        fig, axes = plt.subplots(3, 2, figsize=(14, 12.5))
         for ax, (names, panel) in zip(axes.flat, PANELS):
             if not panel(ax, results):
                 _placeholder(ax, names)
+        for ax in axes.flat[len(PANELS):]:
+            ax.set_axis_off()
     machines = sorted({r["machine"] for r in results.values()})
     modes = sorted({r["mode"] for r in results.values()})
     unplotted = sorted(set(results) - {n for names, _ in PANELS for n in names})
