@@ -105,7 +105,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="small settings (minutes in all) instead of the README's")
     p.add_argument("--only", help="comma-separated benchmark names (e.g. sample,loader); default: all")
     p.add_argument("--out", type=Path, default=HERE, help="folder for results.md and results/ (default: benchmarks/)")
-    p.add_argument("--peers-python", default=os.environ.get("EAST_PEERS_PYTHON", sys.executable),
+    p.add_argument("--peers-python", default=os.environ.get("EAST_PEERS_PYTHON") or sys.executable,
                    help="interpreter of an environment with the .[peers] extra, for bench_peers.py "
                         "(default: $EAST_PEERS_PYTHON, else this one)")
     a = p.parse_args()
