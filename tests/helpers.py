@@ -7,11 +7,14 @@ import hashlib
 import json
 from pathlib import Path
 
+import cv2
 import numpy as np
+from PIL import Image
 
 from east import cli
 from east.decode import decode_maps
 from preprocess.config import BuildConfig
+from preprocess.ingest.ufo import CARE, ImageRecord
 from preprocess.sample.targets import make_targets
 from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
@@ -136,3 +139,19 @@ class GroundTruthModel:
             if (maps := self.maps.get(input_key(image))) is not None:
                 score[k, 0], geo[k] = torch.from_numpy(maps[0].astype(np.float32)), torch.from_numpy(maps[1])
         return score, geo
+
+
+def page_record(tmp_path, words, size=(240, 180), fmt="png", reason=None, scale=1, name="page") -> ImageRecord:
+    """A page of white quads on black, saved at `scale` times the annotation frame `size` (width, height)."""
+    w, h = size
+    img = np.zeros((h * scale, w * scale, 3), np.uint8)
+    for q in words:
+        cv2.fillPoly(img, [np.around(np.array(q, np.float64) * scale).astype(np.int32)], (255, 255, 255))
+    path = tmp_path / f"{name}.{fmt}"
+    Image.fromarray(img).save(path, quality=95) if fmt == "jpg" else Image.fromarray(img).save(path)
+    counts = [len(q) for q in words]
+    points = np.concatenate([np.asarray(q, np.float32).reshape(-1, 2) for q in words]) if counts else np.zeros((0, 2), np.float32)
+    return ImageRecord(name=path.name, path=str(path), source="train.json", width=w, height=h, points=points,
+                       offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                       reason=np.full(len(words), CARE, np.uint8) if reason is None else np.asarray(reason, np.uint8),
+                       fingerprint="f")

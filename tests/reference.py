@@ -63,6 +63,14 @@ def min_rect_angle(quad):
     return angles[best] / 180 * math.pi
 
 
+def fill(dst, points, value):
+    """cv2.fillPoly of integer points as if dst had no border: on a canvas padded to hold the polygon."""
+    pad = int(max(0, -points.min(), points.max() - min(dst.shape))) + 1
+    canvas = np.zeros((dst.shape[0] + 2 * pad, dst.shape[1] + 2 * pad), np.uint8)
+    cv2.fillPoly(canvas, [points + pad], 1)
+    dst[canvas[pad:pad + dst.shape[0], pad:pad + dst.shape[1]] > 0] = value
+
+
 def reference_targets(points, offsets, care, input_size, map_scale):
     m = int(round(input_size * map_scale))
     score = np.zeros((m, m), np.uint8)
@@ -74,10 +82,10 @@ def reference_targets(points, offsets, care, input_size, map_scale):
         word = np.asarray(points[offsets[k]:offsets[k + 1]], np.float64)
         if not care[k]:
             if len(word) >= 3:
-                cv2.fillPoly(roi, [np.around(word * map_scale).astype(np.int32)], 0)
+                fill(roi, np.around(word * map_scale).astype(np.int32), 0)
             continue
         mask = np.zeros((m, m), np.uint8)
-        cv2.fillPoly(mask, [np.around(shrink(word) * map_scale).astype(np.int32)], 1)
+        fill(mask, np.around(shrink(word) * map_scale).astype(np.int32), 1)
         inside = mask > 0
         theta = min_rect_angle(word)
         c, s = math.cos(theta), math.sin(theta)

@@ -1,13 +1,12 @@
 """make_sample: reproducible draws, image and words warped by one matrix, shapes and dtypes."""
 from __future__ import annotations
 
-import cv2
 import numpy as np
 import pytest
-from PIL import Image
+from helpers import page_record
 
 from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import CARE, ILLEGIBLE, ImageRecord
+from preprocess.ingest.ufo import ILLEGIBLE, ImageRecord
 from preprocess.sample.make import Sample, make_sample, sample_rng
 
 CFG = BuildConfig(image_size=192, input_size=96, map_scale=0.5, crop_tries=50)
@@ -17,20 +16,8 @@ WORDS = [[[20, 20], [100, 25], [98, 55], [18, 50]], [[130, 30], [220, 30], [220,
          [[105, 70], [125, 70], [125, 95], [105, 95]]]
 
 
-def page(tmp_path, words=WORDS, size=(240, 180), fmt="png", reason=None, scale=1) -> ImageRecord:
-    """A page of white quads on black, saved at `scale` times the annotation frame `size`."""
-    w, h = size
-    img = np.zeros((h * scale, w * scale, 3), np.uint8)
-    for q in words:
-        cv2.fillPoly(img, [np.around(np.array(q, np.float64) * scale).astype(np.int32)], (255, 255, 255))
-    path = tmp_path / f"page.{fmt}"
-    Image.fromarray(img).save(path, quality=95) if fmt == "jpg" else Image.fromarray(img).save(path)
-    points = np.array(words, np.float32).reshape(-1, 2)
-    n = len(words)
-    return ImageRecord(name=f"page.{fmt}", path=str(path), source="train.json", width=w, height=h, points=points,
-                       offsets=np.arange(n + 1, dtype=np.int64) * 4,
-                       reason=np.full(n, CARE, np.uint8) if reason is None else np.asarray(reason, np.uint8),
-                       fingerprint="f")
+def page(tmp_path, words=WORDS, **kw) -> ImageRecord:
+    return page_record(tmp_path, words, **kw)
 
 
 def test_same_seed_name_and_variant_give_the_same_bytes(tmp_path):

@@ -14,9 +14,10 @@ import cv2
 import numpy as np
 
 from preprocess.config import BuildConfig
-from preprocess.ingest.imageio import contiguous_source, decode_image
+from preprocess.ingest.imageio import Decoded, contiguous_source, decode_image
 from preprocess.ingest.ufo import CARE, ImageRecord
 from preprocess.sample.geometry import (
+    AugParams,
     augment_matrix,
     choose_crop,
     compose,
@@ -62,16 +63,19 @@ def _decoded_to_frame(sx: float, sy: float) -> np.ndarray:
     return np.array([[1 / sx, 0, 0.5 / sx - 0.5], [0, 1 / sy, 0.5 / sy - 0.5]])
 
 
-def _warp_image(rec: ImageRecord, frame_to_crop: np.ndarray, size: int):
-    """(crop (S, S, 3), decoder warning, EXIF applied): the source decoded at the smallest size the warp
-    allows, then warped once, from the pixels as stored (an EXIF turn is part of the warp, not a copy)."""
-    scale = float(np.linalg.svd(frame_to_crop[:, :2], compute_uv=False)[0])
-    d = decode_image(rec.path, rec.width, rec.height, scale)
+def decode_for(rec: ImageRecord, frame_to_out: np.ndarray) -> Decoded:
+    """The source decoded at the smallest size that the warp frame_to_out allows."""
+    scale = float(np.linalg.svd(frame_to_out[:, :2], compute_uv=False)[0])
+    return decode_image(rec.path, rec.width, rec.height, scale)
+
+
+def warp(d: Decoded, frame_to_out: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(h, w, 3) uint8: the decoded image warped once by frame_to_out into a size = (w, h) canvas, zeros outside,
+    from the pixels as stored (an EXIF turn is part of the warp, not a copy)."""
     pixels, to_pixels = contiguous_source(d.image)
-    m = compose(frame_to_crop, _decoded_to_frame(d.sx, d.sy), cv2.invertAffineTransform(to_pixels))
-    crop = cv2.warpAffine(pixels, m, (size, size), flags=cv2.INTER_LINEAR,
+    m = compose(frame_to_out, _decoded_to_frame(d.sx, d.sy), cv2.invertAffineTransform(to_pixels))
+    return cv2.warpAffine(pixels, m, size, flags=cv2.INTER_LINEAR,
                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    return crop, d.warning, d.exif_applied
 
 
 def _inside_crop(points: np.ndarray, offsets: np.ndarray, size: int) -> np.ndarray:
@@ -90,17 +94,32 @@ def _select(points: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[
     return points[point_keep], np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
-def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
-    """Sample `variant` of image `rec` under `cfg`."""
+class CropChoice(NamedTuple):
+    params: AugParams
+    origin: np.ndarray       # float64 (2,): the crop's top left in rotation_matrix's px
+    cut: np.ndarray          # bool (L,): legible words (in record order) that the crop cuts
+    whole: np.ndarray        # bool (L,): legible words that lie whole inside the crop
+
+
+def choose_sample_crop(rec: ImageRecord, cfg: BuildConfig, variant: int) -> CropChoice:
+    """The random draws of make_sample: augmentation, then crop (no pixels are read)."""
     rng = sample_rng(cfg.seed, rec.name, variant)
     params = sample_params(rng, rec.width, rec.height, cfg)
-    rotate = rotation_matrix(params, rec.width, rec.height)
+    quads = transform_points(rotation_matrix(params, rec.width, rec.height), _legible_quads(rec, rec.reason == CARE))
+    origin, cut = choose_crop(rng, quads, np.ones(len(quads), bool), image_extent(params, rec.width, rec.height),
+                              cfg.input_size, cfg.crop_tries)
+    lo, hi = quads.min(axis=1, initial=np.inf), quads.max(axis=1, initial=-np.inf)
+    whole = np.all((lo >= origin) & (hi <= origin + cfg.input_size), axis=1)
+    return CropChoice(params, origin, cut, whole)
+
+
+def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
+    """Sample `variant` of image `rec` under `cfg`."""
+    params, origin, cut_quads, _ = choose_sample_crop(rec, cfg, variant)
     legible = rec.reason == CARE
-    quads = transform_points(rotate, _legible_quads(rec, legible))
-    origin, cut_quads = choose_crop(rng, quads, np.ones(len(quads), bool), image_extent(params, rec.width, rec.height),
-                                    cfg.input_size, cfg.crop_tries)
     frame_to_crop = augment_matrix(params, rec.width, rec.height, origin)
-    image, warning, exif = _warp_image(rec, frame_to_crop, cfg.input_size)
+    d = decode_for(rec, frame_to_crop)
+    image, warning, exif = warp(d, frame_to_crop, (cfg.input_size, cfg.input_size)), d.warning, d.exif_applied
 
     points = transform_points(frame_to_crop, rec.points).astype(np.float32)
     offsets = np.asarray(rec.offsets, np.int64)

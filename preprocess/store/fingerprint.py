@@ -21,7 +21,8 @@ from preprocess.ingest.ufo import find_split
 from preprocess.store.format import FORMAT_VERSION
 
 # The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
-SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make")
+SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
+                  "sample/window")
 
 
 def digest(*parts) -> str:

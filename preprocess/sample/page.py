@@ -1,0 +1,109 @@
+"""A page: one image's augmentation minus the crop, cached at build time; crops are cut from it at read time.
+
+Variant v of a page draws the same resize, height jitter and rotation as make_sample's variant v
+(sample_rng, sample_params) and warps the image once into a canvas that holds the whole rotated
+image, corners included: page px = rotation_matrix px - (x0, y0). Its targets are kept at map
+scale s in a form that a window of the page can be cut from exactly (dataset/crop.py):
+- owner: 1 + index of the legible word whose shrunk quad covers the map pixel (later words win,
+  as in make_targets), 0 elsewhere. The score is owner > 0; the 5 geometry channels are a function
+  of the owner word's quad and the pixel's position, so they are rebuilt for the crop's window only
+  (targets.fill_geometry), never stored;
+- roi: 0 inside every don't-care word (whole polygon), as make_targets draws it;
+- every word's points in page px, its care flag, and each legible quad's angle (min_rect_angles).
+The canvas sides are multiples of window.grid_step(s) px, so map side = page side x s is an integer.
+The canvas also holds words that stick out of the image, up to half a crop beyond it; beyond the
+canvas a crop is background: zero pixels, score 0, ROI 1.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from preprocess.config import BuildConfig
+from preprocess.errors import DataError
+from preprocess.ingest.ufo import CARE, ImageRecord
+from preprocess.sample.geometry import (
+    AugParams,
+    compose,
+    gather_quads,
+    min_rect_angles,
+    rotation_matrix,
+    sample_params,
+    transform_points,
+)
+from preprocess.sample.make import decode_for, sample_rng, warp
+from preprocess.sample.targets import owner_map, roi_map
+from preprocess.sample.window import grid_step
+
+OWNER_DTYPE = np.uint16                       # owner map values: 0 or 1 + legible word index
+MAX_LEGIBLE = int(np.iinfo(OWNER_DTYPE).max)  # legible words a page can hold
+BLEED_PX = 1.0                                # frame px kept beyond the farthest reach of bilinear interpolation
+
+
+class Page(NamedTuple):
+    image: np.ndarray      # uint8 (3, H, W) RGB, page px
+    owner: np.ndarray      # uint16 (H * s, W * s): 1 + legible word index (order of care == 1 words), 0 = none
+    roi: np.ndarray        # uint8 (H * s, W * s): 0 inside don't-care words, 1 elsewhere
+    points: np.ndarray     # float32 (P, 2): every word's vertices, page px
+    offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
+    care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
+    theta: np.ndarray      # float64 (L,): min_rect_angles of each legible quad, L = care.sum()
+    warning: str | None = None    # from the image decoder (frame size mismatch), else None
+    exif_applied: bool = False    # the decoder turned the image as its EXIF orientation says
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(W, H) in page px."""
+        return self.image.shape[2], self.image.shape[1]
+
+    def legible_quads(self) -> np.ndarray:
+        """float64 (L, 4, 2) page px, in owner order."""
+        return gather_quads(self.points, self.offsets, self.care > 0)
+
+
+def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, points: np.ndarray, reach: float,
+               step: int) -> tuple[float, float, int, int]:
+    """(x0, y0, W, H): the canvas in rotation_matrix px. It covers every pixel that the warp of an image decoded at
+    (sx, sy) times the frame can make non-zero, and the words' points (rotation_matrix px) up to `reach` px beyond
+    that; W and H are multiples of step.
+
+    A frame pixel k covers [k - 0.5, k + 0.5], and bilinear interpolation reaches one decoded pixel
+    (1 / sx frame px) past the outermost pixel centres."""
+    mx, my = 0.5 / sx + BLEED_PX, 0.5 / sy + BLEED_PX
+    x_lo, x_hi, y_lo, y_hi = -0.5 - mx, frame_w - 0.5 + mx, -0.5 - my, frame_h - 0.5 + my
+    corners = np.array([[x_lo, y_lo], [x_hi, y_lo], [x_hi, y_hi], [x_lo, y_hi]])
+    rotated = transform_points(rotation_matrix(p, frame_w, frame_h), corners)
+    lo, hi = rotated.min(axis=0), rotated.max(axis=0)
+    if len(points):
+        lo = np.maximum(np.minimum(lo, points.min(axis=0)), lo - reach)
+        hi = np.minimum(np.maximum(hi, points.max(axis=0)), hi + reach)
+    (x0, y0), (x1, y1) = np.floor(lo), hi
+    return float(x0), float(y0), step * math.ceil((x1 - x0) / step), step * math.ceil((y1 - y0) / step)
+
+
+def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
+    """Page `variant` of image `rec` under `cfg`."""
+    params = sample_params(sample_rng(cfg.seed, rec.name, variant), rec.width, rec.height, cfg)
+    rotate = rotation_matrix(params, rec.width, rec.height)
+    d = decode_for(rec, rotate)
+    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points),
+                              cfg.input_size / 2, grid_step(cfg.map_scale))
+    frame_to_page = compose(np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0]]), rotate)
+    image = warp(d, frame_to_page, (w, h))
+    points = transform_points(frame_to_page, rec.points).astype(np.float32)
+    offsets = np.asarray(rec.offsets, np.int64)
+    care = (rec.reason == CARE).astype(np.uint8)
+    if care.sum() > MAX_LEGIBLE:
+        raise DataError(f"{rec.source}: image {rec.name} has {int(care.sum())} legible words; a page holds at most "
+                        f"{MAX_LEGIBLE}: split the image, or build with --crop build")
+    try:
+        quads = gather_quads(points, offsets, care > 0)
+    except ValueError as e:
+        raise DataError(f"{rec.source}: image {rec.name}: {e}") from None
+    shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
+    owner = owner_map(quads, cfg.map_scale, shape, OWNER_DTYPE)
+    roi = roi_map(points, offsets, care, cfg.map_scale, shape)
+    return Page(np.ascontiguousarray(image.transpose(2, 0, 1)), owner, roi, points, offsets, care,
+                min_rect_angles(quads), d.warning, d.exif_applied)

@@ -1,0 +1,129 @@
+"""Choosing a page's crop window: which origins cut no legible word, and a word-balanced draw per epoch.
+
+Origins lie on a grid of grid_step(s) page px, so that origin x s is an even number of map pixels:
+the image and the maps are cut at the same place, and np.around (half to even) gives the same map
+vertices whether a word is rounded before or after the shift. A crop [o, o + S]^2 *cuts* a legible
+word when their boxes overlap (strictly) but the word's box is not inside the crop, the test of
+geometry.choose_crop. For origins on the grid, "the crop overlaps word w" and "the crop contains w"
+each hold on a rectangle of grid indices, so 2-D difference arrays over all words count, for every
+origin at once, the words it cuts.
+
+The draw: a legible word chosen uniformly (every word has the same chance each epoch), then an
+origin uniformly among those whose crop holds it whole and cuts no legible word; failing that,
+among those holding it that cut the fewest (the caller makes the cut words don't-care); a word
+that no crop can hold takes the origins whose crop overlaps it. A page without legible words
+takes any origin. The generator is seeded by (seed, epoch, image name, variant), so a crop does
+not depend on DataLoader workers, batch order or ranks.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+WINDOW_STREAM = 0x57494E44   # "WIND": keeps window draws apart from sample_rng's for the same key
+
+
+def grid_step(map_scale: float) -> int:
+    """Crop origins' grid in page px: 4 at map scale 0.5, 8 at 0.25 (origin x s an even integer)."""
+    return int(round(2 / map_scale))
+
+
+def window_rng(seed: int, epoch: int, name: str, variant: int) -> np.random.Generator:
+    """The generator of the crop of (image name, variant) at an epoch."""
+    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
+    words = np.frombuffer(digest, dtype="<u4").tolist()
+    return np.random.default_rng(np.random.SeedSequence([WINDOW_STREAM, seed, epoch, variant, *words]))
+
+
+def word_boxes(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """float64 (N, 4): x_lo, y_lo, x_hi, y_hi of each word's points."""
+    if len(offsets) < 2:
+        return np.zeros((0, 4))
+    pts = np.asarray(points, np.float64)
+    return np.hstack([np.minimum.reduceat(pts, offsets[:-1], axis=0), np.maximum.reduceat(pts, offsets[:-1], axis=0)])
+
+
+def origin_bounds(page_size: tuple[int, int], boxes: np.ndarray, size: int, step: int) -> np.ndarray:
+    """int64 (2, 2) [[ix_lo, iy_lo], [ix_hi, iy_hi]]: grid indices of the allowed origins, inclusive.
+
+    The crop stays on the page (or, along a side shorter than the crop, holds all of it), widened
+    to reach legible words that stick out of the canvas, by at most half a crop."""
+    page = np.asarray(page_size, np.float64)
+    lo, hi = np.minimum(0, page - size), np.maximum(0, page - size)
+    if len(boxes):
+        lo = np.maximum(np.minimum(lo, boxes[:, :2].min(axis=0)), lo - size / 2)
+        hi = np.minimum(np.maximum(hi, boxes[:, 2:].max(axis=0) - size), hi + size / 2)
+    return np.array([np.ceil(lo / step), np.floor(hi / step)], np.int64)
+
+
+def overlap_span(boxes: np.ndarray, size: int, step: int) -> np.ndarray:
+    """int64 (N, 2, 2): per word, [[ix0, iy0], [ix1, iy1]] inclusive, the grid origins whose crop overlaps it:
+    hi > o and lo < o + S."""
+    return np.stack([np.floor((boxes[:, :2] - size) / step) + 1, np.ceil(boxes[:, 2:] / step) - 1], 1).astype(np.int64)
+
+
+def inside_span(boxes: np.ndarray, size: int, step: int) -> np.ndarray:
+    """int64 (N, 2, 2): the grid origins whose crop holds the word whole: o <= lo and hi <= o + S."""
+    return np.stack([np.ceil((boxes[:, 2:] - size) / step), np.floor(boxes[:, :2] / step)], 1).astype(np.int64)
+
+
+def cut_counts(boxes: np.ndarray, region: np.ndarray, size: int, step: int) -> np.ndarray:
+    """int32 (ny, nx): for every grid origin in region [[ix0, iy0], [ix1, iy1]] (inclusive), the legible words
+    (boxes) its crop cuts: +1 over each word's overlap rectangle, -1 over its inside rectangle."""
+    (x0, y0), (x1, y1) = region
+    diff = np.zeros((y1 - y0 + 2, x1 - x0 + 2), np.int32)
+    for span, sign in ((overlap_span(boxes, size, step), 1), (inside_span(boxes, size, step), -1)):
+        a = np.maximum(span[:, 0], region[0]) - region[0]       # (N, 2) clipped corners, region-relative
+        b = np.minimum(span[:, 1], region[1]) - region[0] + 1   # exclusive
+        ok = np.all(b > a, axis=1)
+        a, b = a[ok], b[ok]
+        np.add.at(diff, (a[:, 1], a[:, 0]), sign)
+        np.add.at(diff, (a[:, 1], b[:, 0]), -sign)
+        np.add.at(diff, (b[:, 1], a[:, 0]), -sign)
+        np.add.at(diff, (b[:, 1], b[:, 0]), sign)
+    return np.cumsum(np.cumsum(diff, axis=0), axis=1)[:-1, :-1]
+
+
+def cuts_at(boxes: np.ndarray, origin, size: int) -> np.ndarray:
+    """bool (N,): the words (boxes) that the crop at origin (x, y) cuts."""
+    o = np.asarray(origin, np.float64)
+    overlaps = np.all((boxes[:, 2:] > o) & (boxes[:, :2] < o + size), axis=1)
+    inside = np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + size), axis=1)
+    return overlaps & ~inside
+
+
+def _clip(span: np.ndarray, bounds: np.ndarray) -> np.ndarray | None:
+    r = np.array([np.maximum(span[0], bounds[0]), np.minimum(span[1], bounds[1])])
+    return r if np.all(r[1] >= r[0]) else None
+
+
+def _uniform(rng: np.random.Generator, region: np.ndarray) -> np.ndarray:
+    return np.array([rng.integers(region[0, a], region[1, a] + 1) for a in range(2)], np.int64)
+
+
+def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int) -> np.ndarray:
+    """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
+    the origin is step times that, in page px."""
+    if not len(boxes):
+        return _uniform(rng, bounds)
+    w = int(rng.integers(len(boxes)))
+    region = _clip(inside_span(boxes[w:w + 1], size, step)[0], bounds)
+    if region is None:   # no crop holds the word: among those that show part of it
+        region = _clip(overlap_span(boxes[w:w + 1], size, step)[0], bounds)
+    if region is None:
+        region = bounds
+    counts = cut_counts(boxes, region, size, step)
+    best = np.flatnonzero(counts.ravel() == counts.min())
+    iy, ix = divmod(int(best[rng.integers(len(best))]), counts.shape[1])
+    return region[0] + (ix, iy)
+
+
+
+def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int, int], size: int,
+              step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
+    words have boxes (L, 4), and the legible words it cuts (to become don't-care)."""
+    bounds = origin_bounds(page_size, boxes, size, step)
+    origin = choose_window(rng, boxes, bounds, size, step) * step
+    return origin, cuts_at(boxes, origin, size)

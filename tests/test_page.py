@@ -1,0 +1,161 @@
+"""Page mode: a read-time crop of a cached page equals the crop computed directly, for many origins."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import page_record
+
+from dataset.crop import choose, crop_page, crop_words, legible_boxes, window
+from preprocess.config import BuildConfig
+from preprocess.ingest.ufo import ILLEGIBLE
+from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
+from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
+from preprocess.sample.page import Page, make_page, page_frame
+from preprocess.sample.targets import make_targets, owner_map, roi_map
+from preprocess.sample.window import cuts_at, grid_step
+
+CFG = BuildConfig(image_size=256, input_size=96, map_scale=0.5)
+# Words of a 320 x 240 page: spread, rotated, overlapping (the 2nd and 3rd), one sticking out of the frame,
+# one larger than a crop, a don't-care one.
+WORDS = [[[20, 20], [100, 25], [98, 55], [18, 50]], [[130, 30], [220, 30], [220, 60], [130, 60]],
+         [[150, 40], [230, 20], [240, 50], [160, 70]], [[30, 100], [90, 80], [100, 110], [40, 130]],
+         [[-3, 150], [40, 150], [40, 170], [-3, 170]], [[120, 110], [300, 105], [305, 230], [125, 235]],
+         [[250, 180], [310, 180], [310, 200], [250, 200]], [[60, 190], [100, 190], [100, 215], [60, 215]]]
+REASONS = [0, 0, 0, 0, 0, 0, ILLEGIBLE, 0]
+
+
+def crop_reference(page: Page, origin, size: int, map_scale: float):
+    """make_targets on the page's words shifted into the crop, the legible words the crop cuts as don't-care."""
+    points = page.points.astype(np.float64) - np.asarray(origin, np.float64)
+    care = page.care.copy()
+    care[np.flatnonzero(care)[cuts_at(legible_boxes(page), origin, size)]] = 0
+    score, geo, roi = make_targets(points, page.offsets, care, size, map_scale)
+    m = score.shape[0]
+    on = window(np.ones(page.owner.shape, bool), *(np.asarray(origin) * map_scale).astype(int), m, m, False)
+    return score * on, geo * on, np.where(on, roi, 1)
+
+
+def assert_crop_exact(page: Page, origin, size: int, map_scale: float) -> bool:
+    cut = cuts_at(legible_boxes(page), origin, size)
+    got = crop_page(page, origin, cut, size, map_scale)
+    score, geo, roi = crop_reference(page, origin, size, map_scale)
+    np.testing.assert_array_equal(got["score"][0], score, err_msg=f"score at {origin}")
+    np.testing.assert_array_equal(got["roi"][0], roi, err_msg=f"roi at {origin}")
+    np.testing.assert_array_equal(got["geo"], geo.astype(np.float16), err_msg=f"geo at {origin}")
+    np.testing.assert_array_equal(got["image"], window(page.image, *origin, size, size, 0))
+    return bool(cut.any())
+
+
+def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float = 0.5) -> Page:
+    """A page of random words (quads of any angle, some overlapping, some out of the canvas; don't-care polygons)."""
+    rng = np.random.default_rng(seed)
+    words, care = [], []
+    for _ in range(n_words):
+        c, w, h, t = rng.uniform(-20, np.add(size, 20)), rng.uniform(4, 120), rng.uniform(4, 40), rng.uniform(-np.pi, np.pi)
+        box = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2 + rng.normal(0, 1, (4, 2))
+        quad = box @ np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]]) + c
+        legible = rng.random() > 0.2
+        words.append(quad if legible else quad[: rng.integers(3, 5)])
+        care.append(int(legible))
+    offsets = np.concatenate([[0], np.cumsum([len(q) for q in words])]).astype(np.int64)
+    points, care = np.concatenate(words).astype(np.float32), np.array(care, np.uint8)
+    shape = (round(size[1] * map_scale), round(size[0] * map_scale))
+    quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
+    image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
+    return Page(image, owner_map(quads, map_scale, shape, np.uint16), roi_map(points, offsets, care, map_scale, shape),
+                points, offsets, care, min_rect_angles(quads))
+
+
+@pytest.mark.parametrize("map_scale", [0.5, 0.25])
+@pytest.mark.parametrize("seed", range(3))
+def test_crop_equals_make_targets_at_random_origins(seed, map_scale):
+    page, size, step = random_page(seed, map_scale=map_scale), 96, grid_step(map_scale)
+    rng = np.random.default_rng(100 + seed)
+    with_cuts = 0
+    for _ in range(60):   # origins anywhere on the grid, also partly off the canvas
+        origin = rng.integers([-size // step, -size // step], [400 // step + 1, 300 // step + 1]) * step
+        with_cuts += assert_crop_exact(page, origin, size, map_scale)
+    assert 5 < with_cuts < 60, "both the slice and the cut path should be exercised"
+
+
+def test_crop_exact_at_origins_that_graze_words():
+    """Origins whose crop edge lies within a map pixel of a word's box, on either side: border words."""
+    page, size, step = random_page(7), 96, 4
+    boxes = legible_boxes(page)
+    checked = 0
+    for lo_x, lo_y, hi_x, hi_y in boxes[:12]:
+        for ox in (np.floor(hi_x / step) * step, np.ceil(lo_x / step) * step - size, np.floor(lo_x / step) * step):
+            assert_crop_exact(page, np.array([ox, np.floor(lo_y / step) * step - 8], np.int64), size, 0.5)
+            checked += 1
+    assert checked == 36
+
+
+def test_make_page_crops_equal_make_targets(tmp_path):
+    page = make_page(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
+    w, h = page.size
+    assert w % 4 == 0 and h % 4 == 0 and page.owner.shape == page.roi.shape == (h // 2, w // 2)
+    assert page.care.tolist() == [1, 1, 1, 1, 1, 1, 0, 1] and len(page.theta) == 7
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        origin = rng.integers([-8, -8], [(w - 96) // 4 + 8, (h - 96) // 4 + 8]) * 4
+        assert_crop_exact(page, origin, 96, 0.5)
+
+
+@pytest.mark.parametrize("variant", range(3))
+def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
+    """The crop image is the page slice; warping the source straight into the crop differs only by cv2's
+    fixed-point rounding of the source coordinates (1/32 px): a few grey levels at sharp edges."""
+    rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
+    page = make_page(rec, CFG, variant)
+    params = sample_params(sample_rng(CFG.seed, rec.name, variant), rec.width, rec.height, CFG)
+    rotate = rotation_matrix(params, rec.width, rec.height)
+    d = decode_for(rec, rotate)
+    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 48, 4)
+    for origin in ([0, 0], [w - 96, h - 96], [48, 20], [-16, h - 80]):
+        direct = warp(d, compose(np.array([[1.0, 0, -x0 - origin[0]], [0, 1, -y0 - origin[1]]]), rotate), (96, 96))
+        diff = np.abs(direct.transpose(2, 0, 1).astype(int) - window(page.image, *origin, 96, 96, 0))
+        assert diff.max() <= 32 and diff.mean() < 0.5, (origin, diff.max(), diff.mean())
+
+
+def test_page_canvas_keeps_the_rotated_corners(tmp_path):
+    """A white frame rotated into the page: nothing touches the canvas border, all four corners are there."""
+    rec = page_record(tmp_path, [[[0, 0], [320, 0], [320, 240], [0, 240]]], size=(320, 240))
+    for variant in range(4):
+        img = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant).image.max(axis=0)
+        assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
+        ys, xs = np.nonzero(img > 128)
+        assert xs.max() - xs.min() > 200 and ys.max() - ys.min() > 150
+
+
+def test_page_words_are_make_sample_words_shifted(tmp_path):
+    """Page v and make_sample's variant v draw the same augmentation: their words differ by a translation."""
+    rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
+    page, s = make_page(rec, CFG, 1), make_sample(rec, CFG, 1)
+    params = sample_params(sample_rng(CFG.seed, rec.name, 1), rec.width, rec.height, CFG)
+    expected = transform_points(rotation_matrix(params, rec.width, rec.height), rec.points)
+    shift = expected - page.points
+    np.testing.assert_allclose(shift, shift[:1].repeat(len(shift), 0), atol=1e-3)
+    assert len(s.care) <= len(page.care)
+
+
+def test_crop_words_are_the_overlapping_words_with_cuts_dont_care():
+    page = random_page(3)
+    boxes = legible_boxes(page)
+    origin = np.array([100, 80])
+    cut = cuts_at(boxes, origin, 96)
+    points, offsets, care = crop_words(page, origin, cut, 96)
+    assert offsets[-1] == len(points) and len(care) == len(offsets) - 1
+    lo = np.minimum.reduceat(points, offsets[:-1], axis=0)
+    hi = np.maximum.reduceat(points, offsets[:-1], axis=0)
+    assert np.all((hi > 0) & (lo < 96))
+    legible_whole = np.all((lo >= 0) & (hi <= 96), axis=1) & (care > 0)
+    assert legible_whole.sum() == care.sum() == np.sum(~cut & np.all((boxes[:, :2] >= origin) & (boxes[:, 2:] <= origin + 96), axis=1))
+
+
+def test_crop_choice_is_deterministic_per_key():
+    page = random_page(1)
+    a = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
+    b = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
+    np.testing.assert_array_equal(a[0], b[0])
+    others = {tuple(choose(page, 96, 4, 0, e, "x.jpg", 0)[0]) for e in range(20)}
+    assert len(others) > 10, "epochs should draw different crops"
