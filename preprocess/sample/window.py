@@ -48,13 +48,13 @@ def origin_bounds(page_size: tuple[int, int], boxes: np.ndarray, size: int, step
     """int64 (2, 2) [[ix_lo, iy_lo], [ix_hi, iy_hi]]: grid indices of the allowed origins, inclusive.
 
     The crop stays on the page (or, along a side shorter than the crop, holds all of it), widened
-    to reach legible words that stick out of the canvas, by at most half a crop."""
+    to reach legible words that stick out of the canvas, by at most half a crop (and a grid step)."""
     page = np.asarray(page_size, np.float64)
     lo, hi = np.minimum(0, page - size), np.maximum(0, page - size)
     if len(boxes):
         lo = np.maximum(np.minimum(lo, boxes[:, :2].min(axis=0)), lo - size / 2)
         hi = np.minimum(np.maximum(hi, boxes[:, 2:].max(axis=0) - size), hi + size / 2)
-    return np.array([np.ceil(lo / step), np.floor(hi / step)], np.int64)
+    return np.array([np.floor(lo / step), np.ceil(hi / step)], np.int64)
 
 
 def overlap_span(boxes: np.ndarray, size: int, step: int) -> np.ndarray:

@@ -1,0 +1,85 @@
+"""How much of the annotation work training sees: the share of legible words that appear whole in at least
+one training crop within N epochs, and the share of text-free crops.
+
+A word *appears* when it is legible, and the crop holds its box whole (so it is drawn in score and
+geometry, not cut into a don't-care region). Words are counted per source word: a word seen in two
+variants counts once. Both cache modes are replayed without reading a pixel:
+- page mode: every epoch draws a new crop of page variant (e + o_i) mod K (window.draw_crop, the
+  reader's own draw), from each page's legible word boxes and size;
+- build-time crops: epoch e reads the frozen crop of variant (e + o_i) mod K.
+A *text-free* crop holds no legible word whole: a training step on it teaches only background.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from preprocess.sample.window import draw_crop, window_rng
+
+DEFAULT_EPOCHS = (1, 5, 20, 50)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    epochs: tuple[int, ...]     # epoch counts reported
+    words: int                  # legible source words over all images
+    seen: tuple[float, ...]     # share of them whole in >= 1 crop within epochs[j] epochs (1.0 when words == 0)
+    text_free: float            # share of the crops of max(epochs) epochs that hold no legible word whole
+    blank_pages: float          # share of images without legible words (their crops cannot hold text)
+    distinct: float             # distinct crops per image over max(epochs) epochs (mean)
+
+    def describe(self) -> str:
+        seen = ", ".join(f"{s:.1%} after {e}" for e, s in zip(self.epochs, self.seen))
+        return (f"legible words seen whole in a training crop: {seen} epochs ({self.words} words); "
+                f"text-free crops {self.text_free:.1%} (images without legible words: {self.blank_pages:.1%})")
+
+
+# whole(i, e) -> (crop key, indices of image i's legible words whole in its epoch-e crop)
+WholeWords = Callable[[int, int], tuple[object, np.ndarray]]
+
+
+def coverage(legible: Sequence[int], whole: WholeWords, epochs: Sequence[int] = DEFAULT_EPOCHS) -> Coverage:
+    """Replays max(epochs) epochs of crops over images with legible[i] legible words each."""
+    epochs = tuple(sorted({int(e) for e in epochs}))
+    if not epochs or epochs[0] < 1:
+        raise ValueError(f"epochs {epochs} must be positive")
+    seen_at = [np.full(n, np.iinfo(np.int64).max, np.int64) for n in legible]  # first epoch each word appears
+    text_free, keys = 0, [set() for _ in legible]
+    for e in range(epochs[-1]):
+        for i, first in enumerate(seen_at):
+            key, ids = whole(i, e)
+            keys[i].add(key)
+            text_free += len(ids) == 0
+            first[ids] = np.minimum(first[ids], e)
+    firsts = np.concatenate(seen_at) if seen_at else np.zeros(0, np.int64)
+    n_crops = max(1, epochs[-1] * len(legible))
+    return Coverage(epochs, len(firsts), tuple(float(np.mean(firsts < e)) if len(firsts) else 1.0 for e in epochs),
+                    text_free / n_crops, float(np.mean([n == 0 for n in legible])) if len(legible) else 0.0,
+                    float(np.mean([len(k) for k in keys])) if keys else 0.0)
+
+
+def whole_in(boxes: np.ndarray, origin, size: int) -> np.ndarray:
+    """Indices of the boxes (L, 4) that the crop at origin holds whole."""
+    o = np.asarray(origin, np.float64)
+    return np.flatnonzero(np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + size), axis=1))
+
+
+def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple[np.ndarray, tuple[int, int]]]],
+              offsets: np.ndarray, seed: int, size: int, step: int) -> WholeWords:
+    """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H)) of image i, variant v."""
+    def whole(i: int, e: int):
+        v = (e + int(offsets[i])) % len(pages[i])
+        boxes, page_size = pages[i][v]
+        origin, cut = draw_crop(window_rng(seed, e, names[i], v), boxes, page_size, size, step)
+        return (v, *origin.tolist()), whole_in(boxes, origin, size)
+    return whole
+
+
+def build_mode(crops: Sequence[Sequence[np.ndarray]], offsets: np.ndarray) -> WholeWords:
+    """Build-time crops: crops[i][v] = indices of image i's legible words whole in its variant-v crop."""
+    def whole(i: int, e: int):
+        v = (e + int(offsets[i])) % len(crops[i])
+        return v, crops[i][v]
+    return whole

@@ -1,0 +1,108 @@
+"""Crop windows: difference-array counts against a plain per-origin test, and the word-balanced draw."""
+from __future__ import annotations
+
+import numpy as np
+
+from preprocess.sample.window import (
+    choose_window,
+    cut_counts,
+    cuts_at,
+    draw_crop,
+    inside_span,
+    origin_bounds,
+    overlap_span,
+    window_rng,
+)
+
+STEP, SIZE = 4, 64
+
+
+def random_boxes(seed: int, n: int, extent=(300, 200), big: float = 70) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    lo = rng.uniform(-10, extent, (n, 2))
+    # float32 corners like stored words, some exactly on the grid
+    lo[: n // 4] = np.round(lo[: n // 4] / STEP) * STEP
+    return np.hstack([lo, lo + rng.uniform(2, big, (n, 2))]).astype(np.float32).astype(np.float64)
+
+
+def test_spans_agree_with_the_per_origin_test():
+    boxes = random_boxes(0, 40)
+    ov, ins = overlap_span(boxes, SIZE, STEP), inside_span(boxes, SIZE, STEP)
+    for ix in range(-20, 80):
+        for iy in range(-20, 60, 7):
+            o = np.array([ix, iy]) * STEP
+            overlaps = np.all((boxes[:, 2:] > o) & (boxes[:, :2] < o + SIZE), axis=1)
+            inside = np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + SIZE), axis=1)
+            in_ov = np.all((ov[:, 0] <= (ix, iy)) & ((ix, iy) <= ov[:, 1]), axis=1)
+            in_ins = np.all((ins[:, 0] <= (ix, iy)) & ((ix, iy) <= ins[:, 1]), axis=1)
+            np.testing.assert_array_equal(in_ov, overlaps)
+            np.testing.assert_array_equal(in_ins, inside)
+
+
+def test_cut_counts_agree_with_cuts_at():
+    boxes = random_boxes(1, 30)
+    region = np.array([[-10, -5], [60, 40]])
+    counts = cut_counts(boxes, region, SIZE, STEP)
+    assert counts.shape == (46, 71)
+    for iy in range(-5, 41, 3):
+        for ix in range(-10, 61, 2):
+            assert counts[iy + 5, ix + 10] == cuts_at(boxes, np.array([ix, iy]) * STEP, SIZE).sum()
+
+
+def test_drawn_crop_holds_the_chosen_word_and_cuts_none_when_it_can():
+    boxes = random_boxes(2, 12, big=30)
+    bounds = origin_bounds((300, 200), boxes, SIZE, STEP)
+    holds = np.zeros(len(boxes), int)
+    for epoch in range(200):
+        origin, cut = draw_crop(window_rng(0, epoch, "p.jpg", 0), boxes, (300, 200), SIZE, STEP)
+        i = origin // STEP
+        assert np.all(bounds[0] <= i) and np.all(i <= bounds[1]) and origin.dtype == np.int64
+        inside = np.all((boxes[:, :2] >= origin) & (boxes[:, 2:] <= origin + SIZE), axis=1)
+        assert inside.any()
+        if cut.any():   # only when a word it holds has no crop that cuts less
+            fewest = [cut_counts(boxes, np.maximum(np.minimum(inside_span(boxes[w:w + 1], SIZE, STEP)[0], bounds[1]),
+                                                   bounds[0]), SIZE, STEP).min() for w in np.flatnonzero(inside)]
+            assert cut.sum() == min(fewest)
+        holds += inside
+    assert holds.min() >= 10, f"every word should be held whole in some crops: {holds}"
+
+
+def test_a_word_no_crop_can_hold_is_cut_by_the_fewest():
+    boxes = np.array([[0, 0, 150, 20], [10, 40, 30, 50], [100, 40, 120, 50]], float)
+    bounds = origin_bounds((200, 100), boxes, SIZE, STEP)
+    for epoch in range(30):
+        rng = window_rng(1, epoch, "p.jpg", 0)
+        i = choose_window(rng, boxes, bounds, SIZE, STEP)
+        cut = cuts_at(boxes, i * STEP, SIZE)
+        region = np.array([np.maximum(overlap_span(boxes[:1], SIZE, STEP)[0, 0], bounds[0]),
+                           np.minimum(overlap_span(boxes[:1], SIZE, STEP)[0, 1], bounds[1])])
+        if cut[0]:   # the wide word is cut by every crop that shows it, the small ones need not be
+            assert cut.sum() == cut_counts(boxes, region, SIZE, STEP).min()
+
+
+def test_a_page_without_legible_words_takes_any_origin_on_it():
+    origins = {tuple(draw_crop(window_rng(0, e, "blank.jpg", 0), np.zeros((0, 4)), (200, 120), SIZE, STEP)[0])
+               for e in range(100)}
+    xs, ys = zip(*origins)
+    assert min(xs) >= 0 and max(xs) <= 200 - SIZE and min(ys) >= 0 and max(ys) <= 120 - SIZE
+    assert len(origins) > 50
+
+
+def test_a_page_smaller_than_the_crop_lies_inside_it():
+    boxes = np.array([[5, 5, 40, 20]], float)
+    for e in range(20):
+        origin, cut = draw_crop(window_rng(0, e, "small.jpg", 0), boxes, (48, 40), SIZE, STEP)
+        assert np.all(origin <= 0) and np.all(origin + SIZE >= (48, 40)) and not cut.any()
+
+
+def test_bounds_reach_words_sticking_out_of_the_page_by_at_most_half_a_crop():
+    boxes = np.array([[-6, 10, 30, 20], [150, 90, 210, 104], [500, 10, 520, 20]], float)
+    (ix0, iy0), (ix1, iy1) = origin_bounds((200, 100), boxes, SIZE, STEP)
+    assert ix0 * STEP <= -6 and iy0 == 0 and iy1 * STEP + SIZE >= 104
+    assert ix1 * STEP <= 200 - SIZE + SIZE / 2
+
+
+def test_window_rng_keys():
+    draw = lambda *key: window_rng(*key).integers(0, 2**62)  # noqa: E731
+    keys = [(0, 0, "a", 0), (1, 0, "a", 0), (0, 1, "a", 0), (0, 0, "b", 0), (0, 0, "a", 1)]
+    assert len({draw(*k) for k in keys}) == len(keys) and draw(*keys[0]) == draw(*keys[0])
