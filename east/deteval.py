@@ -20,8 +20,10 @@ For a gt G and a detection D: recall r = |G n D| / |G|, precision p = |G n D| / 
 Sums are rounded to 4 decimals before the comparisons, as in the ICDAR script.
 
 Totals: recall = sum of recall credits / care gts, precision = sum of precision credits /
-detections kept. With no care gt and no detection (in an image or in all) precision = recall =
-hmean = 1; with only one side empty, both are 0.
+detections kept. An image with no care gt and no detection scores precision = recall = hmean = 1
+on its own, but adds nothing to a data set's totals (set_ratios): a set with no care gt and no
+detection at all scores 0, so that empty validation crops cannot report a perfect detector. With
+only one side empty, both are 0.
 """
 from __future__ import annotations
 
@@ -61,10 +63,12 @@ class ImageCounts(NamedTuple):
         return ratios(self.recall_accum, self.precision_accum, self.gt_care, self.det_care)[2]
 
 
-def ratios(recall_accum: float, precision_accum: float, n_gt: int, n_det: int) -> tuple[float, float, float]:
-    """(precision, recall, hmean) with the empty-side convention of the module docstring."""
+def ratios(recall_accum: float, precision_accum: float, n_gt: int, n_det: int,
+           empty: float = 1.0) -> tuple[float, float, float]:
+    """(precision, recall, hmean) with the empty-side convention of the module docstring; `empty` is all
+    three when there is neither a care gt nor a detection."""
     if n_gt == 0 and n_det == 0:
-        return 1.0, 1.0, 1.0
+        return empty, empty, empty
     recall = recall_accum / n_gt if n_gt else 0.0
     precision = precision_accum / n_det if n_det else 0.0
     hmean = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
@@ -171,8 +175,13 @@ def evaluate(gt_list, det_list) -> dict:
         raise ValueError(f"{len(gt_list)} images of gt but {len(det_list)} of detections")
     per_image = [evaluate_image(q, c, d) for (q, c), d in zip(gt_list, det_list)]
     totals = [sum(c[k] for c in per_image) for k in range(4)]
-    precision, recall, hmean = ratios(totals[2], totals[3], totals[0], totals[1])
+    precision, recall, hmean = set_ratios(*totals)
     return dict(precision=precision, recall=recall, hmean=hmean, per_image=per_image)
+
+
+def set_ratios(n_gt: int, n_det: int, recall_accum: float, precision_accum: float) -> tuple[float, float, float]:
+    """(precision, recall, hmean) of a data set's summed counts: 0 when it has no care gt and no detection."""
+    return ratios(recall_accum, precision_accum, n_gt, n_det, empty=0.0)
 
 
 def gt_quads(points: np.ndarray, offsets: np.ndarray, care: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

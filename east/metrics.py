@@ -11,7 +11,7 @@ import torch.distributed as dist
 from dataset import CacheDataset, collate
 from east.augment import prepare_images
 from east.decode import decode_maps
-from east.deteval import evaluate_image, gt_quads, ratios
+from east.deteval import evaluate_image, gt_quads, set_ratios
 from east.engine import Context
 from east.model import EAST
 
@@ -50,7 +50,7 @@ def detection_metrics(model: EAST, ds: CacheDataset, ctx: Context) -> dict:
         dist.all_reduce(total)
         counts = total.cpu().numpy()
     n_gt, n_det, recall_sum, precision_sum = counts.tolist()
-    precision, recall, hmean = ratios(recall_sum, precision_sum, round(n_gt), round(n_det))
+    precision, recall, hmean = set_ratios(round(n_gt), round(n_det), recall_sum, precision_sum)
     return {"precision": precision, "recall": recall, "hmean": hmean, "detections": round(n_det),
             "eval_seconds": time.perf_counter() - t0}
 

@@ -95,13 +95,20 @@ def test_totals_sum_counts_over_images():
 
 
 def test_empty_inputs():
-    assert prh(evaluate([], [])) == (1, 1, 1)
+    assert prh(evaluate([], [])) == (0, 0, 0)
     nothing = evaluate([(quads(), [])], [quads()])
-    assert prh(nothing) == (1, 1, 1) and nothing["per_image"][0].hmean == 1
+    assert prh(nothing) == (0, 0, 0) and nothing["per_image"][0].hmean == 1, "a set of empty images is not perfect"
     assert prh(evaluate([(quads(), [])], [quads(box(0, 0, 10, 10))])) == (0, 0, 0)
     assert prh(evaluate([(quads(box(0, 0, 10, 10)), [1])], [quads()])) == (0, 0, 0)
     only_dont_care = evaluate([(quads(box(0, 0, 10, 10)), [0])], [np.zeros((0, 4, 2), np.float32)])
-    assert prh(only_dont_care) == (1, 1, 1)
+    assert prh(only_dont_care) == (0, 0, 0) and only_dont_care["per_image"][0].hmean == 1
+
+
+def test_empty_images_add_nothing_to_the_totals():
+    word = quads(box(0, 0, 100, 20))
+    alone = evaluate([(word, [1])], [word])
+    with_empty = evaluate([(word, [1]), (quads(), []), (quads(), [])], [word, quads(), quads()])
+    assert prh(alone) == (1, 1, 1) and prh(with_empty) == (1, 1, 1)
 
 
 def test_bad_inputs_raise():
