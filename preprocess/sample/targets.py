@@ -67,16 +67,22 @@ def owner_map(quads: np.ndarray, scale: float, shape: tuple[int, int], dtype=np.
     return owner
 
 
+def word_table(quads: np.ndarray, theta: np.ndarray | None = None) -> np.ndarray:
+    """float32 (N, 9) per word: cos, sin of theta, first vertex (ax, ay), box x0, x1, y0, y1 of the quad rotated
+    by theta about that vertex, theta. theta, when given, is min_rect_angles(quads) (shifts do not change it)."""
+    theta = min_rect_angles(quads) if theta is None else theta
+    return np.column_stack([np.cos(theta), np.sin(theta), quads[:, 0], rotated_boxes(quads, theta), theta]
+                           ).astype(np.float32).reshape(-1, 9)
+
+
 def fill_geometry(geo: np.ndarray, owner: np.ndarray, quads: np.ndarray, scale: float,
                   theta: np.ndarray | None = None) -> None:
     """Writes the 5 channels at every positive pixel of owner into geo (5, h, w), from its owner word
-    (owner value k + 1 is quads[k]); theta, when given, is min_rect_angles(quads), which shifts do not change.
-    Per-pixel maths in float32 (the cache stores float16): errors ~1e-4 px."""
+    (owner value k + 1 is quads[k]). Per-pixel maths in float32 (the cache stores float16): errors ~1e-4 px.
+    dataset/expand.py runs the same float32 operations in the same order, on a device."""
     flat = np.flatnonzero(owner.ravel() > 0)   # nonzero is fast on bool, slow on uint16
-    theta = min_rect_angles(quads) if theta is None else theta
-    per_word = np.column_stack([np.cos(theta), np.sin(theta), quads[:, 0], rotated_boxes(quads, theta), theta])
     words = owner.ravel()[flat].astype(np.intp) - 1
-    cos, sin, ax, ay, x0, x1, y0, y1, angle = np.take(per_word.T.astype(np.float32), words, axis=1)
+    cos, sin, ax, ay, x0, x1, y0, y1, angle = np.take(word_table(quads, theta).T, words, axis=1)
     y, x = np.divmod(flat, owner.shape[1])
     dx = x.astype(np.float32) / np.float32(scale) - ax
     dy = y.astype(np.float32) / np.float32(scale) - ay

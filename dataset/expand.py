@@ -1,0 +1,42 @@
+"""Score and geometry of page-mode crops, rebuilt from the owner map and a word table on the training device.
+
+A page-mode crop's geometry is a function of the word a map pixel belongs to and the pixel's
+position (preprocess/sample/targets.py), so the loader can hand over the owner map (2 bytes per map
+pixel) and a small per-word table (targets.word_table) instead of 10 bytes of float16 geometry,
+and the device rebuilds score and geometry in a few elementwise kernels. The float32 operations
+are those of targets.fill_geometry, in the same order, so the result equals it bit for bit.
+"""
+from __future__ import annotations
+
+import torch
+
+TABLE_COLUMNS = 9   # targets.word_table: cos, sin, ax, ay, x0, x1, y0, y1, theta
+
+
+def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """owner (B, 1, h, w) integer: 1 + the row of table[b] that owns the pixel, 0 for none; table (B, L, 9)
+    float32 -> score uint8 (B, 1, h, w), geo float32 (B, 5, h, w) (zero where score is 0)."""
+    b, _, h, w = owner.shape
+    idx = owner.reshape(b, h * w).long()
+    rows = torch.cat([table.new_zeros(b, 1, TABLE_COLUMNS), table.float()], 1)   # row 0: no word
+    cos, sin, ax, ay, x0, x1, y0, y1, angle = rows.gather(1, idx[..., None].expand(-1, -1, TABLE_COLUMNS)).unbind(-1)
+    ys, xs = torch.meshgrid(torch.arange(h, device=owner.device, dtype=torch.float32),
+                            torch.arange(w, device=owner.device, dtype=torch.float32), indexing="ij")
+    dx = xs.reshape(1, -1) / map_scale - ax
+    dy = ys.reshape(1, -1) / map_scale - ay
+    rx = cos * dx - sin * dy + ax
+    ry = sin * dx + cos * dy + ay
+    positive = idx > 0
+    zero = torch.zeros((), device=owner.device)
+    channels = [torch.where(positive, d.clamp_min(0), zero) for d in (ry - y0, y1 - ry, rx - x0, x1 - rx)]
+    geo = torch.stack([*channels, torch.where(positive, angle, zero)], 1).reshape(b, 5, h, w)
+    return positive.reshape(b, 1, h, w).to(torch.uint8), geo
+
+
+def pad_tables(tables: list, out: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, L_max, 9) float32 from per-item (L_i, 9) tables, zero rows after each item's own."""
+    n = max((len(t) for t in tables), default=0)
+    out = torch.zeros(len(tables), n, TABLE_COLUMNS) if out is None else out.zero_()
+    for i, t in enumerate(tables):
+        out[i, :len(t)] = torch.as_tensor(t)
+    return out

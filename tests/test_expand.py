@@ -1,0 +1,36 @@
+"""Device-side targets: expand_targets equals fill_geometry (the numpy path) bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dataset.expand import expand_targets, pad_tables
+from preprocess.sample.geometry import min_rect_angles
+from preprocess.sample.targets import fill_geometry, owner_map, word_table
+
+
+def random_quads(seed: int, n: int, size: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    c, w, h, t = rng.uniform(-10, size + 10, (n, 2)), rng.uniform(4, 60, n), rng.uniform(4, 20, n), rng.uniform(-3, 3, n)
+    box = np.stack([np.stack([-w, -h], 1), np.stack([w, -h], 1), np.stack([w, h], 1), np.stack([-w, h], 1)], 1) / 2
+    rot = np.stack([np.stack([np.cos(t), np.sin(t)], 1), np.stack([-np.sin(t), np.cos(t)], 1)], 1)
+    return np.einsum("nkj,nji->nki", box, rot) + c[:, None]
+
+
+def test_expand_equals_fill_geometry_bit_for_bit():
+    size, scale, owners, tables, expected = 128, 0.5, [], [], []
+    m = round(size * scale)
+    for seed, n in ((0, 30), (1, 5), (2, 0)):
+        quads = random_quads(seed, n, size)
+        owner = owner_map(quads, scale, (m, m)) if n else np.zeros((m, m), np.int32)
+        geo = np.zeros((5, m, m), np.float32)
+        if n:
+            fill_geometry(geo, owner, quads, scale, min_rect_angles(quads))
+        owners.append(owner.astype(np.uint16)[None])
+        tables.append(word_table(quads) if n else np.zeros((0, 9), np.float32))
+        expected.append(geo)
+    score, geo = expand_targets(torch.from_numpy(np.stack(owners)), pad_tables(tables), scale)
+    assert score.dtype == torch.uint8 and geo.dtype == torch.float32 and geo.shape == (3, 5, m, m)
+    np.testing.assert_array_equal(score.numpy(), (np.stack(owners) > 0).astype(np.uint8))
+    assert (score[0] > 0).sum() > 100
+    np.testing.assert_array_equal(geo.numpy().view(np.uint32), np.stack(expected).view(np.uint32))
