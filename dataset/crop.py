@@ -2,17 +2,18 @@
 
 The crop at origin o (page px, on window.grid_step) equals make_targets applied to the page's words
 shifted by -o, with the legible words that the crop cuts turned don't-care, the maps clipped to the
-crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); the image is the page's pixels in the window, zeros beyond the canvas (tests/test_page.py
-checks both against a direct computation). Without cut words, score and ROI are slices of the
-page's maps and the geometry is rebuilt from the owner slice (fill_geometry, the code make_targets
-runs); with cut words, the owner map of the crop is drawn again from its uncut words, as
-make_targets would.
+crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its image is the page's
+pixels in the window, zeros beyond the canvas (tests/test_page.py checks both against a direct
+computation). Without cut words, owner and ROI are a slice of the page's packed maps and the
+geometry is rebuilt from the owner slice (fill_geometry, the code make_targets runs); with cut
+words, the crop's owner map is drawn again from its uncut words, as make_targets would, and the cut
+words are drawn into the ROI.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from preprocess.sample.page import Page
+from preprocess.sample.page import Page, unpack_maps
 from preprocess.sample.targets import fill_geometry, owner_map, roi_map
 from preprocess.sample.window import draw_crop, window_rng, word_boxes
 
@@ -46,15 +47,13 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) 
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     quads = page.legible_quads() - np.array([ox, oy], np.float64)
     theta = page.theta
+    owner, roi = unpack_maps(window(page.maps, mx, my, m, m, 0))
     if cut.any():
         quads, theta = quads[~cut], theta[~cut]
         owner = owner_map(quads, map_scale, (m, m)) * _on_page(page, mx, my, m)
-    else:
-        owner = window(page.owner, mx, my, m, m, 0)
     geo = np.zeros((5, m, m), np.float16)
     if len(quads):
         fill_geometry(geo, owner, quads, map_scale, theta)
-    roi = np.array(window(page.roi, mx, my, m, m, 1))
     if cut.any():
         cut_points = page.legible_quads()[cut].reshape(-1, 2) - (ox, oy)
         roi_map(cut_points, np.arange(cut.sum() + 1) * 4, np.zeros(int(cut.sum()), np.uint8), map_scale, (m, m), roi)
@@ -65,7 +64,7 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) 
 
 def _on_page(page: Page, mx: int, my: int, m: int) -> np.ndarray:
     """bool (m, m): the crop's map pixels that lie on the page's canvas."""
-    h, w = page.owner.shape
+    h, w = page.maps.shape
     on = np.zeros((m, m), bool)
     on[max(0, -my):max(0, min(m, h - my)), max(0, -mx):max(0, min(m, w - mx))] = True
     return on

@@ -10,7 +10,7 @@ from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
 from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
-from preprocess.sample.page import Page, make_page, page_frame
+from preprocess.sample.page import Page, make_page, pack_maps, page_frame
 from preprocess.sample.targets import make_targets, owner_map, roi_map
 from preprocess.sample.window import cuts_at, grid_step
 
@@ -62,7 +62,7 @@ def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float 
     shape = (round(size[1] * map_scale), round(size[0] * map_scale))
     quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
     image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
-    return Page(image, owner_map(quads, map_scale, shape, np.uint16), roi_map(points, offsets, care, map_scale, shape),
+    return Page(image, pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape)),
                 points, offsets, care, min_rect_angles(quads))
 
 
@@ -93,7 +93,8 @@ def test_crop_exact_at_origins_that_graze_words():
 def test_make_page_crops_equal_make_targets(tmp_path):
     page = make_page(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
     w, h = page.size
-    assert w % 4 == 0 and h % 4 == 0 and page.owner.shape == page.roi.shape == (h // 2, w // 2)
+    assert w % 4 == 0 and h % 4 == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.dtype == np.uint16
+    assert page.owner.max() == 7 and 0 < page.roi.mean() < 1
     assert page.care.tolist() == [1, 1, 1, 1, 1, 1, 0, 1] and len(page.theta) == 7
     rng = np.random.default_rng(0)
     for _ in range(40):

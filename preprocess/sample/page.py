@@ -37,15 +37,16 @@ from preprocess.sample.make import decode_for, sample_rng, warp
 from preprocess.sample.targets import owner_map, roi_map
 from preprocess.sample.window import grid_step
 
-OWNER_DTYPE = np.uint16                       # owner map values: 0 or 1 + legible word index
-MAX_LEGIBLE = int(np.iinfo(OWNER_DTYPE).max)  # legible words a page can hold
+MAPS_DTYPE = np.uint16       # a page's map pixel: owner in the low bits, don't-care in the top bit
+DONT_CARE_BIT = 15
+OWNER_MASK = (1 << DONT_CARE_BIT) - 1
+MAX_LEGIBLE = OWNER_MASK     # legible words a page can hold
 BLEED_PX = 1.0                                # frame px kept beyond the farthest reach of bilinear interpolation
 
 
 class Page(NamedTuple):
     image: np.ndarray      # uint8 (3, H, W) RGB, page px
-    owner: np.ndarray      # uint16 (H * s, W * s): 1 + legible word index (order of care == 1 words), 0 = none
-    roi: np.ndarray        # uint8 (H * s, W * s): 0 inside don't-care words, 1 elsewhere
+    maps: np.ndarray       # uint16 (H * s, W * s): owner | (1 - roi) << 15 (pack_maps)
     points: np.ndarray     # float32 (P, 2): every word's vertices, page px
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
     care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
@@ -58,9 +59,29 @@ class Page(NamedTuple):
         """(W, H) in page px."""
         return self.image.shape[2], self.image.shape[1]
 
+    @property
+    def owner(self) -> np.ndarray:
+        """(H * s, W * s): 1 + legible word index (order of the care == 1 words), 0 = none."""
+        return unpack_maps(self.maps)[0]
+
+    @property
+    def roi(self) -> np.ndarray:
+        """uint8 (H * s, W * s): 0 inside don't-care words, 1 elsewhere."""
+        return unpack_maps(self.maps)[1]
+
     def legible_quads(self) -> np.ndarray:
         """float64 (L, 4, 2) page px, in owner order."""
         return gather_quads(self.points, self.offsets, self.care > 0)
+
+
+def pack_maps(owner: np.ndarray, roi: np.ndarray) -> np.ndarray:
+    """uint16 maps of an owner map (values <= MAX_LEGIBLE) and an ROI map (0 / 1)."""
+    return owner.astype(MAPS_DTYPE) | ((1 - roi.astype(MAPS_DTYPE)) << DONT_CARE_BIT)
+
+
+def unpack_maps(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner uint16, roi uint8) of packed maps."""
+    return maps & OWNER_MASK, (1 - (maps >> DONT_CARE_BIT)).astype(np.uint8)
 
 
 def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, points: np.ndarray, reach: float,
@@ -103,7 +124,7 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
     except ValueError as e:
         raise DataError(f"{rec.source}: image {rec.name}: {e}") from None
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
-    owner = owner_map(quads, cfg.map_scale, shape, OWNER_DTYPE)
-    roi = roi_map(points, offsets, care, cfg.map_scale, shape)
-    return Page(np.ascontiguousarray(image.transpose(2, 0, 1)), owner, roi, points, offsets, care,
+    owner = owner_map(quads, cfg.map_scale, shape, MAPS_DTYPE)
+    maps = pack_maps(owner, roi_map(points, offsets, care, cfg.map_scale, shape))
+    return Page(np.ascontiguousarray(image.transpose(2, 0, 1)), maps, points, offsets, care,
                 min_rect_angles(quads), d.warning, d.exif_applied)
