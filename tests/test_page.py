@@ -10,7 +10,7 @@ from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
 from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
-from preprocess.sample.page import Page, make_page, pack_maps, page_frame
+from preprocess.sample.page import Page, make_page, max_page_size, pack_maps, page_frame
 from preprocess.sample.targets import make_targets, owner_map, roi_map
 from preprocess.sample.window import cuts_at, grid_step
 
@@ -111,7 +111,7 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
     params = sample_params(sample_rng(CFG.seed, rec.name, variant), rec.width, rec.height, CFG)
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
-    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 48, 4)
+    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 4)
     for origin in ([0, 0], [w - 96, h - 96], [48, 20], [-16, h - 80]):
         direct = warp(d, compose(np.array([[1.0, 0, -x0 - origin[0]], [0, 1, -y0 - origin[1]]]), rotate), (96, 96))
         diff = np.abs(direct.transpose(2, 0, 1).astype(int) - window(page.image, *origin, 96, 96, 0))
@@ -126,6 +126,16 @@ def test_page_canvas_keeps_the_rotated_corners(tmp_path):
         assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
         ys, xs = np.nonzero(img > 128)
         assert xs.max() - xs.min() > 200 and ys.max() - ys.min() > 150
+
+
+def test_no_page_exceeds_max_page_size(tmp_path):
+    cfg = BuildConfig(image_size=128, input_size=64, height_jitter=0.3, max_rotation=20)
+    limit = max_page_size(cfg)
+    for size in ((320, 240), (240, 240), (100, 300)):
+        rec = page_record(tmp_path, [[[-20, -20], [40, -20], [40, 10], [-20, 10]]], size=size, name=f"p{size[0]}")
+        for variant in range(6):
+            w, h = make_page(rec, cfg, variant).size
+            assert w <= limit[0] and h <= limit[1]
 
 
 def test_page_words_are_make_sample_words_shifted(tmp_path):

@@ -17,9 +17,10 @@ from preprocess.sample.window import (
 STEP, SIZE = 4, 64
 
 
-def random_boxes(seed: int, n: int, extent=(300, 200), big: float = 70) -> np.ndarray:
+def random_boxes(seed: int, n: int, extent=(300, 200), big: float = 70, inside: bool = False) -> np.ndarray:
+    """Word boxes around a page of `extent`; with `inside`, all on it."""
     rng = np.random.default_rng(seed)
-    lo = rng.uniform(-10, extent, (n, 2))
+    lo = rng.uniform(0, np.subtract(extent, big), (n, 2)) if inside else rng.uniform(-10, extent, (n, 2))
     # float32 corners like stored words, some exactly on the grid
     lo[: n // 4] = np.round(lo[: n // 4] / STEP) * STEP
     return np.hstack([lo, lo + rng.uniform(2, big, (n, 2))]).astype(np.float32).astype(np.float64)
@@ -50,8 +51,8 @@ def test_cut_counts_agree_with_cuts_at():
 
 
 def test_drawn_crop_holds_the_chosen_word_and_cuts_none_when_it_can():
-    boxes = random_boxes(2, 12, big=30)
-    bounds = origin_bounds((300, 200), boxes, SIZE, STEP)
+    boxes = random_boxes(2, 12, big=30, inside=True)
+    bounds = origin_bounds((300, 200), SIZE, STEP)
     holds = np.zeros(len(boxes), int)
     for epoch in range(200):
         origin, cut = draw_crop(window_rng(0, epoch, "p.jpg", 0), boxes, (300, 200), SIZE, STEP)
@@ -59,17 +60,17 @@ def test_drawn_crop_holds_the_chosen_word_and_cuts_none_when_it_can():
         assert np.all(bounds[0] <= i) and np.all(i <= bounds[1]) and origin.dtype == np.int64
         inside = np.all((boxes[:, :2] >= origin) & (boxes[:, 2:] <= origin + SIZE), axis=1)
         assert inside.any()
-        if cut.any():   # only when a word it holds has no crop that cuts less
+        if cut.any():   # only when the drawn word (one of those it holds) has no crop that cuts less
             fewest = [cut_counts(boxes, np.maximum(np.minimum(inside_span(boxes[w:w + 1], SIZE, STEP)[0], bounds[1]),
                                                    bounds[0]), SIZE, STEP).min() for w in np.flatnonzero(inside)]
-            assert cut.sum() == min(fewest)
+            assert cut.sum() in fewest, "the drawn word's crop cuts no more than it must"
         holds += inside
     assert holds.min() >= 10, f"every word should be held whole in some crops: {holds}"
 
 
 def test_a_word_no_crop_can_hold_is_cut_by_the_fewest():
     boxes = np.array([[0, 0, 150, 20], [10, 40, 30, 50], [100, 40, 120, 50]], float)
-    bounds = origin_bounds((200, 100), boxes, SIZE, STEP)
+    bounds = origin_bounds((200, 100), SIZE, STEP)
     for epoch in range(30):
         rng = window_rng(1, epoch, "p.jpg", 0)
         i = choose_window(rng, boxes, bounds, SIZE, STEP)
@@ -93,13 +94,6 @@ def test_a_page_smaller_than_the_crop_lies_inside_it():
     for e in range(20):
         origin, cut = draw_crop(window_rng(0, e, "small.jpg", 0), boxes, (48, 40), SIZE, STEP)
         assert np.all(origin <= 0) and np.all(origin + SIZE >= (48, 40)) and not cut.any()
-
-
-def test_bounds_reach_words_sticking_out_of_the_page_by_at_most_half_a_crop():
-    boxes = np.array([[-6, 10, 30, 20], [150, 90, 210, 104], [500, 10, 520, 20]], float)
-    (ix0, iy0), (ix1, iy1) = origin_bounds((200, 100), boxes, SIZE, STEP)
-    assert ix0 * STEP <= -6 and iy0 == 0 and iy1 * STEP + SIZE >= 104
-    assert ix1 * STEP <= 200 - SIZE + SIZE / 2
 
 
 def test_window_rng_keys():

@@ -11,7 +11,7 @@ scale s in a form that a window of the page can be cut from exactly (dataset/cro
 - roi: 0 inside every don't-care word (whole polygon), as make_targets draws it;
 - every word's points in page px, its care flag, and each legible quad's angle (min_rect_angles).
 The canvas sides are multiples of window.grid_step(s) px, so map side = page side x s is an integer.
-The canvas also holds words that stick out of the image, up to half a crop beyond it; beyond the
+The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
 """
 from __future__ import annotations
@@ -41,7 +41,8 @@ MAPS_DTYPE = np.uint16       # a page's map pixel: owner in the low bits, don't-
 DONT_CARE_BIT = 15
 OWNER_MASK = (1 << DONT_CARE_BIT) - 1
 MAX_LEGIBLE = OWNER_MASK     # legible words a page can hold
-BLEED_PX = 1.0                                # frame px kept beyond the farthest reach of bilinear interpolation
+MAX_BLEED_PX = 4.0           # page px of interpolation fringe kept around the rotated image (more: only far upscales)
+WORD_REACH_PX = 32.0         # page px past the image that the canvas grows to hold words annotated beyond its edge
 
 
 class Page(NamedTuple):
@@ -84,24 +85,36 @@ def unpack_maps(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return maps & OWNER_MASK, (1 - (maps >> DONT_CARE_BIT)).astype(np.uint8)
 
 
-def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, points: np.ndarray, reach: float,
+def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, points: np.ndarray,
                step: int) -> tuple[float, float, int, int]:
-    """(x0, y0, W, H): the canvas in rotation_matrix px. It covers every pixel that the warp of an image decoded at
-    (sx, sy) times the frame can make non-zero, and the words' points (rotation_matrix px) up to `reach` px beyond
-    that; W and H are multiples of step.
+    """(x0, y0, W, H): the canvas in rotation_matrix px, W and H multiples of step. It covers the rotated image,
+    the fringe that bilinear interpolation of an image decoded at (sx, sy) times the frame adds around it (up to
+    MAX_BLEED_PX), and the words' points (rotation_matrix px) up to WORD_REACH_PX beyond that.
 
-    A frame pixel k covers [k - 0.5, k + 0.5], and bilinear interpolation reaches one decoded pixel
-    (1 / sx frame px) past the outermost pixel centres."""
-    mx, my = 0.5 / sx + BLEED_PX, 0.5 / sy + BLEED_PX
-    x_lo, x_hi, y_lo, y_hi = -0.5 - mx, frame_w - 0.5 + mx, -0.5 - my, frame_h - 0.5 + my
-    corners = np.array([[x_lo, y_lo], [x_hi, y_lo], [x_hi, y_hi], [x_lo, y_hi]])
-    rotated = transform_points(rotation_matrix(p, frame_w, frame_h), corners)
-    lo, hi = rotated.min(axis=0), rotated.max(axis=0)
+    A frame pixel k covers [k - 0.5, k + 0.5]; interpolation reaches one decoded pixel (1 / sx frame px) past
+    the outermost pixel centres, half a decoded pixel past that edge."""
+    rotate = rotation_matrix(p, frame_w, frame_h)
+    corners = np.array([[-0.5, -0.5], [frame_w - 0.5, -0.5], [frame_w - 0.5, frame_h - 0.5], [-0.5, frame_h - 0.5]])
+    rotated = transform_points(rotate, corners)
+    scale = float(np.linalg.svd(rotate[:, :2], compute_uv=False)[0])
+    bleed = min(MAX_BLEED_PX, scale * 0.5 / min(sx, sy) + 1)
+    lo, hi = rotated.min(axis=0) - bleed, rotated.max(axis=0) + bleed
     if len(points):
-        lo = np.maximum(np.minimum(lo, points.min(axis=0)), lo - reach)
-        hi = np.minimum(np.maximum(hi, points.max(axis=0)), hi + reach)
+        lo = np.maximum(np.minimum(lo, points.min(axis=0)), lo - WORD_REACH_PX)
+        hi = np.minimum(np.maximum(hi, points.max(axis=0)), hi + WORD_REACH_PX)
     (x0, y0), (x1, y1) = np.floor(lo), hi
     return float(x0), float(y0), step * math.ceil((x1 - x0) / step), step * math.ceil((y1 - y0) / step)
+
+
+def max_page_size(cfg: BuildConfig) -> tuple[int, int]:
+    """(W, H) that no page under cfg exceeds, both at once: a square frame, tallest jitter, largest rotation
+    (a rotated box's area grows with the angle up to 45 degrees), plus bleed, word reach and rounding."""
+    long_side, tall = cfg.image_size, cfg.image_size * (1 + cfg.height_jitter)
+    t = math.radians(min(abs(cfg.max_rotation), 45.0))
+    step, pad = grid_step(cfg.map_scale), 2 * (MAX_BLEED_PX + WORD_REACH_PX) + 1
+    w = long_side * math.cos(t) + tall * math.sin(t) + pad
+    h = long_side * math.sin(t) + tall * math.cos(t) + pad
+    return step * math.ceil(w / step), step * math.ceil(h / step)
 
 
 def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
@@ -110,7 +123,7 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
     x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points),
-                              cfg.input_size / 2, grid_step(cfg.map_scale))
+                              grid_step(cfg.map_scale))
     frame_to_page = compose(np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0]]), rotate)
     image = warp(d, frame_to_page, (w, h))
     points = transform_points(frame_to_page, rec.points).astype(np.float32)

@@ -44,17 +44,11 @@ def word_boxes(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.hstack([np.minimum.reduceat(pts, offsets[:-1], axis=0), np.maximum.reduceat(pts, offsets[:-1], axis=0)])
 
 
-def origin_bounds(page_size: tuple[int, int], boxes: np.ndarray, size: int, step: int) -> np.ndarray:
-    """int64 (2, 2) [[ix_lo, iy_lo], [ix_hi, iy_hi]]: grid indices of the allowed origins, inclusive.
-
-    The crop stays on the page (or, along a side shorter than the crop, holds all of it), widened
-    to reach legible words that stick out of the canvas, by at most half a crop (and a grid step)."""
-    page = np.asarray(page_size, np.float64)
-    lo, hi = np.minimum(0, page - size), np.maximum(0, page - size)
-    if len(boxes):
-        lo = np.maximum(np.minimum(lo, boxes[:, :2].min(axis=0)), lo - size / 2)
-        hi = np.minimum(np.maximum(hi, boxes[:, 2:].max(axis=0) - size), hi + size / 2)
-    return np.array([np.floor(lo / step), np.ceil(hi / step)], np.int64)
+def origin_bounds(page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
+    """int64 (2, 2) [[ix_lo, iy_lo], [ix_hi, iy_hi]]: grid indices of the allowed origins, inclusive: the crop
+    stays on the page or, along a side shorter than the crop, holds all of it (page sides are multiples of step)."""
+    page = np.asarray(page_size, np.int64)
+    return np.array([np.minimum(0, page - size), np.maximum(0, page - size)]) // step
 
 
 def overlap_span(boxes: np.ndarray, size: int, step: int) -> np.ndarray:
@@ -124,6 +118,6 @@ def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int,
               step: int) -> tuple[np.ndarray, np.ndarray]:
     """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
     words have boxes (L, 4), and the legible words it cuts (to become don't-care)."""
-    bounds = origin_bounds(page_size, boxes, size, step)
+    bounds = origin_bounds(page_size, size, step)
     origin = choose_window(rng, boxes, bounds, size, step) * step
     return origin, cuts_at(boxes, origin, size)
