@@ -37,7 +37,7 @@ def legible_boxes(page: Page) -> np.ndarray:
 
 def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, variant: int):
     """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop)."""
-    return draw_crop(window_rng(seed, epoch, name, variant), legible_boxes(page), page.size, size, step)
+    return draw_crop(window_rng(seed, epoch, name, variant), legible_boxes(page), page.size, size, step, page.weight)
 
 
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:

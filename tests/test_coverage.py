@@ -33,7 +33,7 @@ def test_page_mode_sees_nearly_every_word_where_one_frozen_crop_does_not(sample_
     pages = []
     for r in recs:
         p = make_page(r, cfg, 0)
-        pages.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size)])
+        pages.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size, p.weight)])
     legible = [int((r.reason == CARE).sum()) for r in recs]
     paged = coverage(legible, page_mode(names, pages, offsets, cfg.seed, cfg.input_size, grid_step(cfg.map_scale)),
                      epochs=(1, 20))

@@ -63,7 +63,7 @@ def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float 
     quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
     image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
     return Page(image, pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape)),
-                points, offsets, care, min_rect_angles(quads))
+                points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))
 
 
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from preprocess.sample.window import (
     choose_window,
@@ -11,7 +12,9 @@ from preprocess.sample.window import (
     inside_span,
     origin_bounds,
     overlap_span,
+    seen_matrix,
     window_rng,
+    word_weights,
 )
 
 STEP, SIZE = 4, 64
@@ -100,3 +103,31 @@ def test_window_rng_keys():
     draw = lambda *key: window_rng(*key).integers(0, 2**62)  # noqa: E731
     keys = [(0, 0, "a", 0), (1, 0, "a", 0), (0, 1, "a", 0), (0, 0, "b", 0), (0, 0, "a", 1)]
     assert len({draw(*k) for k in keys}) == len(keys) and draw(*keys[0]) == draw(*keys[0])
+
+
+def test_seen_matrix_is_the_share_of_draws_holding_each_word():
+    boxes = random_boxes(4, 10, big=30, inside=True)
+    seen = seen_matrix(boxes, (300, 200), SIZE, STEP)
+    bounds = origin_bounds((300, 200), SIZE, STEP)
+    for w in (0, 3):
+        one_hot = np.eye(len(boxes))[w]
+        held = np.zeros(len(boxes))
+        for e in range(400):
+            o = choose_window(window_rng(0, e, "p", 0), boxes, bounds, SIZE, STEP, one_hot) * STEP
+            held += np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + SIZE), axis=1)
+        assert seen[w, w] == 1
+        np.testing.assert_allclose(held / 400, seen[w], atol=0.08)
+
+
+def test_word_weights_raise_the_least_seen_word():
+    # eight small words that any crop around one of them mostly holds, and one word far from them: drawn
+    # uniformly, the lone word is seen 1 time in 9; weighted, about as often as the cluster
+    cluster = np.array([[100 + 12 * (k % 4), 100 + 12 * (k // 4), 108 + 12 * (k % 4), 106 + 12 * (k // 4)]
+                        for k in range(8)], float)
+    boxes = np.vstack([cluster, [[250, 250, 270, 262]]])
+    seen = seen_matrix(boxes, (300, 300), SIZE, STEP)
+    weights = word_weights(boxes, (300, 300), SIZE, STEP)
+    assert weights.sum() == pytest.approx(1) and np.all(weights >= 0)
+    uniform = np.full(len(boxes), 1 / len(boxes))
+    assert (uniform @ seen).min() == pytest.approx(1 / 9)
+    assert (weights @ seen).min() > 0.4

@@ -9,7 +9,8 @@ scale s in a form that a window of the page can be cut from exactly (dataset/cro
   of the owner word's quad and the pixel's position, so they are rebuilt for the crop's window only
   (targets.fill_geometry), never stored;
 - roi: 0 inside every don't-care word (whole polygon), as make_targets draws it;
-- every word's points in page px, its care flag, and each legible quad's angle (min_rect_angles).
+- every word's points in page px, its care flag, each legible quad's angle (min_rect_angles) and
+  its draw weight (window.word_weights).
 The canvas sides are multiples of window.grid_step(s) px, so map side = page side x s is an integer.
 The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
@@ -35,7 +36,7 @@ from preprocess.sample.geometry import (
 )
 from preprocess.sample.make import decode_for, sample_rng, warp
 from preprocess.sample.targets import owner_map, roi_map
-from preprocess.sample.window import grid_step
+from preprocess.sample.window import grid_step, word_boxes, word_weights
 
 MAPS_DTYPE = np.uint16       # a page's map pixel: owner in the low bits, don't-care in the top bit
 DONT_CARE_BIT = 15
@@ -52,6 +53,7 @@ class Page(NamedTuple):
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
     care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
     theta: np.ndarray      # float64 (L,): min_rect_angles of each legible quad, L = care.sum()
+    weight: np.ndarray     # float64 (L,): each legible word's chance to be the one a crop is drawn around
     warning: str | None = None    # from the image decoder (frame size mismatch), else None
     exif_applied: bool = False    # the decoder turned the image as its EXIF orientation says
 
@@ -139,5 +141,6 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
     owner = owner_map(quads, cfg.map_scale, shape, MAPS_DTYPE)
     maps = pack_maps(owner, roi_map(points, offsets, care, cfg.map_scale, shape))
+    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
     return Page(np.ascontiguousarray(image.transpose(2, 0, 1)), maps, points, offsets, care,
-                min_rect_angles(quads), d.warning, d.exif_applied)
+                min_rect_angles(quads), weight, d.warning, d.exif_applied)

@@ -8,8 +8,10 @@ geometry.choose_crop. For origins on the grid, "the crop overlaps word w" and "t
 each hold on a rectangle of grid indices, so 2-D difference arrays over all words count, for every
 origin at once, the words it cuts.
 
-The draw: a legible word chosen uniformly (every word has the same chance each epoch), then an
-origin uniformly among those whose crop holds it whole and cuts no legible word; failing that,
+The draw: a legible word, with the page's word weights (word_weights: chosen at build time so that
+the least-seen word of the page is seen as often as it can be; a uniform draw would show a word that
+no crop holds without cutting a neighbour only once in L epochs), then an origin uniformly among
+those whose crop holds it whole and cuts no legible word; failing that,
 among those holding it that cut the fewest (the caller makes the cut words don't-care); a word
 that no crop can hold takes the origins whose crop overlaps it. A page without legible words
 takes any origin. The generator is seeded by (seed, epoch, image name, variant), so a crop does
@@ -22,6 +24,8 @@ import hashlib
 import numpy as np
 
 WINDOW_STREAM = 0x57494E44   # "WIND": keeps window draws apart from sample_rng's for the same key
+WEIGHT_ROUNDS = 200          # multiplicative-weights rounds
+WEIGHT_RATE = 0.5            # multiplicative-weights learning rate
 
 
 def grid_step(map_scale: float) -> int:
@@ -96,28 +100,79 @@ def _uniform(rng: np.random.Generator, region: np.ndarray) -> np.ndarray:
     return np.array([rng.integers(region[0, a], region[1, a] + 1) for a in range(2)], np.int64)
 
 
-def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int) -> np.ndarray:
-    """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
-    the origin is step times that, in page px."""
-    if not len(boxes):
-        return _uniform(rng, bounds)
-    w = int(rng.integers(len(boxes)))
+def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(region, bool mask over it): the origins the draw for word w picks from, uniformly."""
     region = _clip(inside_span(boxes[w:w + 1], size, step)[0], bounds)
     if region is None:   # no crop holds the word: among those that show part of it
         region = _clip(overlap_span(boxes[w:w + 1], size, step)[0], bounds)
     if region is None:
         region = bounds
     counts = cut_counts(boxes, region, size, step)
-    best = np.flatnonzero(counts.ravel() == counts.min())
-    iy, ix = divmod(int(best[rng.integers(len(best))]), counts.shape[1])
+    return region, counts == counts.min()
+
+
+def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int,
+                  weights: np.ndarray | None = None) -> np.ndarray:
+    """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
+    the origin is step times that, in page px. The word is drawn with probabilities `weights` (word_weights),
+    uniformly without them."""
+    if not len(boxes):
+        return _uniform(rng, bounds)
+    if weights is None:
+        w = int(rng.integers(len(boxes)))
+    else:   # stored as float32: normalised again so that choice accepts them
+        p = np.asarray(weights, np.float64)
+        w = int(rng.choice(len(boxes), p=p / p.sum()))
+    region, ok = _candidates(boxes, w, bounds, size, step)
+    best = np.flatnonzero(ok.ravel())
+    iy, ix = divmod(int(best[rng.integers(len(best))]), ok.shape[1])
     return region[0] + (ix, iy)
+
+
+def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
+    """float64 (L, L): P[w, u], the chance that the crop drawn for word w holds word u whole (prefix sums of
+    the draw's candidate origins over each word's inside rectangle)."""
+    bounds, inside = origin_bounds(page_size, size, step), inside_span(boxes, size, step)
+    seen = np.zeros((len(boxes), len(boxes)))
+    for w in range(len(boxes)):
+        region, ok = _candidates(boxes, w, bounds, size, step)
+        sums = np.zeros((ok.shape[0] + 1, ok.shape[1] + 1))
+        sums[1:, 1:] = ok.cumsum(axis=0).cumsum(axis=1)
+        a = np.maximum(inside[:, 0], region[0]) - region[0]
+        b = np.minimum(inside[:, 1], region[1]) - region[0] + 1
+        some = np.all(b > a, axis=1)
+        a, b = np.where(some[:, None], a, 0), np.where(some[:, None], b, 0)
+        held = sums[b[:, 1], b[:, 0]] - sums[a[:, 1], b[:, 0]] - sums[b[:, 1], a[:, 0]] + sums[a[:, 1], a[:, 0]]
+        seen[w] = held / ok.sum()
+    return seen
+
+
+def word_weights(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
+    """float64 (L,) draw probabilities of a page's legible words that raise the chance of its least-seen word.
+
+    A word that no crop holds without cutting a neighbour is only shown whole when it is drawn itself, so
+    a uniform draw shows it once in L epochs. The weights solve max_p min_u (p @ P)[u] (P = seen_matrix) by
+    multiplicative weights, a zero-sum game between the draw and the least-seen word: the average of
+    WEIGHT_ROUNDS rounds."""
+    n = len(boxes)
+    if n == 0:
+        return np.zeros(0)
+    seen = seen_matrix(boxes, page_size, size, step)
+    p, q, total = np.full(n, 1 / n), np.full(n, 1 / n), np.zeros(n)
+    for _ in range(WEIGHT_ROUNDS):
+        q *= np.exp(-WEIGHT_RATE * (p @ seen))
+        q /= q.sum()
+        p *= np.exp(WEIGHT_RATE * (seen @ q))
+        p /= p.sum()
+        total += p
+    return total / total.sum()
 
 
 
 def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int, int], size: int,
-              step: int) -> tuple[np.ndarray, np.ndarray]:
+              step: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
-    words have boxes (L, 4), and the legible words it cuts (to become don't-care)."""
+    words have boxes (L, 4) and draw weights (word_weights), and the legible words it cuts (to become don't-care)."""
     bounds = origin_bounds(page_size, size, step)
-    origin = choose_window(rng, boxes, bounds, size, step) * step
+    origin = choose_window(rng, boxes, bounds, size, step, weights) * step
     return origin, cuts_at(boxes, origin, size)

@@ -66,13 +66,14 @@ def whole_in(boxes: np.ndarray, origin, size: int) -> np.ndarray:
     return np.flatnonzero(np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + size), axis=1))
 
 
-def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple[np.ndarray, tuple[int, int]]]],
-              offsets: np.ndarray, seed: int, size: int, step: int) -> WholeWords:
-    """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H)) of image i, variant v."""
+def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: np.ndarray, seed: int, size: int,
+              step: int) -> WholeWords:
+    """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H), word weights (L,)) of
+    image i, variant v."""
     def whole(i: int, e: int):
         v = (e + int(offsets[i])) % len(pages[i])
-        boxes, page_size = pages[i][v]
-        origin, cut = draw_crop(window_rng(seed, e, names[i], v), boxes, page_size, size, step)
+        boxes, page_size, weights = pages[i][v]
+        origin, cut = draw_crop(window_rng(seed, e, names[i], v), boxes, page_size, size, step, weights)
         return (v, *origin.tolist()), whole_in(boxes, origin, size)
     return whole
 
