@@ -10,7 +10,15 @@ from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
 from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
-from preprocess.sample.page import Page, make_page, max_page_size, pack_maps, page_frame
+from preprocess.sample.page import (
+    Page,
+    expected_page_size,
+    make_page,
+    max_page_size,
+    pack_maps,
+    page_bytes,
+    page_frame,
+)
 from preprocess.sample.targets import make_targets, owner_map, roi_map
 from preprocess.sample.window import cuts_at, grid_step
 
@@ -136,6 +144,22 @@ def test_no_page_exceeds_max_page_size(tmp_path):
         for variant in range(6):
             w, h = make_page(rec, cfg, variant).size
             assert w <= limit[0] and h <= limit[1]
+
+
+def test_a_page_round_trips_through_flat_record_fields(tmp_path):
+    cfg = BuildConfig(image_size=128, input_size=64)
+    rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
+    page = make_page(rec, cfg, 2)
+    w, h = max_page_size(cfg)
+    image, maps, size = np.zeros(3 * w * h, np.uint8), np.zeros(w * h // 4, np.uint16), np.zeros(2, np.int32)
+    page.write_into(image, maps, size)
+    back = Page.from_fields(image, maps, size, page.points, page.offsets, page.care, page.weight, cfg.map_scale)
+    for name in ("image", "maps", "theta", "weight"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(page, name), err_msg=name)
+    assert page_bytes(page.size, 0.5) == page.image.nbytes + page.maps.nbytes
+    inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
+    for v in range(3):
+        assert expected_page_size(320, 240, cfg, inside.name, v) == make_page(inside, cfg, v).size
 
 
 def test_page_words_are_make_sample_words_shifted(tmp_path):

@@ -62,6 +62,25 @@ class Page(NamedTuple):
         """(W, H) in page px."""
         return self.image.shape[2], self.image.shape[1]
 
+    def write_into(self, image: np.ndarray, maps: np.ndarray, size: np.ndarray) -> None:
+        """Store the page in flat fields of a fixed-size record (max_page_size): the image and maps at the start
+        of their fields, the rest left untouched (a hole in a sparse file costs no disk), and (W, H) in size."""
+        w, h = self.size
+        image[:3 * w * h] = self.image.ravel()
+        maps[:self.maps.size] = self.maps.ravel()
+        size[:] = (w, h)
+
+    @classmethod
+    def from_fields(cls, image: np.ndarray, maps: np.ndarray, size, points: np.ndarray, offsets: np.ndarray,
+                    care: np.ndarray, weight: np.ndarray, map_scale: float, theta: np.ndarray | None = None) -> "Page":
+        """A page over flat record fields (views, nothing copied) and its words; theta computed when not given."""
+        w, h = (int(v) for v in size)
+        mw, mh = round(w * map_scale), round(h * map_scale)
+        if theta is None:
+            theta = min_rect_angles(gather_quads(points, offsets, care > 0))
+        return cls(image[:3 * w * h].reshape(3, h, w), maps[:mw * mh].reshape(mh, mw), points, offsets, care, theta,
+                   weight)
+
     @property
     def owner(self) -> np.ndarray:
         """(H * s, W * s): 1 + legible word index (order of the care == 1 words), 0 = none."""
@@ -75,6 +94,21 @@ class Page(NamedTuple):
     def legible_quads(self) -> np.ndarray:
         """float64 (L, 4, 2) page px, in owner order."""
         return gather_quads(self.points, self.offsets, self.care > 0)
+
+
+def page_bytes(size: tuple[int, int], map_scale: float) -> int:
+    """Bytes a page of size (W, H) page px holds: 3 per image pixel and 2 per map pixel."""
+    w, h = size
+    return 3 * w * h + MAPS_DTYPE().itemsize * round(w * map_scale) * round(h * map_scale)
+
+
+def expected_page_size(frame_w: int, frame_h: int, cfg: BuildConfig, name: str, variant: int) -> tuple[int, int]:
+    """(W, H) of page `variant` of an image with this frame, from its augmentation draw alone (no decode): as
+    make_page makes it when the image is decoded at the warp's scale and no word lies off the image."""
+    params = sample_params(sample_rng(cfg.seed, name, variant), frame_w, frame_h, cfg)
+    scale = float(np.linalg.svd(rotation_matrix(params, frame_w, frame_h)[:, :2], compute_uv=False)[0])
+    decoded = min(1.0, scale)
+    return page_frame(params, frame_w, frame_h, decoded, decoded, np.zeros((0, 2)), grid_step(cfg.map_scale))[2:]
 
 
 def pack_maps(owner: np.ndarray, roi: np.ndarray) -> np.ndarray:
