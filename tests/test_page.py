@@ -11,6 +11,7 @@ from preprocess.ingest.ufo import ILLEGIBLE
 from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
 from preprocess.sample.page import (
+    MAX_BLEED_PX,
     Page,
     expected_page_size,
     make_page,
@@ -159,7 +160,8 @@ def test_a_page_round_trips_through_flat_record_fields(tmp_path):
     assert page_bytes(page.size, 0.5) == page.image.nbytes + page.maps.nbytes
     inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
     for v in range(3):
-        assert expected_page_size(320, 240, cfg, inside.name, v) == make_page(inside, cfg, v).size
+        expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size
+        assert np.all(expected >= real) and np.all(expected - real <= 2 * MAX_BLEED_PX + 4)
 
 
 def test_page_words_are_make_sample_words_shifted(tmp_path):

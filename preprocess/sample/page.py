@@ -103,12 +103,11 @@ def page_bytes(size: tuple[int, int], map_scale: float) -> int:
 
 
 def expected_page_size(frame_w: int, frame_h: int, cfg: BuildConfig, name: str, variant: int) -> tuple[int, int]:
-    """(W, H) of page `variant` of an image with this frame, from its augmentation draw alone (no decode): as
-    make_page makes it when the image is decoded at the warp's scale and no word lies off the image."""
+    """(W, H) of page `variant` of an image with this frame, from its augmentation draw alone (no decode): an
+    upper bound, by at most the fringe and a grid step per side, of make_page's when no word lies off the image."""
     params = sample_params(sample_rng(cfg.seed, name, variant), frame_w, frame_h, cfg)
-    scale = float(np.linalg.svd(rotation_matrix(params, frame_w, frame_h)[:, :2], compute_uv=False)[0])
-    decoded = min(1.0, scale)
-    return page_frame(params, frame_w, frame_h, decoded, decoded, np.zeros((0, 2)), grid_step(cfg.map_scale))[2:]
+    widest = 0.0   # a decode so coarse that the fringe is MAX_BLEED_PX
+    return page_frame(params, frame_w, frame_h, widest, widest, np.zeros((0, 2)), grid_step(cfg.map_scale))[2:]
 
 
 def pack_maps(owner: np.ndarray, roi: np.ndarray) -> np.ndarray:
@@ -133,7 +132,7 @@ def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, p
     corners = np.array([[-0.5, -0.5], [frame_w - 0.5, -0.5], [frame_w - 0.5, frame_h - 0.5], [-0.5, frame_h - 0.5]])
     rotated = transform_points(rotate, corners)
     scale = float(np.linalg.svd(rotate[:, :2], compute_uv=False)[0])
-    bleed = min(MAX_BLEED_PX, scale * 0.5 / min(sx, sy) + 1)
+    bleed = min(MAX_BLEED_PX, scale * 0.5 / max(min(sx, sy), 1e-9) + 1)
     lo, hi = rotated.min(axis=0) - bleed, rotated.max(axis=0) + bleed
     if len(points):
         lo = np.maximum(np.minimum(lo, points.min(axis=0)), lo - WORD_REACH_PX)
