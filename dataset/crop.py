@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from preprocess.sample.page import Page, unpack_maps
-from preprocess.sample.targets import fill_geometry, owner_map, roi_map
+from preprocess.sample.page import Page, pack_maps, unpack_maps
+from preprocess.sample.targets import fill_geometry, owner_map, roi_map, word_table
 from preprocess.sample.window import draw_crop, window_rng, word_boxes
 
 
@@ -43,6 +43,31 @@ def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, v
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
     """image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8 (1, m, m) of the crop at
     origin (x, y) page px, with the legible words `cut` (L,) made don't-care."""
+    image, owner, roi, quads, theta = _crop_parts(page, origin, cut, size, map_scale)
+    m = owner.shape[0]
+    geo = np.zeros((5, m, m), np.float16)
+    if len(quads):
+        fill_geometry(geo, owner, quads, map_scale, theta)
+    return {"image": image, "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
+
+
+def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
+    """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
+    page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
+    ox, oy = int(origin[0]), int(origin[1])
+    m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
+    if not cut.any():   # the page's own maps, sliced: nothing to compute per pixel
+        quads = page.legible_quads() - np.array([ox, oy], np.float64)
+        maps = window(page.maps, mx, my, m, m, 0)
+        return {"image": window(page.image, ox, oy, size, size, 0), "maps": maps[None],
+                "table": word_table(quads, page.theta) if len(quads) else np.zeros((0, 9), np.float32)}
+    image, owner, roi, quads, theta = _crop_parts(page, origin, cut, size, map_scale)
+    return {"image": image, "maps": pack_maps(owner, roi)[None],
+            "table": word_table(quads, theta) if len(quads) else np.zeros((0, 9), np.float32)}
+
+
+def _crop_parts(page: Page, origin, cut: np.ndarray, size: int, map_scale: float):
+    """(image, owner, roi, quads, theta) of a crop: owner values k + 1 index quads[k] (crop px) and theta[k]."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     quads = page.legible_quads() - np.array([ox, oy], np.float64)
@@ -51,15 +76,10 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) 
     if cut.any():
         quads, theta = quads[~cut], theta[~cut]
         owner = owner_map(quads, map_scale, (m, m)) * _on_page(page, mx, my, m)
-    geo = np.zeros((5, m, m), np.float16)
-    if len(quads):
-        fill_geometry(geo, owner, quads, map_scale, theta)
-    if cut.any():
         cut_points = page.legible_quads()[cut].reshape(-1, 2) - (ox, oy)
         roi_map(cut_points, np.arange(cut.sum() + 1) * 4, np.zeros(int(cut.sum()), np.uint8), map_scale, (m, m), roi)
         roi |= ~_on_page(page, mx, my, m)
-    return {"image": window(page.image, ox, oy, size, size, 0), "score": (owner > 0).view(np.uint8)[None],
-            "geo": geo, "roi": roi[None]}
+    return window(page.image, ox, oy, size, size, 0), owner, roi, quads, theta
 
 
 def _on_page(page: Page, mx: int, my: int, m: int) -> np.ndarray:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from preprocess.sample.page import DONT_CARE_BIT, OWNER_MASK
+
 TABLE_COLUMNS = 9   # targets.word_table: cos, sin, ax, ay, x0, x1, y0, y1, theta
 
 
@@ -31,6 +33,18 @@ def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -
     channels = [torch.where(positive, d.clamp_min(0), zero) for d in (ry - y0, y1 - ry, rx - x0, x1 - rx)]
     geo = torch.stack([*channels, torch.where(positive, angle, zero)], 1).reshape(b, 5, h, w)
     return positive.reshape(b, 1, h, w).to(torch.uint8), geo
+
+
+def expand_batch(batch: dict, map_scale: float) -> dict:
+    """A batch of compact page-mode crops (image, maps, table: dataset/crop.py crop_page_compact) as the fields
+    the loss takes: image, score uint8, geo float32, roi uint8; any other batch unchanged. Runs where the
+    batch is (call it after the copy to the device)."""
+    if "maps" not in batch:
+        return batch
+    maps = batch["maps"].int()   # uint16 has few kernels on devices; int32 holds it
+    score, geo = expand_targets(maps & OWNER_MASK, batch["table"], map_scale)
+    roi = (1 - (maps >> DONT_CARE_BIT)).to(torch.uint8)
+    return {"image": batch["image"], "score": score, "geo": geo, "roi": roi}
 
 
 def pad_tables(tables: list, out: torch.Tensor | None = None) -> torch.Tensor:

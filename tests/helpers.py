@@ -15,7 +15,9 @@ from east import cli
 from east.decode import decode_maps
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, ImageRecord
-from preprocess.sample.targets import make_targets
+from preprocess.sample.geometry import min_rect_angles
+from preprocess.sample.page import Page, pack_maps
+from preprocess.sample.targets import make_targets, owner_map, roi_map
 from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
 from preprocess.store.sidecar import quads_path
@@ -155,3 +157,23 @@ def page_record(tmp_path, words, size=(240, 180), fmt="png", reason=None, scale=
                        offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                        reason=np.full(len(words), CARE, np.uint8) if reason is None else np.asarray(reason, np.uint8),
                        fingerprint="f")
+
+
+def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float = 0.5) -> Page:
+    """A page of random words (quads of any angle, some overlapping, some out of the canvas; don't-care polygons)."""
+    rng = np.random.default_rng(seed)
+    words, care = [], []
+    for _ in range(n_words):
+        c, w, h, t = rng.uniform(-20, np.add(size, 20)), rng.uniform(4, 120), rng.uniform(4, 40), rng.uniform(-np.pi, np.pi)
+        box = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2 + rng.normal(0, 1, (4, 2))
+        quad = box @ np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]]) + c
+        legible = rng.random() > 0.2
+        words.append(quad if legible else quad[: rng.integers(3, 5)])
+        care.append(int(legible))
+    offsets = np.concatenate([[0], np.cumsum([len(q) for q in words])]).astype(np.int64)
+    points, care = np.concatenate(words).astype(np.float32), np.array(care, np.uint8)
+    shape = (round(size[1] * map_scale), round(size[0] * map_scale))
+    quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
+    image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
+    return Page(image, pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape)),
+                points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from helpers import random_page
 
-from dataset.expand import expand_targets, pad_tables
+from dataset.crop import crop_page, crop_page_compact, legible_boxes
+from dataset.expand import expand_batch, expand_targets, pad_tables
 from preprocess.sample.geometry import min_rect_angles
 from preprocess.sample.targets import fill_geometry, owner_map, word_table
+from preprocess.sample.window import cuts_at
 
 
 def random_quads(seed: int, n: int, size: int) -> np.ndarray:
@@ -34,3 +37,22 @@ def test_expand_equals_fill_geometry_bit_for_bit():
     np.testing.assert_array_equal(score.numpy(), (np.stack(owners) > 0).astype(np.uint8))
     assert (score[0] > 0).sum() > 100
     np.testing.assert_array_equal(geo.numpy().view(np.uint32), np.stack(expected).view(np.uint32))
+
+
+def test_compact_crops_expand_to_the_cpu_crops():
+    """crop_page_compact + table padding + expand_batch == crop_page, with and without cut words."""
+    page, size = random_page(11), 96
+    boxes = legible_boxes(page)
+    rng = np.random.default_rng(0)
+    origins = [rng.integers([-4, -4], [(400 - size) // 4 + 4, (300 - size) // 4 + 4]) * 4 for _ in range(24)]
+    cuts = [cuts_at(boxes, o, size) for o in origins]
+    assert 0 < sum(c.any() for c in cuts) < len(cuts)
+    cpu = [crop_page(page, o, c, size, 0.5) for o, c in zip(origins, cuts)]
+    compact = [crop_page_compact(page, o, c, size, 0.5) for o, c in zip(origins, cuts)]
+    batch = {"image": torch.from_numpy(np.stack([c["image"] for c in compact])),
+             "maps": torch.from_numpy(np.stack([c["maps"] for c in compact])),
+             "table": pad_tables([c["table"] for c in compact])}
+    out = expand_batch(batch, 0.5)
+    for k in ("image", "score", "roi"):
+        np.testing.assert_array_equal(out[k].numpy(), np.stack([c[k] for c in cpu]), err_msg=k)
+    np.testing.assert_array_equal(out["geo"].half().numpy(), np.stack([c["geo"] for c in cpu]))

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import page_record
+from helpers import page_record, random_page
 
 from dataset.crop import choose, crop_page, crop_words, legible_boxes, window
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
-from preprocess.sample.geometry import compose, min_rect_angles, rotation_matrix, sample_params, transform_points
+from preprocess.sample.geometry import (
+    compose,
+    rotation_matrix,
+    sample_params,
+    transform_points,
+)
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
 from preprocess.sample.page import (
     MAX_BLEED_PX,
@@ -16,11 +21,10 @@ from preprocess.sample.page import (
     expected_page_size,
     make_page,
     max_page_size,
-    pack_maps,
     page_bytes,
     page_frame,
 )
-from preprocess.sample.targets import make_targets, owner_map, roi_map
+from preprocess.sample.targets import make_targets
 from preprocess.sample.window import cuts_at, grid_step
 
 CFG = BuildConfig(image_size=256, input_size=96, map_scale=0.5)
@@ -53,26 +57,6 @@ def assert_crop_exact(page: Page, origin, size: int, map_scale: float) -> bool:
     np.testing.assert_array_equal(got["geo"], geo.astype(np.float16), err_msg=f"geo at {origin}")
     np.testing.assert_array_equal(got["image"], window(page.image, *origin, size, size, 0))
     return bool(cut.any())
-
-
-def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float = 0.5) -> Page:
-    """A page of random words (quads of any angle, some overlapping, some out of the canvas; don't-care polygons)."""
-    rng = np.random.default_rng(seed)
-    words, care = [], []
-    for _ in range(n_words):
-        c, w, h, t = rng.uniform(-20, np.add(size, 20)), rng.uniform(4, 120), rng.uniform(4, 40), rng.uniform(-np.pi, np.pi)
-        box = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2 + rng.normal(0, 1, (4, 2))
-        quad = box @ np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]]) + c
-        legible = rng.random() > 0.2
-        words.append(quad if legible else quad[: rng.integers(3, 5)])
-        care.append(int(legible))
-    offsets = np.concatenate([[0], np.cumsum([len(q) for q in words])]).astype(np.int64)
-    points, care = np.concatenate(words).astype(np.float32), np.array(care, np.uint8)
-    shape = (round(size[1] * map_scale), round(size[0] * map_scale))
-    quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
-    image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
-    return Page(image, pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape)),
-                points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))
 
 
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
