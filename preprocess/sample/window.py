@@ -69,18 +69,18 @@ def inside_span(boxes: np.ndarray, size: int, step: int) -> np.ndarray:
 def cut_counts(boxes: np.ndarray, region: np.ndarray, size: int, step: int) -> np.ndarray:
     """int32 (ny, nx): for every grid origin in region [[ix0, iy0], [ix1, iy1]] (inclusive), the legible words
     (boxes) its crop cuts: +1 over each word's overlap rectangle, -1 over its inside rectangle."""
-    (x0, y0), (x1, y1) = region
-    diff = np.zeros((y1 - y0 + 2, x1 - x0 + 2), np.int32)
+    ny, nx = region[1, 1] - region[0, 1] + 2, region[1, 0] - region[0, 0] + 2
+    corners, signs = [], []
     for span, sign in ((overlap_span(boxes, size, step), 1), (inside_span(boxes, size, step), -1)):
         a = np.maximum(span[:, 0], region[0]) - region[0]       # (N, 2) clipped corners, region-relative
         b = np.minimum(span[:, 1], region[1]) - region[0] + 1   # exclusive
         ok = np.all(b > a, axis=1)
         a, b = a[ok], b[ok]
-        np.add.at(diff, (a[:, 1], a[:, 0]), sign)
-        np.add.at(diff, (a[:, 1], b[:, 0]), -sign)
-        np.add.at(diff, (b[:, 1], a[:, 0]), -sign)
-        np.add.at(diff, (b[:, 1], b[:, 0]), sign)
-    return np.cumsum(np.cumsum(diff, axis=0), axis=1)[:-1, :-1]
+        corners += [a[:, 1] * nx + a[:, 0], a[:, 1] * nx + b[:, 0], b[:, 1] * nx + a[:, 0], b[:, 1] * nx + b[:, 0]]
+        signs += [np.full(len(a), v * sign) for v in (1, -1, -1, 1)]
+    diff = np.bincount(np.concatenate(corners), np.concatenate(signs).astype(np.float64), ny * nx)
+    counts = diff.astype(np.int32).reshape(ny, nx).cumsum(axis=0).cumsum(axis=1)
+    return counts[:-1, :-1]
 
 
 def cuts_at(boxes: np.ndarray, origin, size: int) -> np.ndarray:
