@@ -26,7 +26,7 @@ from preprocess.ingest.ufo import CARE, load_splits
 from preprocess.sample.make import choose_sample_crop
 from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step, word_boxes
-from preprocess.store.format import variant_offsets
+from preprocess.store.layout import Layout
 from preprocess.tools.coverage import build_mode, coverage, page_mode
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
@@ -41,6 +41,11 @@ def data_sets(images: int, photos: int) -> list[tuple[str, Path, BuildConfig]]:
             (f"photo-like ({photos} x 1280x720)", photo, BuildConfig(**PHOTO))]
 
 
+def offsets(names: list[str], variants: int, seed: int) -> np.ndarray:
+    """Per-image variant offsets, as a cache of any strategy but batch draws them."""
+    return Layout("image", len(names), variants, 1, 1).variant_offsets(names, seed)
+
+
 def coverage_rows(data: Path, cfg: BuildConfig, epochs: tuple[int, ...]) -> list[list]:
     recs, _ = load_splits([data], "train", cfg)
     names, legible = [r.name for r in recs], [int((r.reason == CARE).sum()) for r in recs]
@@ -48,11 +53,11 @@ def coverage_rows(data: Path, cfg: BuildConfig, epochs: tuple[int, ...]) -> list
     for r in recs:
         p = make_page(r, cfg, 0)
         pages.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size, p.weight)])
-    modes = {"page mode (--crop read, K=1)": page_mode(names, pages, variant_offsets("image", names, 1, 1, cfg.seed),
+    modes = {"page mode (--crop read, K=1)": page_mode(names, pages, offsets(names, 1, cfg.seed),
                                                        cfg.seed, cfg.input_size, grid_step(cfg.map_scale))}
     for k in (1, 4):
         crops = [[np.flatnonzero(choose_sample_crop(r, cfg, v).whole) for v in range(k)] for r in recs]
-        modes[f"build-time crops (--crop build, K={k})"] = build_mode(crops, variant_offsets("image", names, k, 1, cfg.seed))
+        modes[f"build-time crops (--crop build, K={k})"] = build_mode(crops, offsets(names, k, cfg.seed))
     modes["on the fly (fresh make_sample per epoch)"] = (
         lambda i, e: (e, np.flatnonzero(choose_sample_crop(recs[i], cfg, e).whole)))
     rows = []

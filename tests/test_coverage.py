@@ -7,7 +7,7 @@ from preprocess.ingest.ufo import CARE, load_splits
 from preprocess.sample.make import choose_sample_crop
 from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step, word_boxes
-from preprocess.store.format import variant_offsets
+from preprocess.store.layout import Layout
 from preprocess.tools.coverage import build_mode, coverage, page_mode
 from conftest import small_config
 
@@ -29,7 +29,7 @@ def test_page_mode_sees_nearly_every_word_where_one_frozen_crop_does_not(sample_
     cfg = small_config(variants=1, input_size=128)   # every word of these pages fits in a crop
     recs, _ = load_splits([sample_root], "train", cfg)
     names = [r.name for r in recs]
-    offsets = variant_offsets(cfg.strategy, names, 1, cfg.batch_size, cfg.seed)
+    offsets = Layout("image", len(names), 1, 1, 1).variant_offsets(names, cfg.seed)
     pages = []
     for r in recs:
         p = make_page(r, cfg, 0)
