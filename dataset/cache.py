@@ -1,7 +1,8 @@
 """CacheDataset: the cache's records as a torch Dataset, read through the store's file formats.
 
 Item i at epoch e is variant (e + offset_i) mod K of image i (images in name order), so every
-epoch sees each image once and the K cached augmentations rotate. Files are opened lazily in
+epoch sees each image once and the K cached augmentations rotate. In a page-mode cache (--crop read)
+the item is a crop of that variant's page, drawn anew every epoch (dataset/crop.py). Files are opened lazily in
 whichever process reads them (DataLoader workers included); no open map or reader is pickled.
 """
 from __future__ import annotations
@@ -13,9 +14,13 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from dataset.collate import collate
+from dataset.crop import choose, crop_page, crop_words
 from preprocess.errors import CacheError
 from preprocess.store.manifest import Manifest, data_path, update_command
-from preprocess.store.sidecar import load_sidecar, row_quads
+from preprocess.sample.page import Page
+from preprocess.sample.window import grid_step
+from preprocess.store.format import FIELDS, PAGE
+from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 
 
@@ -35,7 +40,9 @@ class CacheDataset(Dataset):
         self.files = [f.name for f in self.manifest.files]
         self.spec = self.manifest.spec
         self.dtype = self.spec.dtype
-        self.fields = self.dtype.names
+        self.pages = self.spec.kind.name == PAGE.name   # --crop read: records are pages, items crops of them
+        self.fields = FIELDS if self.pages else self.dtype.names
+        self._thetas: dict[tuple[int, int], np.ndarray] = {}
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -66,13 +73,38 @@ class CacheDataset(Dataset):
         return self.file_records(f)[r]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        if self.pages:
+            v = self.variant(i)
+            page = self.page(i, v)
+            return crop_page(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale)
         rec = self.record(i, self.variant(i))
         return {k: rec[k] for k in self.fields}
+
+    def page(self, i: int, variant: int) -> Page:
+        """Image i's page at a variant (page-mode caches): views of its record, its words from the sidecar."""
+        f, r = self.locate(i, variant)
+        rec = self.file_records(f)[r]
+        points, offsets, care = row_quads(self._sidecar(f), r)
+        weight = row_words(self._sidecar(f), r)["weight"][care > 0]
+        theta = self._thetas.get((f, r))
+        page = Page.from_fields(rec["image"], rec["maps"], rec["size"], points, offsets, care, weight,
+                                self.config.map_scale, theta)
+        self._thetas[(f, r)] = page.theta
+        return page
+
+    def crop_origin(self, i: int, variant: int, page: Page | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(origin (x, y) page px, legible words cut) of image i's crop at this epoch (page-mode caches): drawn
+        from (seed, epoch, image name, variant) alone, whoever reads it."""
+        page = self.page(i, variant) if page is None else page
+        c = self.config
+        return choose(page, c.input_size, grid_step(c.map_scale), c.seed, self.epoch, self.names[i], variant)
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
         """A batch's items (views, nothing copied yet). When their rows are adjacent in one file (the batch
         strategy under BlockSampler), the list also carries them as one slice, which collate copies in one
         read per field; any other collate sees a plain list of items."""
+        if self.pages:   # every crop is computed anew: no rows to copy in one read
+            return [self[i] for i in indices]
         where = [self.locate(i, self.variant(i)) for i in indices]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
@@ -82,10 +114,18 @@ class CacheDataset(Dataset):
 
     def quads(self, i: int, variant: int | None = None):
         """(points (P,2) float32, offsets (N+1,) int64, care (N,) uint8) of a sample's words, in crop pixels."""
-        f, r = self.locate(i, self.variant(i) if variant is None else variant)
+        variant = self.variant(i) if variant is None else variant
+        if self.pages:   # the words of this epoch's crop, in crop pixels
+            page = self.page(i, variant)
+            origin, cut = self.crop_origin(i, variant, page)
+            return crop_words(page, origin, cut, self.config.input_size)
+        f, r = self.locate(i, variant)
+        return row_quads(self._sidecar(f), r)
+
+    def _sidecar(self, f: int) -> dict:
         if f not in self._quads:
             self._quads[f] = load_sidecar(self._path(f))
-        return row_quads(self._quads[f], r)
+        return self._quads[f]
 
     def file_records(self, f: int):
         """File f's records ([row] a record, [a:b] an array of them): a memory map, a format's reader, or an

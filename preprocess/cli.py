@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from east import evaluate_cli   # flags only: the scorer loads when `evaluate` runs
-from preprocess.config import AUTO, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from preprocess.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from preprocess.convert import FORMATS_HELP
 from preprocess.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from preprocess.store.formats import FILE_FORMATS
@@ -64,9 +64,13 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="seed of every random draw" + kept(d.seed))
     p.add_argument("--height-jitter", type=float, help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
     p.add_argument("--max-rotation", type=float, help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
+    p.add_argument("--crop", choices=CROP_MODES,
+                   help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
+                        "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
+                        "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
     p.add_argument("--crop-tries", type=int,
-                   help="random crops tested for cutting no legible word before the least-cutting one is taken"
-                        + kept(d.crop_tries))
+                   help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
+                        "is taken" + kept(d.crop_tries))
     p.add_argument("--ignore-tags", help="comma-separated word tags that make a don't-care region"
                                          + kept(",".join(DEFAULT_IGNORE_TAGS)))
     p.add_argument("--min-area", type=float, help="px^2; smaller words become don't-care" + kept(d.min_area))

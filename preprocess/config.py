@@ -17,6 +17,9 @@ DEFAULT_IGNORE_TAGS = ("masked", "excluded-region", "maintable", "stamp")
 STRATEGIES = ("whole", "image", "batch", "chunked")
 AUTO = "auto"   # a strategy the build resolves (store/strategy.py) before anything is fingerprinted
 MAP_SCALES = (0.5, 0.25)
+# read: the cache holds each variant's warped page and the reader cuts a new crop every epoch (page.py);
+# build: it holds one crop per variant, made at build time (make.py), the same every time it is read.
+CROP_MODES = ("read", "build")
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,8 @@ class BuildConfig:
     seed: int = 0                   # root of every random draw; with the image name and variant it fixes a sample
     height_jitter: float = 0.2      # height scaled by U[1 - j, 1 + j]
     max_rotation: float = 10.0      # degrees, rotation drawn from U[-r, r] about the image centre
-    crop_tries: int = 1000          # candidate crops tested for cutting a legible word before giving up
+    crop: str = "read"              # where crops are cut: read = a new one every epoch from a cached page, build = frozen
+    crop_tries: int = 1000          # --crop build: random crops tested for cutting a legible word before giving up
     ignore_tags: tuple[str, ...] = DEFAULT_IGNORE_TAGS  # word tags that make a don't-care region
     min_area: float = 10.0          # px^2 in the annotation frame; smaller words become don't-care
     drop_area: float = 1.0          # px^2; smaller words are dropped entirely (degenerate)
@@ -41,6 +45,8 @@ class BuildConfig:
     def __post_init__(self) -> None:
         if self.strategy not in (AUTO, *STRATEGIES):
             raise ValueError(f"strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
+        if self.crop not in CROP_MODES:
+            raise ValueError(f"crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
         if self.map_scale not in MAP_SCALES:
             raise ValueError(f"map_scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
         if self.input_size % 32 != 0 or self.input_size <= 0:

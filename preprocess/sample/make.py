@@ -40,6 +40,7 @@ class Sample(NamedTuple):
     care: np.ndarray         # uint8 (N,): 1 = legible positive, 0 = don't-care
     warning: str | None      # from the image decoder (frame size mismatch), else None
     exif_applied: bool = False   # the decoder turned the image as its EXIF orientation says
+    words: np.ndarray | None = None   # int32 (N,): each word's index among the record's words
 
 
 def sample_rng(seed: int, name: str, variant: int) -> np.random.Generator:
@@ -130,4 +131,4 @@ def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
     care = care[keep].astype(np.uint8)
     score, geo, roi = make_targets(points, offsets, care, cfg.input_size, cfg.map_scale)
     return Sample(np.ascontiguousarray(image.transpose(2, 0, 1)), score[None], geo, roi[None], points, offsets,
-                  care, warning, exif)
+                  care, warning, exif, np.flatnonzero(keep).astype(np.int32))

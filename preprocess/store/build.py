@@ -29,7 +29,7 @@ from preprocess.progress import Progress
 from preprocess.store.announce import announce
 from preprocess.store.atomic import fsync_path
 from preprocess.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
-from preprocess.store.format import DATA_DIR, MANIFEST, record_spec
+from preprocess.store.format import DATA_DIR, MANIFEST, SPARSE_KINDS, record_spec
 from preprocess.store.formats import FILE_FORMATS, FileFormat, format_of, get_format
 from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
 from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
@@ -38,6 +38,7 @@ from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
 from preprocess.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
 from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
 
+PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at the ends of its two prefixes
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 
 
@@ -121,7 +122,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         if on_plan is not None:
             on_plan(announce(out, cfg, plan, fmt, old, source, report.images, reason, report.full_rebuild_reason,
                              report.changes))
-        _preallocate(out, cfg, plan, fmt)
+        _preallocate(out, cfg, plan, fmt, records)
         # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
         unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
         notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
@@ -147,11 +148,16 @@ def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
 
 
 def _pick_format(name: str | None, old: Manifest | None, cfg: BuildConfig) -> FileFormat:
-    """The format asked for; else the cache's, unless it cannot hold the strategy asked for; else npy."""
+    """The format asked for; else the cache's, unless it cannot hold the strategy or crop mode asked for; else
+    npy. Pages (--crop read) are npy only: their records are sparse, which zarr's shards would fill in."""
+    sparse = record_spec(cfg).kind.name in SPARSE_KINDS
     if name is not None:
+        if sparse and name != "npy":
+            raise BuildError(f"--format {name} holds --crop build caches only (a page record is mostly a sparse "
+                             f"hole that {name} would store); pass --crop build, or --format npy")
         return get_format(name)
     kept = old.format if old is not None else get_format("npy")
-    if cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies:
+    if not sparse and (cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies):
         return kept
     return get_format("npy")
 
@@ -192,8 +198,21 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
         kept = dataclasses.replace(cfg, strategy=old.config.strategy)
         if kept == old.config:
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
-    strategy, reason = choose_strategy(len(records) * cfg.variants, record_spec(cfg).dtype.itemsize)
+    members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
+    per_sample = _sample_bytes(cfg, records, members) // max(1, len(members))
+    strategy, reason = choose_strategy(len(records) * cfg.variants, per_sample)
     return dataclasses.replace(cfg, strategy=strategy), AUTO_REASON + reason
+
+
+def _sample_bytes(cfg: BuildConfig, records, members) -> int:
+    """Bytes the samples (image index, variant) take on disk: a record each, or for pages (sparse records) the
+    pages' own bytes, from each image's frame size and augmentation draw (page.expected_page_size)."""
+    spec = record_spec(cfg)
+    if spec.kind.name not in SPARSE_KINDS:
+        return len(members) * spec.dtype.itemsize
+    from preprocess.sample.page import expected_page_size, page_bytes   # sample code loads only for pages
+    return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
+                          cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:
@@ -213,10 +232,14 @@ def _corrupt_files(out: Path) -> set[str]:
     return set(json.loads(marker.read_text())) if marker.exists() else set()
 
 
-def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat) -> None:
-    """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write."""
+def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, records) -> None:
+    """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write. Page files
+    are sparse: the check counts the pages' own bytes, and their blocks are taken as the pages are written."""
     spec = record_spec(cfg)
-    need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
+    if spec.kind.name in SPARSE_KINDS:
+        need = sum(_sample_bytes(cfg, records, f.members) for f in plan.to_write)
+    else:
+        need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
     free = shutil.disk_usage(out).free
     if need > free:
         raise BuildError(f"{out}: not enough disk space: this build needs {need / 2**30:.2f} GiB, "

@@ -98,15 +98,53 @@ CROP = RecordKind("crop", (
           doc="distances to the word box's top, bottom, left, right edges in input px, then its angle in rad"),
     Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 on don't-care words and padding, else 1"),
 ))
-RECORD_KINDS = {k.name: k for k in (CROP,)}
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """A flat field as long as the largest page under the config (page.max_page_size) needs: a page is written
+    at the start of it, and the rest stays a hole of the sparse file (no disk)."""
+    per_pixel: int       # values per page pixel (image: 3) or, with map=True, per map pixel
+    map: bool = False
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        from preprocess.sample.page import max_page_size  # sample code (cv2) loads where pages are made or read
+        w, h = max_page_size(c)
+        if self.map:
+            w, h = round(w * c.map_scale), round(h * c.map_scale)
+        return (self.per_pixel * w * h,)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    shape: tuple[int, ...]
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return self.shape
+
+
+# A warped page that crops are cut from at read time (preprocess/sample/page.py, dataset/crop.py).
+PAGE = RecordKind("page", (
+    Field("image", np.dtype(np.uint8), PageShape(3), doc="RGB page, CHW, 0..255, flat: the first 3 x W x H values"),
+    Field("maps", np.dtype(np.uint16), PageShape(1, map=True),
+          doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
+              "words (top bit); flat: the first (W x s) x (H x s) values"),
+    Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
+))
+RECORD_KINDS = {k.name: k for k in (CROP, PAGE)}
 FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
+SPARSE_KINDS = (PAGE.name,)   # kinds whose records use only a prefix of their fields: files are sparse
 
 
-def record_spec(cfg: BuildConfig, kind: RecordKind = CROP) -> RecordSpec:
-    """What the data files of a cache built with cfg hold. The one place that picks the record kind: a config
-    option that selects another kind picks it here, and the build and the Dataset follow."""
-    return kind.spec(cfg)
+def record_kind(cfg: BuildConfig) -> RecordKind:
+    """The one place that picks the record kind: --crop read caches pages, --crop build crops."""
+    return PAGE if cfg.crop == "read" else CROP
 
 
-def record_dtype(cfg: BuildConfig, kind: RecordKind = CROP) -> np.dtype:
-    return kind.dtype(cfg)
+def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:
+    """What the data files of a cache built with cfg hold; the build and the Dataset follow the kind."""
+    return (kind or record_kind(cfg)).spec(cfg)
+
+
+def record_dtype(cfg: BuildConfig, kind: RecordKind | None = None) -> np.dtype:
+    return record_spec(cfg, kind).dtype

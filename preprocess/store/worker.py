@@ -16,10 +16,11 @@ import numpy as np
 from preprocess.config import BuildConfig
 from preprocess.errors import DataError
 from preprocess.store.fingerprint import record_crc
-from preprocess.store.format import RecordSpec, record_spec
+from preprocess.ingest.ufo import CARE
+from preprocess.store.format import PAGE, SPARSE_KINDS, RecordSpec, record_spec
 from preprocess.store.formats import format_of, get_format
 from preprocess.store.plan import Task
-from preprocess.store.sidecar import load_sidecar, row_quads
+from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 
 SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)
 
@@ -35,6 +36,9 @@ class RowResult:
     name: str | None = None       # source image, when computed
     note: str | None = None       # decode warning or skip reason
     exif: bool = False            # the decoder applied the image's EXIF orientation
+    word: np.ndarray | None = None     # int32 (N,): each word's index among its image's words
+    weight: np.ndarray | None = None   # float32 (N,): page records: each word's draw weight
+    legible: int = 0              # legible words of the source image
 
 
 def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format: str) -> list[RowResult]:
@@ -59,28 +63,51 @@ def _fill(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, sources: dict, skip_
     if t.src not in sources:
         sources[t.src] = (format_of(t.src).open(t.src, spec), load_sidecar(Path(t.src)))
     src, quads = sources[t.src]
-    dst[t.row] = src[t.src_row]
-    return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row))
+    if spec.kind.name in SPARSE_KINDS:   # only the page's prefix: a whole-record copy would fill the holes
+        copy_page(src[t.src_row], dst[t.row], cfg.map_scale)
+    else:
+        dst[t.row] = src[t.src_row]
+    return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row),
+                     **row_words(quads, t.src_row))
 
 
 def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -> RowResult:
-    from preprocess.sample.make import (
-        make_sample,  # cv2 and the sample maths load in workers only, not in a no-op build
-    )
-    rec = dst[t.row]
+    # cv2 and the sample maths load in workers only, not in a no-op build
+    from preprocess.sample.make import make_sample
+    from preprocess.sample.page import make_page
+    rec, page = dst[t.row], spec.kind.name == PAGE.name
+    legible = int(np.sum(t.record.reason == CARE))
     try:
-        s = make_sample(t.record, cfg, t.variant)
+        s = make_page(t.record, cfg, t.variant) if page else make_sample(t.record, cfg, t.variant)
     except DataError as e:
         if not skip_bad:
             raise
-        # An image that cannot be decoded becomes an all-don't-care sample: it keeps its place in
-        # the layout, adds nothing to the loss, and is listed in the manifest.
+        # An image that cannot be decoded becomes an all-don't-care sample (an empty page): it keeps its place
+        # in the layout, adds nothing to the loss, and is listed in the manifest.
         for f in spec.kind.fields:
-            rec[f.name] = 0
+            if not page or f.name == "size":
+                rec[f.name] = 0
         empty = np.zeros((0, 2), np.float32)
         return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), empty, np.zeros(1, np.int64),
-                         np.zeros(0, np.uint8), t.record.name, f"{SKIPPED_NOTE}{e}")
-    for f in spec.kind.fields:
-        rec[f.name] = f.stored(getattr(s, f.name))
+                         np.zeros(0, np.uint8), t.record.name, f"{SKIPPED_NOTE}{e}", word=np.zeros(0, np.int32),
+                         weight=np.zeros(0, np.float32) if page else None, legible=legible)
+    if page:
+        s.write_into(rec["image"], rec["maps"], rec["size"])
+        weight = np.zeros(len(s.care), np.float32)
+        weight[s.care > 0] = s.weight
+        words = np.arange(len(s.care), dtype=np.int32)
+    else:
+        for f in spec.kind.fields:
+            rec[f.name] = f.stored(getattr(s, f.name))
+        weight, words = None, s.words
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), s.points, s.offsets, s.care,
-                     t.record.name, s.warning, s.exif_applied)
+                     t.record.name, s.warning, s.exif_applied, words, weight, legible)
+
+
+def copy_page(src, dst, map_scale: float) -> None:
+    """The used prefix of a page record's fields, and its size."""
+    w, h = (int(v) for v in src["size"])
+    n_maps = round(w * map_scale) * round(h * map_scale)
+    dst["image"][:3 * w * h] = src["image"][:3 * w * h]
+    dst["maps"][:n_maps] = src["maps"][:n_maps]
+    dst["size"] = src["size"]

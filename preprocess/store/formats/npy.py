@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.errors import CacheError
-from preprocess.store.format import RecordSpec
+from preprocess.store.format import SPARSE_KINDS, RecordSpec
 from preprocess.store.formats.base import FileFormat, RecordWriter
 
 
@@ -29,6 +29,8 @@ class NpyFormat(FileFormat):
     def preallocate(self, path: Path, spec: RecordSpec, rows: int) -> None:
         arr = np.lib.format.open_memmap(path, mode="w+", dtype=spec.dtype, shape=(rows,))
         del arr
+        if spec.kind.name in SPARSE_KINDS:   # pages fill a prefix of each record: the rest stays a hole
+            return
         fd = os.open(path, os.O_RDWR)
         try:   # reserve the blocks now: a full disk fails here, not mid-write
             os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
