@@ -56,7 +56,7 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    if not cut.any():   # the page's own maps, sliced: nothing to compute per pixel
+XX
         quads = page.legible_quads() - np.array([ox, oy], np.float64)
         maps = window(page.maps, mx, my, m, m, 0)
         return {"image": window(page.image, ox, oy, size, size, 0), "maps": maps[None],
@@ -73,6 +73,8 @@ def _crop_parts(page: Page, origin, cut: np.ndarray, size: int, map_scale: float
     quads = page.legible_quads() - np.array([ox, oy], np.float64)
     theta = page.theta
     owner, roi = unpack_maps(window(page.maps, mx, my, m, m, 0))
+    if not page.maps.size:   # an empty page: an image --skip-bad could not decode, all don't-care
+        roi[:] = 0
     if cut.any():
         quads, theta = quads[~cut], theta[~cut]
         owner = owner_map(quads, map_scale, (m, m)) * _on_page(page, mx, my, m)

@@ -50,7 +50,7 @@ def test_bench_prints_a_row_per_setting_a_memcpy_row_and_a_recommendation(cache,
 
 
 def test_bench_reads_a_zarr_cache(sample_root, tmp_path, capsys):
-    build_cache(small_config(strategy="chunked", chunk_size=4), [sample_root], tmp_path / "z", jobs=1, quiet=True,
+    build_cache(small_config(strategy="chunked", chunk_size=4, crop="build"), [sample_root], tmp_path / "z", jobs=1, quiet=True,
                 file_format="zarr")
     assert main(["bench", str(tmp_path / "z"), "--workers", "0", "--batch-sizes", "2", "--batches", "2"]) == 0
     assert "Recommendation: train.py --workers 0 " in capsys.readouterr().out
@@ -81,7 +81,8 @@ def test_show_draws_the_score_only_inside_legible_words(cache, tmp_path):
             fig = np.asarray(Image.open(png).convert("RGB"))
             assert (fig.shape[1], fig.shape[0]) == figure_size(s)
             assert fig.shape[1] == s + GAP + 2 * (panel_side(s) + GAP) and fig.shape[0] >= s
-            raw = np.transpose(ds.record(i, v)["image"], (1, 2, 0))
+            ds.set_epoch((v - int(ds.offsets[i])) % ds.config.variants)   # the epoch at which item i is variant v
+            raw = np.transpose(ds[i]["image"], (1, 2, 0))
             red = overlay_pixels(fig[:s, :s], raw)
             points, offsets, care = ds.quads(i, v)
             legible = np.zeros((s, s), np.uint8)

@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build(data, out, **over):
+    """A cache of build-time crops (records read as they are; page mode: tests/test_page_cache.py)."""
     jobs = over.pop("jobs", 1)
-    return build_cache(small_config(**over), [data], out, jobs=jobs, quiet=True)
+    return build_cache(small_config(**{"crop": "build", **over}), [data], out, jobs=jobs, quiet=True)
 
 
 @pytest.fixture(scope="module")

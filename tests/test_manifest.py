@@ -13,7 +13,8 @@ from preprocess.cli import main
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.errors import CacheError
 from preprocess.store.build import build_cache
-from preprocess.store.format import CROP, MANIFEST, record_spec
+from preprocess.sample.page import max_page_size
+from preprocess.store.format import CROP, MANIFEST, PAGE, record_spec
 from preprocess.store.layout import Layout
 from preprocess.store.manifest import Manifest, data_path
 from preprocess.tools.verify import verify
@@ -78,7 +79,7 @@ def test_another_format_version_is_refused_with_the_build_command(cache):
 
 def test_a_data_file_of_another_dtype_is_refused_by_name(cache):
     name = Manifest.load(cache).files[0].name
-    np.save(data_path(cache, name), np.zeros(2, record_spec(small_config(input_size=64)).dtype))
+    np.save(data_path(cache, name), np.zeros(2, record_spec(small_config(input_size=64, image_size=128)).dtype))
     with pytest.raises(CacheError, match=rf"{name}.*damaged.*verify"):
         CacheDataset(cache, check_stale=False)[0]
     assert [n for n, _ in verify(cache)] == [name]
@@ -108,9 +109,12 @@ def test_layout_places_every_sample_once(strategy):
 
 
 def test_the_field_table_gives_the_record_dtype():
-    cfg = small_config()
+    cfg = small_config(crop="build")
     dtype = record_spec(cfg).dtype
     assert dtype.names == CROP.names == ("image", "score", "geo", "roi")
     assert dtype["image"].shape == (3, 96, 96) and dtype["geo"].base == np.float16 and dtype["geo"].shape == (5, 48, 48)
     assert record_spec(cfg).raw_bytes() == 3 * 96 * 96, "only the image is stored raw"
     assert CROP.field("geo").stored(np.ones((5, 2, 2), np.float32)).dtype == np.float16
+    page = record_spec(small_config(crop="read")).dtype   # flat fields as long as the largest page
+    w, h = max_page_size(small_config())
+    assert page.names == PAGE.names and page["image"].shape == (3 * w * h,) and page["maps"].shape == (w * h // 4,)

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def build(data, out, file_format="zarr", jobs=1, backend=None, **over):
-    cfg = small_config(**{"strategy": "chunked", "chunk_size": 3, **over})
+    cfg = small_config(**{"strategy": "chunked", "chunk_size": 3, "crop": "build", **over})   # zarr holds crops
     return build_cache(cfg, [data], out, jobs=jobs, quiet=True, backend=backend, file_format=file_format)
 
 
@@ -130,7 +130,7 @@ def test_chunk_too_big_for_a_worker_fails_before_building(data_copy, tmp_path, m
 def test_sigkill_zarr_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     out = tmp_path / "c"
     args = [sys.executable, "-m", "preprocess", "build", "--data", str(data_copy), "--out", str(out), "--quiet",
-            "--format", "zarr", "--chunk-size", "1", "--variants", "6", "--input-size", "96", "--image-size", "192",
+            "--format", "zarr", "--crop", "build", "--chunk-size", "1", "--variants", "6", "--input-size", "96", "--image-size", "192",
             "--jobs", "1"]
     proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE)
     deadline = time.time() + 60
@@ -152,7 +152,7 @@ def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
     code = ("import sys, preprocess.cli as c; rc = c.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")
     args = ["build", "--data", str(sample_root), "--out", str(out), "--input-size", "64", "--image-size", "128",
-            "--format", "zarr", "--chunk-size", "2", "--jobs", "1"]
+            "--format", "zarr", "--crop", "build", "--chunk-size", "2", "--jobs", "1"]
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "strategy chunked, zarr files: --format zarr: zarr files hold the chunked strategy" in r.stderr
