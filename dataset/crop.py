@@ -56,7 +56,7 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-XX
+    if not cut.any() and page.maps.size:   # the page's own maps, sliced: nothing to compute per pixel
         quads = page.legible_quads() - np.array([ox, oy], np.float64)
         maps = window(page.maps, mx, my, m, m, 0)
         return {"image": window(page.image, ox, oy, size, size, 0), "maps": maps[None],
