@@ -1,0 +1,105 @@
+"""A page-mode cache (--crop read) end to end: items are crops of make_page's pages, new each epoch, the same
+whoever reads them; the files are sparse; an update copies pages it keeps."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
+from torch.utils.data import DataLoader
+
+from dataset import CacheDataset, collate, make_sampler
+from dataset.crop import choose, crop_page
+from preprocess.ingest.ufo import load_splits
+from preprocess.sample.page import make_page
+from preprocess.sample.window import grid_step
+from preprocess.store.build import build_cache
+from preprocess.store.manifest import Manifest, data_path
+
+
+
+def build(data, out, **over):
+    return build_cache(small_config(**{"variants": 2, **over}), [data], out, jobs=1, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def cache(sample_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pages") / "c"
+    build(sample_root, out)
+    return out
+
+
+def test_the_manifest_records_page_mode(cache):
+    m = Manifest.load(cache)
+    assert m.config.crop == "read" and m.spec.kind.name == "page"
+
+
+def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
+    ds = CacheDataset(cache)
+    recs, _ = load_splits([sample_root], "train", ds.config)
+    c = ds.config
+    for epoch in (0, 3):
+        ds.set_epoch(epoch)
+        for i in (0, 2, 4):
+            v = ds.variant(i)
+            page = make_page(recs[i], c, v)
+            origin, cut = choose(page, c.input_size, grid_step(c.map_scale), c.seed, epoch, recs[i].name, v)
+            want, got = crop_page(page, origin, cut, c.input_size, c.map_scale), ds[i]
+            for k in ("image", "score", "geo", "roi"):
+                assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
+
+
+def test_each_epoch_draws_its_own_crop_and_draws_it_again(cache):
+    ds = CacheDataset(cache)
+    seen = set()
+    for epoch in range(6):
+        ds.set_epoch(epoch)
+        a, b = ds[1], ds[1]
+        assert a["image"].tobytes() == b["image"].tobytes()
+        seen.add(a["image"].tobytes())
+    assert len(seen) >= 5, "a new crop every epoch"
+
+
+def test_crops_do_not_depend_on_workers_or_order(cache):
+    ds = CacheDataset(cache)
+    ds.set_epoch(2)
+    forward = [ds[i]["image"].tobytes() for i in range(len(ds))]
+    backward = [ds[i]["image"].tobytes() for i in reversed(range(len(ds)))][::-1]
+    assert forward == backward
+
+    def batches(workers):
+        sampler = make_sampler(ds, 2, shuffle=True, seed=0)
+        sampler.set_epoch(2)
+        loader = DataLoader(ds, batch_size=2, sampler=sampler, num_workers=workers, collate_fn=collate)
+        return [{k: v.numpy().tobytes() for k, v in b.items()} for b in loader]
+    assert batches(0) == batches(2)
+
+
+def test_the_words_of_an_item_are_those_of_its_crop(cache):
+    ds = CacheDataset(cache)
+    ds.set_epoch(1)
+    for i in range(len(ds)):
+        item, (points, offsets, care) = ds[i], ds.quads(i)
+        s = ds.config.input_size
+        for k in np.flatnonzero(care):
+            quad = points[offsets[k]:offsets[k + 1]]
+            assert np.all(quad >= 0) and np.all(quad <= s), "a legible word of a crop lies whole in it"
+        assert item["score"].any() == bool(care.any())
+
+
+@pytest.mark.skipif(not hasattr(os.stat_result, "st_blocks"), reason="no block counts on this system")
+def test_page_files_are_sparse(cache):
+    path = data_path(cache, Manifest.load(cache).files[0].name)
+    st = os.stat(path)
+    assert st.st_blocks * 512 < 0.8 * st.st_size, "the unused ends of page records take no disk"
+
+
+def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path):
+    out, fresh = tmp_path / "c", tmp_path / "fresh"
+    build(data_copy, out, strategy="chunked", chunk_size=3)
+    edit_ufo(data_copy, nudge_first_word)
+    r = build(data_copy, out, strategy="chunked", chunk_size=3)
+    assert r.computed == 2 and r.copied > 0
+    build(data_copy, fresh, strategy="chunked", chunk_size=3)
+    assert cache_bytes(out) == cache_bytes(fresh)
