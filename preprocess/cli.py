@@ -16,6 +16,7 @@ from preprocess.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES,
 from preprocess.convert import FORMATS_HELP
 from preprocess.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from preprocess.store.formats import FILE_FORMATS
+from preprocess.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
 COMMAND = "east-cache"            # the console script (pyproject.toml [project.scripts])
@@ -128,7 +129,20 @@ def cmd_build(a: argparse.Namespace) -> int:
         more = f"; and {len(r.skipped) - SHOW_SKIPPED} more" if len(r.skipped) > SHOW_SKIPPED else ""
         say(f"{len(r.skipped)} bad image(s) left out or blanked ({shown}{more}); "
             f"`{a.prog_name} info {a.out}` lists them")
+    if not a.quiet:
+        _say_coverage(a.out, req.config, say)
     return 0
+
+
+def _say_coverage(out: Path, cfg: BuildConfig, say) -> None:
+    """What the training crops will show, and a warning when most show no text (the plan warned about the rest)."""
+    from preprocess.tools.advice import text_free_warning
+    from preprocess.tools.coverage import cache_coverage
+    cov, replayed = cache_coverage(out, sorted({1, 5, 20, TRAIN_EPOCHS}))
+    say(f"coverage: {cov.describe()}" + (f" (estimated on {replayed} images)" if replayed < cov.images else ""))
+    warning = text_free_warning(cov, cfg, cfg.crop)
+    if warning:
+        say(f"warning: {warning}")
 
 
 def cmd_convert(a: argparse.Namespace) -> int:
@@ -142,7 +156,10 @@ def cmd_convert(a: argparse.Namespace) -> int:
 
 def cmd_info(a: argparse.Namespace) -> int:
     from preprocess.tools.info import describe
-    print(describe(a.cache, as_json=a.json))
+    if a.epochs < 1:
+        print("error: --epochs must be at least 1", file=sys.stderr)
+        return 2
+    print(describe(a.cache, as_json=a.json, epochs=a.epochs))
     return 0
 
 
@@ -224,6 +241,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
     i.add_argument("cache", type=Path, help="cache directory")
     i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
+    i.add_argument("--epochs", type=int, default=TRAIN_EPOCHS,
+                   help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
     i.set_defaults(func=cmd_info)
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
     v.add_argument("cache", type=Path, help="cache directory")

@@ -103,3 +103,18 @@ def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path):
     assert r.computed == 2 and r.copied > 0
     build(data_copy, fresh, strategy="chunked", chunk_size=3)
     assert cache_bytes(out) == cache_bytes(fresh)
+
+
+def test_build_and_info_print_coverage_and_warn_about_upscaling(sample_root, tmp_path, capsys):
+    from preprocess.cli import main
+    out = tmp_path / "c"
+    args = ["build", "--data", str(sample_root), "--out", str(out), "--image-size", "384", "--input-size", "96",
+            "--jobs", "1"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "coverage: legible words seen whole in a training crop:" in err and "after 50 epochs" in err
+    assert "warning: --image-size 384 enlarges 100% of the images by more than 1.25x" in err
+    assert main(["info", str(out), "--epochs", "7"]) == 0
+    printed = capsys.readouterr().out
+    assert "crops      read: pages cached" in printed and "after 7 epochs" in printed
+    assert main(["info", str(out), "--epochs", "0"]) == 2

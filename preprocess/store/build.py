@@ -60,6 +60,7 @@ class BuildReport:
     first_build: bool = True
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
+    frame_sizes: list[tuple[int, int]] = field(default_factory=list)   # (img_w, img_h) of every image built
 
 
 @contextmanager
@@ -104,6 +105,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
         cfg, reason = _resolve_strategy(cfg, records, old, fmt)
         report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
+                             frame_sizes=[(r.width, r.height) for r in records],
                              first_build=old is None)
         sources = source_fingerprints(records, check_content)
         build_fp = build_fingerprint(cfg)

@@ -19,6 +19,8 @@ import numpy as np
 from preprocess.sample.window import draw_crop, window_rng
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
+TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
+MAX_IMAGES = 500           # `info` replays the draws of at most this many images (every k-th): an estimate
 
 
 @dataclass(frozen=True)
@@ -41,22 +43,25 @@ WholeWords = Callable[[int, int], tuple[object, np.ndarray]]
 
 
 def coverage(legible: Sequence[int], whole: WholeWords, epochs: Sequence[int] = DEFAULT_EPOCHS) -> Coverage:
-    """Replays max(epochs) epochs of crops over images with legible[i] legible words each."""
+    """Replays max(epochs) epochs of crops over images with legible[i] legible words each; whole(i, e) names the
+    words it shows by any ids that are the same for a word in every crop of its image."""
     epochs = tuple(sorted({int(e) for e in epochs}))
     if not epochs or epochs[0] < 1:
         raise ValueError(f"epochs {epochs} must be positive")
-    seen_at = [np.full(n, np.iinfo(np.int64).max, np.int64) for n in legible]  # first epoch each word appears
+    first: list[dict] = [{} for _ in legible]   # per image: word id -> first epoch it appears whole
     text_free, keys = 0, [set() for _ in legible]
     for e in range(epochs[-1]):
-        for i, first in enumerate(seen_at):
+        for i, seen in enumerate(first):
             key, ids = whole(i, e)
             keys[i].add(key)
             text_free += len(ids) == 0
-            first[ids] = np.minimum(first[ids], e)
-    firsts = np.concatenate(seen_at) if seen_at else np.zeros(0, np.int64)
+            for w in np.asarray(ids).tolist():
+                seen.setdefault(w, e)
+    total = int(sum(legible))
+    shares = tuple(sum(sum(f < e for f in seen.values()) for seen in first) / total if total else 1.0 for e in epochs)
     n_crops = max(1, epochs[-1] * len(legible))
-    return Coverage(epochs, len(firsts), tuple(float(np.mean(firsts < e)) if len(firsts) else 1.0 for e in epochs),
-                    text_free / n_crops, float(np.mean([n == 0 for n in legible])) if len(legible) else 0.0,
+    return Coverage(epochs, total, shares, text_free / n_crops,
+                    float(np.mean([n == 0 for n in legible])) if len(legible) else 0.0,
                     float(np.mean([len(k) for k in keys])) if keys else 0.0)
 
 
@@ -76,6 +81,44 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
         origin, cut = draw_crop(window_rng(seed, e, names[i], v), boxes, page_size, size, step, weights)
         return (v, *origin.tolist()), whole_in(boxes, origin, size)
     return whole
+
+
+def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGES) -> tuple[Coverage, int]:
+    """(coverage, images replayed) of a built cache of either mode, from its records' sizes and sidecar words."""
+    from preprocess.sample.window import grid_step, word_boxes   # numpy only
+    from preprocess.store.manifest import Manifest, data_path
+    from preprocess.store.sidecar import load_sidecar, row_quads, row_words
+    m = Manifest.load(cache_dir)
+    c, layout, names = m.config, m.layout, sorted(m.images)
+    pick = list(range(0, len(names), max(1, -(-len(names) // max_images))))
+    files: dict[int, tuple] = {}
+
+    def row(i: int, v: int):
+        f, r = layout.locate(i, v)
+        if f not in files:
+            path = data_path(cache_dir, m.files[f].name)
+            files[f] = (m.format.open(path, m.spec), load_sidecar(path))
+        records, sidecar = files[f]
+        return records, sidecar, r
+
+    legible, pages, crops = [], [], []
+    for i in pick:
+        per_variant = []
+        for v in range(c.variants):
+            records, sidecar, r = row(i, v)
+            points, offsets, care = row_quads(sidecar, r)
+            extra = row_words(sidecar, r)
+            if m.spec.kind.name == "page":
+                size = tuple(int(x) for x in records[r]["size"])
+                per_variant.append((word_boxes(points, offsets)[care > 0], size, extra["weight"][care > 0]))
+            else:
+                per_variant.append(extra["word"][care > 0])
+        legible.append(extra["legible"])
+        (pages if m.spec.kind.name == "page" else crops).append(per_variant)
+    offsets = layout.variant_offsets(names, c.seed)[pick]
+    whole = (page_mode([names[i] for i in pick], pages, offsets, c.seed, c.input_size, grid_step(c.map_scale))
+             if pages else build_mode(crops, offsets))
+    return coverage(legible, whole, epochs), len(pick)
 
 
 def build_mode(crops: Sequence[Sequence[np.ndarray]], offsets: np.ndarray) -> WholeWords:
