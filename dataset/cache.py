@@ -19,7 +19,7 @@ from preprocess.errors import CacheError
 from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.sample.page import Page
 from preprocess.sample.window import grid_step
-from preprocess.store.format import FIELDS, PAGE
+from preprocess.store.format import CROP, PAGE, record_spec
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 
@@ -41,7 +41,9 @@ class CacheDataset(Dataset):
         self.spec = self.manifest.spec
         self.dtype = self.spec.dtype
         self.pages = self.spec.kind.name == PAGE.name   # --crop read: records are pages, items crops of them
-        self.fields = FIELDS if self.pages else self.dtype.names
+        # what an item holds, as one structured record: a crop record, whichever kind is stored
+        self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
+        self.fields = self.item_dtype.names
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
         self.layout = self.manifest.layout
         self.epoch = 0
