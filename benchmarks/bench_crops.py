@@ -10,26 +10,34 @@ fresh make_sample every epoch). Prints markdown tables; asserts nothing.
 - read speed through train.py's feeding path (DataLoader + collate + the prefetch thread), per mode, as a
   ratio to one core's memcpy of the bytes a batch delivers.
 
-    python benchmarks/bench_crops.py [--images 12] [--photos 10] [--epochs 1,5,20,50] [--batches 20]
+    python benchmarks/bench_crops.py [--images 12] [--photos 10] [--epochs 1,5,20,50] [--batch-size 8] [--batches 20]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
-from common import BENCH_DATA, machine, table, write_sample_dataset
+from common import BENCH_DATA, machine, memcpy_rate, table, write_sample_dataset
+from torch.utils.data import DataLoader
+
+from dataset import CacheDataset, collate, make_sampler, prefetch
 
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, load_splits
 from preprocess.sample.make import choose_sample_crop
 from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step, word_boxes
+from preprocess.store.build import build_cache
 from preprocess.store.layout import Layout
+from preprocess.tools.info import disk_bytes
 from preprocess.tools.coverage import build_mode, coverage, page_mode
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
+MEMCPY_TRIES = 3       # the memcpy reference is the best of these: a limit, which noise should not lower
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting of the issue's measurement
 
 
@@ -68,11 +76,55 @@ def coverage_rows(data: Path, cfg: BuildConfig, epochs: tuple[int, ...]) -> list
     return rows
 
 
+def built(data: Path, cfg: BuildConfig, out: Path) -> dict:
+    """Build a cache (one job) and measure it: build seconds and disk bytes per image per variant."""
+    r = build_cache(cfg, [data], out, jobs=1, quiet=True)
+    disk = sum(disk_bytes(p) for p in (out / "data").glob("*.npy"))
+    return {"seconds": r.seconds / r.images, "bytes": disk / r.samples}
+
+
+def read_rate(out: Path, batch_size: int, batches: int) -> tuple[float, float]:
+    """(samples/s through train.py's feeding path, one core's memcpy of the bytes an item delivers in samples/s):
+    a DataLoader in this process with collate, read one batch ahead by the prefetch thread, a new epoch each
+    time round (new crops in page mode)."""
+    ds = CacheDataset(out)
+    sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
+    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate)
+    n, epoch, t0 = 0, 0, None
+    while n < batches * batch_size:
+        ds.set_epoch(epoch)
+        sampler.set_epoch(epoch)
+        for batch in prefetch(loader):
+            if t0 is None:   # the first batch warms buffers and maps
+                t0 = time.perf_counter()
+                continue
+            n += len(batch["image"])
+        epoch += 1
+    rate = n / (time.perf_counter() - t0)
+    return rate, max(memcpy_rate(ds, 3) for _ in range(MEMCPY_TRIES))
+
+
+def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int) -> list[list]:
+    rows = []
+    with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
+        for crop in ("read", "build"):
+            c = dataclasses.replace(cfg, crop=crop)
+            out = Path(tmp) / crop
+            b = built(data, c, out)
+            rate, copy = read_rate(out, batch_size, batches)
+            item_mb = CacheDataset(out).item_dtype.itemsize / 2**20
+            rows.append([f"--crop {crop}", f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{rate:.1f}",
+                         f"{rate * item_mb:.0f}", f"{copy:.0f}", f"{rate / copy:.2f}"])
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=12, help="pages of the sample set (default 12, as the built-in set)")
     ap.add_argument("--photos", type=int, default=10, help="photo-like images (default 10)")
     ap.add_argument("--epochs", default="1,5,20,50", help="epoch counts of the coverage table")
+    ap.add_argument("--batch-size", type=int, default=8, help="batch size of the read-speed pass (default 8)")
+    ap.add_argument("--batches", type=int, default=20, help="batches timed per read-speed pass (default 20)")
     a = ap.parse_args()
     epochs = tuple(int(e) for e in a.epochs.split(","))
     print(f"# Crop modes\n\n{machine()}\n")
@@ -81,8 +133,13 @@ def main() -> None:
         header = ["mode", *(f"{e} epoch{'s' * (e > 1)}" for e in epochs), f"distinct crops / image ({DISTINCT_EPOCHS} ep.)",
                   "text-free crops"]
         print(table(header, coverage_rows(data, cfg, epochs)), "\n")
+        print(f"## Cost and read speed: {label}\n\nBuild with one job; read through train.py's feeding path "
+              f"(DataLoader in this process + collate + prefetch thread, batch {a.batch_size}); memcpy: one core "
+              f"copying as many bytes as an item delivers (6 fields of a crop), best of {MEMCPY_TRIES}.\n")
+        header = ["mode", "MiB / image / variant on disk", "build s / image", "read samples/s", "read MiB/s",
+                  "memcpy samples/s", "read / memcpy"]
+        print(table(header, cost_rows(data, cfg, a.batch_size, a.batches)), "\n")
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory():
-        main()
+    main()

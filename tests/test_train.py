@@ -280,7 +280,8 @@ def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
 # ---------------------------------------------------------------- runs
 
 def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
-    """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices."""
+    """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices (it picks the
+    variant and, in page mode, the crop)."""
     ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2))
     sampler = data.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
     loader = DataLoader(data.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
@@ -291,7 +292,8 @@ def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
         seen.append(next(iter(loader))["image"])
         ds.set_epoch(epoch)
         assert torch.equal(seen[-1], collate([ds[0], ds[1]])["image"])
-    assert not torch.equal(seen[0], seen[1]) and torch.equal(seen[0], seen[2])
+    assert ds.pages and not torch.equal(seen[0], seen[1]) and not torch.equal(seen[0], seen[2]), \
+        "a page-mode cache gives a new crop every epoch"
 
 
 def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
