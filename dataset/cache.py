@@ -14,7 +14,8 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from dataset.collate import collate
-from dataset.crop import choose, crop_page, crop_words
+from dataset.crop import choose, crop_page, crop_page_compact, crop_words
+from dataset.expand import TABLE
 from preprocess.errors import CacheError
 from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.sample.page import Page
@@ -29,7 +30,10 @@ class StaleCacheError(CacheError):
 
 
 class CacheDataset(Dataset):
-    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True):
+    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False):
+        """compact (page-mode caches): items hold image, maps and a word table (dataset/crop.py
+        crop_page_compact) for dataset.expand_batch to turn into score, geo and roi where the batch is (the
+        device): a loader then copies 2 bytes per map pixel instead of 8 and rebuilds no geometry on the CPU."""
         self.cache_dir = Path(cache_dir)
         self.manifest = Manifest.load(self.cache_dir)
         if check_stale:
@@ -43,7 +47,8 @@ class CacheDataset(Dataset):
         self.pages = self.spec.kind.name == PAGE.name   # --crop read: records are pages, items crops of them
         # what an item holds, as one structured record: a crop record, whichever kind is stored
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
-        self.fields = self.item_dtype.names
+        self.compact = compact and self.pages
+        self.fields = ("image", "maps", TABLE) if self.compact else self.item_dtype.names
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
         self.layout = self.manifest.layout
         self.epoch = 0
@@ -78,7 +83,8 @@ class CacheDataset(Dataset):
         if self.pages:
             v = self.variant(i)
             page = self.page(i, v)
-            return crop_page(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale)
+            cut = crop_page_compact if self.compact else crop_page
+            return cut(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale)
         rec = self.record(i, self.variant(i))
         return {k: rec[k] for k in self.fields}
 

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from dataset.buffers import empty_batch
+from dataset.expand import TABLE, pad_tables
 
 
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -22,9 +23,11 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
             np.copyto(t.numpy(), src)
             out[k] = t
         return out
-    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items()}
+    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k != TABLE}
     for k, t in out.items():
         dst = t.numpy()
         for j, item in enumerate(batch):
             dst[j] = item[k]
+    if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
+        out[TABLE] = pad_tables([item[TABLE] for item in batch])
     return out

@@ -13,6 +13,7 @@ import torch
 from preprocess.sample.page import DONT_CARE_BIT, OWNER_MASK
 
 TABLE_COLUMNS = 9   # targets.word_table: cos, sin, ax, ay, x0, x1, y0, y1, theta
+TABLE = "table"     # the field of a compact crop that holds its word table (its length varies per item)
 
 
 def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,14 +36,15 @@ def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -
     return positive.reshape(b, 1, h, w).to(torch.uint8), geo
 
 
-def expand_batch(batch: dict, map_scale: float) -> dict:
+def expand_batch(batch: dict) -> dict:
     """A batch of compact page-mode crops (image, maps, table: dataset/crop.py crop_page_compact) as the fields
     the loss takes: image, score uint8, geo float32, roi uint8; any other batch unchanged. Runs where the
-    batch is (call it after the copy to the device)."""
+    batch is (call it after the copy to the device). The map scale is the maps' side over the image's."""
     if "maps" not in batch:
         return batch
+    map_scale = batch["maps"].shape[-1] / batch["image"].shape[-1]
     maps = batch["maps"].int()   # uint16 has few kernels on devices; int32 holds it
-    score, geo = expand_targets(maps & OWNER_MASK, batch["table"], map_scale)
+    score, geo = expand_targets(maps & OWNER_MASK, batch[TABLE], map_scale)
     roi = (1 - (maps >> DONT_CARE_BIT)).to(torch.uint8)
     return {"image": batch["image"], "score": score, "geo": geo, "roi": roi}
 

@@ -93,7 +93,7 @@ def open_cache(path: Path, rebuild: bool, rt: Runtime) -> CacheDataset:
                 rebuild_cache(path, quiet=True)
         if rebuild and rt.world > 1:
             dist.barrier()
-        return CacheDataset(path)
+        return CacheDataset(path, compact=True)   # page mode: score and geometry are rebuilt on the device
     except CacheError:
         why = explain_not_a_cache(path)
         if why is None:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dataset import batches
+from dataset.expand import expand_batch
 from east.augment import prepare_images
 from east.config import RunState, TrainConfig
 from east.loss import LOSS_KEYS, east_loss
@@ -49,7 +50,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 def forward_loss(model, batch: dict, ctx: Context, jitter: float) -> dict[str, torch.Tensor]:
-    batch = {k: v.to(ctx.rt.device, non_blocking=True) for k, v in batch.items()}
+    batch = expand_batch({k: v.to(ctx.rt.device, non_blocking=True) for k, v in batch.items()})
     x = prepare_images(batch["image"], jitter)
     with ctx.autocast():
         score, geo = model(x)

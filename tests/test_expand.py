@@ -52,7 +52,7 @@ def test_compact_crops_expand_to_the_cpu_crops():
     batch = {"image": torch.from_numpy(np.stack([c["image"] for c in compact])),
              "maps": torch.from_numpy(np.stack([c["maps"] for c in compact])),
              "table": pad_tables([c["table"] for c in compact])}
-    out = expand_batch(batch, 0.5)
+    out = expand_batch(batch)
     for k in ("image", "score", "roi"):
         np.testing.assert_array_equal(out[k].numpy(), np.stack([c[k] for c in cpu]), err_msg=k)
     np.testing.assert_array_equal(out["geo"].half().numpy(), np.stack([c["geo"] for c in cpu]))

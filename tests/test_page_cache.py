@@ -6,11 +6,13 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate, make_sampler
 from dataset.crop import choose, crop_page
+from dataset.expand import expand_batch
 from preprocess.ingest.ufo import load_splits
 from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step
@@ -118,3 +120,17 @@ def test_build_and_info_print_coverage_and_warn_about_upscaling(sample_root, tmp
     printed = capsys.readouterr().out
     assert "crops      read: pages cached" in printed and "after 7 epochs" in printed
     assert main(["info", str(out), "--epochs", "0"]) == 2
+
+
+def test_compact_items_expand_to_the_full_items(cache):
+    """train.py's loader: compact crops (image, maps, word table), score and geometry rebuilt where the batch is."""
+    full, compact = CacheDataset(cache), CacheDataset(cache, compact=True)
+    idx = list(range(len(full)))
+    for epoch in (0, 5):
+        full.set_epoch(epoch)
+        compact.set_epoch(epoch)
+        want, got = collate(full.__getitems__(idx)), expand_batch(collate(compact.__getitems__(idx)))
+        assert set(got) == {"image", "score", "geo", "roi"} and got["geo"].dtype == torch.float32
+        for k in ("image", "score", "roi"):
+            assert torch.equal(got[k], want[k]), k
+        assert torch.equal(got["geo"].half(), want["geo"])
