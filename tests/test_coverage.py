@@ -9,7 +9,7 @@ from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step, word_boxes
 from preprocess.store.layout import Layout
 from preprocess.tools.coverage import build_mode, coverage, page_mode
-from conftest import small_config
+from helpers import small_config
 
 
 def test_build_mode_counts_each_source_word_once():
