@@ -49,6 +49,9 @@ class CacheDataset(Dataset):
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
         self.compact = compact and self.pages
         self.fields = ("image", "maps", TABLE) if self.compact else self.item_dtype.names
+        # bytes an item delivers (a compact crop: its image and maps; its word table is a few hundred more)
+        self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
+                           else self.item_dtype.itemsize)
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
         self.layout = self.manifest.layout
         self.epoch = 0

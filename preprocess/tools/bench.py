@@ -32,13 +32,14 @@ def memcpy_rate(ds: CacheDataset, repeat: int, batch: int = MEMCPY_BATCH) -> flo
     """Samples/s of one core copying the records from the (warm) page cache into a preallocated buffer of
     `batch` records, batch after batch: the least any loader must do, so the physical limit. (A one-record
     buffer would stay in the CPU cache and flatter the reference; a batch buffer, like a loader's, does not.)"""
-    dst = np.empty(batch, ds.item_dtype)
     if ds.pages:   # as many bytes as an item delivers, read from the start of each page's record
-        n = ds.item_dtype.itemsize
-        rows = [ds.file_records(f)[r]["image"][:n].view(ds.item_dtype) for i in range(len(ds))
+        item = np.dtype((np.void, ds.item_bytes))
+        rows = [ds.file_records(f)[r]["image"][:ds.item_bytes].view(item) for i in range(len(ds))
                 for f, r in [ds.locate(i, 0)]]
     else:
+        item = ds.dtype
         rows = [ds.file_records(f)[r:r + 1] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
+    dst = np.empty(batch, item)
 
     def copy_all() -> None:
         for k, src in enumerate(rows):
@@ -156,7 +157,7 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
     paths = [p for f in ds.files for p in ds.manifest.format.stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
-    size = ds.item_dtype.itemsize
+    size = ds.item_bytes
     once = memcpy_rate(ds, 1)
     copy = memcpy_rate(ds, max(1, int(0.5 * once / len(ds))))   # about half a second of copying
     del ds
