@@ -36,11 +36,12 @@ from readme import update_readme
 
 HERE = Path(__file__).resolve().parent
 # The order of results.md; scripts not listed follow, by name.
-ORDER = ("targets", "sample", "loader", "peers", "rebuild", "build_memory", "zarr")
+ORDER = ("targets", "sample", "crops", "loader", "peers", "rebuild", "build_memory", "zarr")
 # Arguments that bring each benchmark down to seconds or a minute on 2 cores.
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
     "sample": ["--pages", "3", "--photos", "2", "--repeat", "1"],
+    "crops": ["--images", "4", "--photos", "4", "--batches", "4"],
     "loader": ["--images", "8", "--epochs", "1"],
     "peers": ["--records", "8", "--rounds", "2", "--input-size", "256"],
     "rebuild": ["--sizes", "100,1000"],
