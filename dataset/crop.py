@@ -6,15 +6,15 @@ crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its
 pixels in the window, zeros beyond the canvas (tests/test_page.py checks both against a direct
 computation). Without cut words, owner and ROI are a slice of the page's packed maps and the
 geometry is rebuilt from the owner slice (fill_geometry, the code make_targets runs); with cut
-words, the crop's owner map is drawn again from its uncut words, as make_targets would, and the cut
-words are drawn into the ROI.
+words, the pixels they owned are drawn again from the uncut words (crop_maps).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from preprocess.sample.page import Page, pack_maps, unpack_maps
-from preprocess.sample.targets import fill_geometry, owner_map, roi_map, word_table
+from preprocess.sample.geometry import shrink_quads
+from preprocess.sample.page import DONT_CARE_BIT, MAPS_DTYPE, OWNER_MASK, Page, unpack_maps
+from preprocess.sample.targets import fill_geometry, fill_polygon, map_polygon, word_table
 from preprocess.sample.window import draw_crop, window_rng, word_boxes
 
 
@@ -43,52 +43,67 @@ def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, v
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
     """image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8 (1, m, m) of the crop at
     origin (x, y) page px, with the legible words `cut` (L,) made don't-care."""
-    image, owner, roi, quads, theta = _crop_parts(page, origin, cut, size, map_scale)
-    m = owner.shape[0]
-    geo = np.zeros((5, m, m), np.float16)
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale)
+    owner, roi = unpack_maps(maps)
+    geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
         fill_geometry(geo, owner, quads, map_scale, theta)
-    return {"image": image, "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
+    return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0),
+            "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
     """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
-    ox, oy = int(origin[0]), int(origin[1])
-    m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    if not cut.any() and page.maps.size:   # the page's own maps, sliced: nothing to compute per pixel
-        quads = page.legible_quads() - np.array([ox, oy], np.float64)
-        maps = window(page.maps, mx, my, m, m, 0)
-        return {"image": window(page.image, ox, oy, size, size, 0), "maps": maps[None],
-                "table": word_table(quads, page.theta) if len(quads) else np.zeros((0, 9), np.float32)}
-    image, owner, roi, quads, theta = _crop_parts(page, origin, cut, size, map_scale)
-    return {"image": image, "maps": pack_maps(owner, roi)[None],
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale)
+    return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0), "maps": maps[None],
             "table": word_table(quads, theta) if len(quads) else np.zeros((0, 9), np.float32)}
 
 
-def _crop_parts(page: Page, origin, cut: np.ndarray, size: int, map_scale: float):
-    """(image, owner, roi, quads, theta) of a crop: owner values k + 1 index quads[k] (crop px) and theta[k]."""
+def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float):
+    """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
+
+    Without cut words: the page's maps, sliced (a view where the crop lies on the page). With cut words, only
+    the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them (the
+    last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the page's
+    canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     quads = page.legible_quads() - np.array([ox, oy], np.float64)
-    theta = page.theta
-    owner, roi = unpack_maps(window(page.maps, mx, my, m, m, 0))
-    if not page.maps.size:   # an empty page: an image --skip-bad could not decode, all don't-care
-        roi[:] = 0
-    if cut.any():
-        quads, theta = quads[~cut], theta[~cut]
-        owner = owner_map(quads, map_scale, (m, m)) * _on_page(page, mx, my, m)
-        cut_points = page.legible_quads()[cut].reshape(-1, 2) - (ox, oy)
-        roi_map(cut_points, np.arange(cut.sum() + 1) * 4, np.zeros(int(cut.sum()), np.uint8), map_scale, (m, m), roi)
-        roi |= ~_on_page(page, mx, my, m)
-    return window(page.image, ox, oy, size, size, 0), owner, roi, quads, theta
+    maps = window(page.maps, mx, my, m, m, 0)
+    if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
+        return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), quads, page.theta
+    whole = map_polygon(quads[cut], map_scale)
+    if not len(whole):
+        return maps, quads, page.theta
+    (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, m)
+    if x1 <= x0 or y1 <= y0:
+        return maps, quads, page.theta
+    maps = np.array(maps)
+    region = maps[y0:y1, x0:x1]
+    was_cut = np.zeros(len(quads) + 1, bool)
+    was_cut[np.flatnonzero(cut) + 1] = True
+    hit = was_cut[region & OWNER_MASK]
+    if hit.any():
+        polys = map_polygon(shrink_quads(quads), map_scale) - (x0, y0)
+        near = ~cut & np.all((polys.max(axis=1) >= 0) & (polys.min(axis=1) < (x1 - x0, y1 - y0)), axis=1)
+        redrawn = np.zeros(hit.shape, MAPS_DTYPE)
+        for k in np.flatnonzero(near):
+            fill_polygon(redrawn, polys[k], int(k) + 1)
+        region[hit] = (region[hit] & (1 << DONT_CARE_BIT)) | redrawn[hit]
+    dont_care = np.zeros(hit.shape, np.uint8)
+    for poly in whole - (x0, y0):
+        fill_polygon(dont_care, poly, 1)
+    dont_care &= _on_page(page, mx, my, m)[y0:y1, x0:x1]
+    region |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
+    return maps, quads, page.theta
 
 
 def _on_page(page: Page, mx: int, my: int, m: int) -> np.ndarray:
-    """bool (m, m): the crop's map pixels that lie on the page's canvas."""
+    """uint8 (m, m): 1 on the crop's map pixels that lie on the page's canvas."""
     h, w = page.maps.shape
-    on = np.zeros((m, m), bool)
-    on[max(0, -my):max(0, min(m, h - my)), max(0, -mx):max(0, min(m, w - mx))] = True
+    on = np.zeros((m, m), np.uint8)
+    on[max(0, -my):max(0, min(m, h - my)), max(0, -mx):max(0, min(m, w - mx))] = 1
     return on
 
 
