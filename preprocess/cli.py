@@ -137,9 +137,11 @@ def cmd_build(a: argparse.Namespace) -> int:
 def _say_coverage(out: Path, cfg: BuildConfig, say) -> None:
     """What the training crops will show, and a warning when most show no text (the plan warned about the rest)."""
     from preprocess.tools.advice import text_free_warning
+    from preprocess.store.manifest import Manifest
     from preprocess.tools.coverage import cache_coverage
     cov, replayed = cache_coverage(out, sorted({1, 5, 20, TRAIN_EPOCHS}))
-    say(f"coverage: {cov.describe()}" + (f" (estimated on {replayed} images)" if replayed < cov.images else ""))
+    images = len(Manifest.load(out).images)
+    say(f"coverage: {cov.describe()}" + (f" (estimated on {replayed} of {images} images)" if replayed < images else ""))
     warning = text_free_warning(cov, cfg, cfg.crop)
     if warning:
         say(f"warning: {warning}")

@@ -5,11 +5,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preprocess.config import BuildConfig
-from preprocess.store.format import record_spec
+from preprocess.store.format import SPARSE_KINDS, record_spec, sample_bytes
 from preprocess.store.formats import FileFormat
 from preprocess.store.manifest import Manifest, Source
 from preprocess.store.plan import Plan
 from preprocess.store.stale import Staleness
+from preprocess.tools.advice import upscale_warning
 
 
 @dataclass
@@ -35,13 +36,19 @@ class BuildPlan:
 
 
 def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None, source: Source,
-             images: int, strategy_reason: str, full_rebuild_reason: str, changes: Staleness) -> BuildPlan:
-    """The plan of a build of cfg (strategy resolved) from source into out, whose previous manifest is old."""
+             records, strategy_reason: str, full_rebuild_reason: str, changes: Staleness) -> BuildPlan:
+    """The plan of a build of cfg (strategy resolved) of records from source into out, whose previous manifest is
+    old. Pages (sparse records) count their own bytes."""
     spec = record_spec(cfg)
-    return BuildPlan(out, old is None, cfg.strategy, strategy_reason, fmt.name, images, cfg.variants,
-                     len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"),
-                     sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files), full_rebuild_reason,
-                     changes.describe() if old is not None and changes.stale else "", option_changes(old, source, fmt))
+    if spec.kind.name in SPARSE_KINDS:
+        disk = sum(sample_bytes(cfg, records, f.members) for f in plan.files)
+    else:
+        disk = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files)
+    warning = upscale_warning([(r.width, r.height) for r in records], cfg)
+    return BuildPlan(out, old is None, cfg.strategy, strategy_reason, fmt.name, len(records), cfg.variants,
+                     len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
+                     full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
+                     option_changes(old, source, fmt), [warning] if warning else [])
 
 
 def option_changes(old: Manifest | None, source: Source, fmt: FileFormat) -> list[str]:

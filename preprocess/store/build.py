@@ -29,7 +29,7 @@ from preprocess.progress import Progress
 from preprocess.store.announce import announce
 from preprocess.store.atomic import fsync_path
 from preprocess.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
-from preprocess.store.format import DATA_DIR, MANIFEST, SPARSE_KINDS, record_spec
+from preprocess.store.format import DATA_DIR, MANIFEST, SPARSE_KINDS, record_spec, sample_bytes
 from preprocess.store.formats import FILE_FORMATS, FileFormat, format_of, get_format
 from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
 from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
@@ -38,7 +38,6 @@ from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
 from preprocess.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
 from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
 
-PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at the ends of its two prefixes
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 
 
@@ -60,7 +59,6 @@ class BuildReport:
     first_build: bool = True
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
-    frame_sizes: list[tuple[int, int]] = field(default_factory=list)   # (img_w, img_h) of every image built
 
 
 @contextmanager
@@ -105,7 +103,6 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
         records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
         cfg, reason = _resolve_strategy(cfg, records, old, fmt)
         report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
-                             frame_sizes=[(r.width, r.height) for r in records],
                              first_build=old is None)
         sources = source_fingerprints(records, check_content)
         build_fp = build_fingerprint(cfg)
@@ -122,7 +119,7 @@ def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: in
             report.seconds = time.perf_counter() - t0
             return report
         if on_plan is not None:
-            on_plan(announce(out, cfg, plan, fmt, old, source, report.images, reason, report.full_rebuild_reason,
+            on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
                              report.changes))
         _preallocate(out, cfg, plan, fmt, records)
         # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
@@ -201,20 +198,9 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
         if kept == old.config:
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
     members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
-    per_sample = _sample_bytes(cfg, records, members) // max(1, len(members))
+    per_sample = sample_bytes(cfg, records, members) // max(1, len(members))
     strategy, reason = choose_strategy(len(records) * cfg.variants, per_sample)
     return dataclasses.replace(cfg, strategy=strategy), AUTO_REASON + reason
-
-
-def _sample_bytes(cfg: BuildConfig, records, members) -> int:
-    """Bytes the samples (image index, variant) take on disk: a record each, or for pages (sparse records) the
-    pages' own bytes, from each image's frame size and augmentation draw (page.expected_page_size)."""
-    spec = record_spec(cfg)
-    if spec.kind.name not in SPARSE_KINDS:
-        return len(members) * spec.dtype.itemsize
-    from preprocess.sample.page import expected_page_size, page_bytes   # sample code loads only for pages
-    return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
-                          cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:
@@ -239,7 +225,7 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, recor
     are sparse: the check counts the pages' own bytes, and their blocks are taken as the pages are written."""
     spec = record_spec(cfg)
     if spec.kind.name in SPARSE_KINDS:
-        need = sum(_sample_bytes(cfg, records, f.members) for f in plan.to_write)
+        need = sum(sample_bytes(cfg, records, f.members) for f in plan.to_write)
     else:
         need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
     free = shutil.disk_usage(out).free

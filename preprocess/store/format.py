@@ -148,3 +148,17 @@ def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:
 
 def record_dtype(cfg: BuildConfig, kind: RecordKind | None = None) -> np.dtype:
     return record_spec(cfg, kind).dtype
+
+
+PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at the ends of its two prefixes
+
+
+def sample_bytes(cfg: BuildConfig, records, members) -> int:
+    """Bytes the samples (image index into records, variant) take on disk: a record each, or for pages (sparse
+    records) the pages' own bytes, from each image's frame size and augmentation draw (page.expected_page_size)."""
+    spec = record_spec(cfg)
+    if spec.kind.name not in SPARSE_KINDS:
+        return len(members) * spec.dtype.itemsize
+    from preprocess.sample.page import expected_page_size, page_bytes   # sample code loads only for pages
+    return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
+                          cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)
