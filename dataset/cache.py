@@ -14,7 +14,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from dataset.collate import collate
-from dataset.crop import choose, crop_page, crop_page_compact, crop_words
+from dataset.crop import PageWords, choose, crop_page, crop_page_compact, crop_words, page_words
 from dataset.expand import TABLE
 from preprocess.errors import CacheError
 from preprocess.store.manifest import Manifest, data_path, update_command
@@ -53,6 +53,7 @@ class CacheDataset(Dataset):
         self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
                            else self.item_dtype.itemsize)
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
+        self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -87,7 +88,8 @@ class CacheDataset(Dataset):
             v = self.variant(i)
             page = self.page(i, v)
             cut = crop_page_compact if self.compact else crop_page
-            return cut(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale)
+            return cut(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale,
+                       self.page_words(i, v, page).quads)
         rec = self.record(i, self.variant(i))
         return {k: rec[k] for k in self.fields}
 
@@ -108,7 +110,17 @@ class CacheDataset(Dataset):
         from (seed, epoch, image name, variant) alone, whoever reads it."""
         page = self.page(i, variant) if page is None else page
         c = self.config
-        return choose(page, c.input_size, grid_step(c.map_scale), c.seed, self.epoch, self.names[i], variant)
+        return choose(page, c.input_size, grid_step(c.map_scale), c.seed, self.epoch, self.names[i], variant,
+                      self.page_words(i, variant, page))
+
+    def page_words(self, i: int, variant: int, page: Page) -> PageWords:
+        """Image i's page's word boxes, quads and per-origin cut counts (crop.page_words): derived once per page
+        and process, since every epoch draws from the same page."""
+        key = self.locate(i, variant)
+        words = self._words.get(key)
+        if words is None:
+            words = self._words[key] = page_words(page, self.config.input_size, grid_step(self.config.map_scale))
+        return words
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
         """A batch's items (views, nothing copied yet). When their rows are adjacent in one file (the batch

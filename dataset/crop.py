@@ -10,12 +10,29 @@ words, the pixels they owned are drawn again from the uncut words (crop_maps).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import DONT_CARE_BIT, MAPS_DTYPE, OWNER_MASK, Page, unpack_maps
 from preprocess.sample.targets import fill_geometry, fill_polygon, map_polygon, word_table
-from preprocess.sample.window import draw_crop, window_rng, word_boxes
+from preprocess.sample.window import draw_crop, page_counts, window_rng, word_boxes
+
+COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts one page keeps (int32: 16 MiB): beyond, counted per draw
+
+
+class PageWords(NamedTuple):
+    """What every crop of a page needs from its words, derived once per page by a reader that keeps it."""
+    boxes: np.ndarray             # float64 (L, 4): legible_boxes
+    quads: np.ndarray             # float64 (L, 4, 2) page px: legible_quads
+    counts: np.ndarray | None     # int32: window.page_counts (None: too many origins to keep)
+
+
+def page_words(page: Page, size: int, step: int) -> PageWords:
+    boxes = legible_boxes(page)
+    counts = page_counts(boxes, page.size, size, step)
+    return PageWords(boxes, page.legible_quads(), counts if counts.size <= COUNTS_CELLS_MAX else None)
 
 
 def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
@@ -35,15 +52,23 @@ def legible_boxes(page: Page) -> np.ndarray:
     return word_boxes(page.points, page.offsets)[page.care > 0]
 
 
-def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, variant: int):
-    """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop)."""
-    return draw_crop(window_rng(seed, epoch, name, variant), legible_boxes(page), page.size, size, step, page.weight)
+def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, variant: int,
+           words: PageWords | None = None):
+    """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop); words: page_words(page,
+    size, step) when the caller keeps them (the same draw, faster)."""
+    if words is None:
+        return draw_crop(window_rng(seed, epoch, name, variant), legible_boxes(page), page.size, size, step,
+                         page.weight)
+    return draw_crop(window_rng(seed, epoch, name, variant), words.boxes, page.size, size, step, page.weight,
+                     words.counts)
 
 
-def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
+def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
+              quads: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8 (1, m, m) of the crop at
-    origin (x, y) page px, with the legible words `cut` (L,) made don't-care."""
-    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale)
+    origin (x, y) page px, with the legible words `cut` (L,) made don't-care. quads: page.legible_quads(), when
+    the caller keeps them."""
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, quads)
     owner, roi = unpack_maps(maps)
     geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
@@ -52,15 +77,16 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) 
             "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
 
 
-def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float) -> dict[str, np.ndarray]:
+def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
+                      quads: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
-    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale)
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, quads)
     return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0), "maps": maps[None],
             "table": word_table(quads, theta) if len(quads) else np.zeros((0, 9), np.float32)}
 
 
-def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float):
+def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, quads: np.ndarray | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
 
     Without cut words: the page's maps, sliced (a view where the crop lies on the page). With cut words, only
@@ -69,7 +95,7 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float):
     canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    quads = page.legible_quads() - np.array([ox, oy], np.float64)
+    quads = (page.legible_quads() if quads is None else quads) - np.array([ox, oy], np.float64)
     maps = window(page.maps, mx, my, m, m, 0)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), quads, page.theta

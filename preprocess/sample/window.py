@@ -100,22 +100,34 @@ def _uniform(rng: np.random.Generator, region: np.ndarray) -> np.ndarray:
     return np.array([rng.integers(region[0, a], region[1, a] + 1) for a in range(2)], np.int64)
 
 
-def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int) -> tuple[np.ndarray, np.ndarray]:
-    """(region, bool mask over it): the origins the draw for word w picks from, uniformly."""
+def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int,
+                counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(region, bool mask over it): the origins the draw for word w picks from, uniformly. counts: cut_counts
+    over all of bounds when the caller has them (page_counts), else counted over the region alone."""
     region = _clip(inside_span(boxes[w:w + 1], size, step)[0], bounds)
     if region is None:   # no crop holds the word: among those that show part of it
         region = _clip(overlap_span(boxes[w:w + 1], size, step)[0], bounds)
     if region is None:
         region = bounds
-    counts = cut_counts(boxes, region, size, step)
+    if counts is None:
+        counts = cut_counts(boxes, region, size, step)
+    else:
+        lo, hi = region - bounds[0]
+        counts = counts[lo[1]:hi[1] + 1, lo[0]:hi[0] + 1]
     return region, counts == counts.min()
 
 
+def page_counts(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
+    """int32 (ny, nx): cut_counts at every allowed origin of a page (origin_bounds): computed once per page, it
+    turns each later draw's count into a slice (draw_crop's counts)."""
+    return cut_counts(boxes, origin_bounds(page_size, size, step), size, step)
+
+
 def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int,
-                  weights: np.ndarray | None = None) -> np.ndarray:
+                  weights: np.ndarray | None = None, counts: np.ndarray | None = None) -> np.ndarray:
     """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
     the origin is step times that, in page px. The word is drawn with probabilities `weights` (word_weights),
-    uniformly without them."""
+    uniformly without them. counts: page_counts of these boxes, when the caller keeps them (same draw)."""
     if not len(boxes):
         return _uniform(rng, bounds)
     if weights is None:
@@ -123,7 +135,7 @@ def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarra
     else:   # stored as float32: normalised again so that choice accepts them
         p = np.asarray(weights, np.float64)
         w = int(rng.choice(len(boxes), p=p / p.sum()))
-    region, ok = _candidates(boxes, w, bounds, size, step)
+    region, ok = _candidates(boxes, w, bounds, size, step, counts)
     best = np.flatnonzero(ok.ravel())
     iy, ix = divmod(int(best[rng.integers(len(best))]), ok.shape[1])
     return region[0] + (ix, iy)
@@ -133,9 +145,10 @@ def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: 
     """float64 (L, L): P[w, u], the chance that the crop drawn for word w holds word u whole (prefix sums of
     the draw's candidate origins over each word's inside rectangle)."""
     bounds, inside = origin_bounds(page_size, size, step), inside_span(boxes, size, step)
+    counts = page_counts(boxes, page_size, size, step)
     seen = np.zeros((len(boxes), len(boxes)))
     for w in range(len(boxes)):
-        region, ok = _candidates(boxes, w, bounds, size, step)
+        region, ok = _candidates(boxes, w, bounds, size, step, counts)
         sums = np.zeros((ok.shape[0] + 1, ok.shape[1] + 1))
         sums[1:, 1:] = ok.cumsum(axis=0).cumsum(axis=1)
         a = np.maximum(inside[:, 0], region[0]) - region[0]
@@ -170,9 +183,11 @@ def word_weights(boxes: np.ndarray, page_size: tuple[int, int], size: int, step:
 
 
 def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int, int], size: int,
-              step: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              step: int, weights: np.ndarray | None = None, counts: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
     """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
-    words have boxes (L, 4) and draw weights (word_weights), and the legible words it cuts (to become don't-care)."""
+    words have boxes (L, 4) and draw weights (word_weights), and the legible words it cuts (to become don't-care).
+    counts: page_counts(boxes, page_size, size, step), kept by a caller that draws from a page again and again."""
     bounds = origin_bounds(page_size, size, step)
-    origin = choose_window(rng, boxes, bounds, size, step, weights) * step
+    origin = choose_window(rng, boxes, bounds, size, step, weights, counts) * step
     return origin, cuts_at(boxes, origin, size)
