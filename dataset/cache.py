@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
+from dataset.buffers import empty_batch
 from dataset.collate import collate
+from dataset.copier import Crops, copy_later
 from dataset.crop import PageWords, choose, crop_page, crop_page_compact, crop_words, page_words
 from dataset.expand import TABLE
 from preprocess.errors import CacheError
@@ -53,6 +55,7 @@ class CacheDataset(Dataset):
         self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
                            else self.item_dtype.itemsize)
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
+        self.pin_batches = False   # page mode: batch images born pinned (set by a CUDA loader without workers)
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self.layout = self.manifest.layout
         self.epoch = 0
@@ -89,7 +92,7 @@ class CacheDataset(Dataset):
             page = self.page(i, v)
             cut = crop_page_compact if self.compact else crop_page
             return cut(page, *self.crop_origin(i, v, page), self.config.input_size, self.config.map_scale,
-                       self.page_words(i, v, page).quads)
+                       self.page_words(i, v, page))
         rec = self.record(i, self.variant(i))
         return {k: rec[k] for k in self.fields}
 
@@ -119,7 +122,7 @@ class CacheDataset(Dataset):
         key = self.locate(i, variant)
         words = self._words.get(key)
         if words is None:
-            words = self._words[key] = page_words(page, self.config.input_size, grid_step(self.config.map_scale))
+            words = self._words[key] = page_words(page, self.config.input_size, self.config.map_scale)
         return words
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
@@ -127,13 +130,28 @@ class CacheDataset(Dataset):
         strategy under BlockSampler), the list also carries them as one slice, which collate copies in one
         read per field; any other collate sees a plain list of items."""
         if self.pages:   # every crop is computed anew: no rows to copy in one read
-            return [self[i] for i in indices]
+            return self._crops(indices)
         where = [self.locate(i, self.variant(i)) for i in indices]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
             rows = self.file_records(f0)[r0:r0 + len(indices)]
             return Rows([{k: rec[k] for k in self.fields} for rec in rows], rows)
         return [self[i] for i in indices]
+
+    def _crops(self, indices: list[int]) -> Crops:
+        """Page-mode items whose images are copied, by the copy thread (dataset/copier.py), into one batch
+        tensor while this thread cuts the next crops; pinned when self.pin_batches (train.py on CUDA)."""
+        size = self.config.input_size
+        images = empty_batch((len(indices), 3, size, size), np.uint8, self.pin_batches)
+        dst, copies, items = images.numpy(), [], []
+        for j, i in enumerate(indices):
+            item = self[i]
+            copies.append(copy_later(dst[j], item["image"]))
+            item["image"] = dst[j]
+            items.append(item)
+        for c in copies:
+            c.result()
+        return Crops(items, images)
 
     def quads(self, i: int, variant: int | None = None):
         """(points (P,2) float32, offsets (N+1,) int64, care (N,) uint8) of a sample's words, in crop pixels."""
@@ -194,4 +212,4 @@ def _raise_if_stale(cache_dir: Path, manifest: Manifest) -> None:
                               f"or pass --rebuild to train.py")
 
 
-__all__ = ["CacheDataset", "Rows", "StaleCacheError", "collate"]
+__all__ = ["CacheDataset", "Crops", "Rows", "StaleCacheError", "collate"]

@@ -17,7 +17,7 @@ import numpy as np
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import DONT_CARE_BIT, MAPS_DTYPE, OWNER_MASK, Page, unpack_maps
 from preprocess.sample.targets import fill_geometry, fill_polygon, map_polygon, word_table
-from preprocess.sample.window import draw_crop, page_counts, window_rng, word_boxes
+from preprocess.sample.window import draw_crop, grid_step, page_counts, window_rng, word_boxes
 
 COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts one page keeps (int32: 16 MiB): beyond, counted per draw
 
@@ -26,13 +26,17 @@ class PageWords(NamedTuple):
     """What every crop of a page needs from its words, derived once per page by a reader that keeps it."""
     boxes: np.ndarray             # float64 (L, 4): legible_boxes
     quads: np.ndarray             # float64 (L, 4, 2) page px: legible_quads
-    counts: np.ndarray | None     # int32: window.page_counts (None: too many origins to keep)
+    whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
+    shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
+    counts: np.ndarray | None     # int32: window.page_counts (None: not asked for, or too many origins to keep)
 
 
-def page_words(page: Page, size: int, step: int) -> PageWords:
-    boxes = legible_boxes(page)
-    counts = page_counts(boxes, page.size, size, step)
-    return PageWords(boxes, page.legible_quads(), counts if counts.size <= COUNTS_CELLS_MAX else None)
+def page_words(page: Page, size: int, map_scale: float, counts: bool = True) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; counts: also the cut counts at every origin."""
+    boxes, quads = legible_boxes(page), page.legible_quads()
+    grid = page_counts(boxes, page.size, size, grid_step(map_scale)) if counts else None
+    return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
+                     grid if grid is not None and grid.size <= COUNTS_CELLS_MAX else None)
 
 
 def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
@@ -64,11 +68,11 @@ def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, v
 
 
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
-              quads: np.ndarray | None = None) -> dict[str, np.ndarray]:
+              words: PageWords | None = None) -> dict[str, np.ndarray]:
     """image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8 (1, m, m) of the crop at
-    origin (x, y) page px, with the legible words `cut` (L,) made don't-care. quads: page.legible_quads(), when
+    origin (x, y) page px, with the legible words `cut` (L,) made don't-care. words: page_words(page, ...), when
     the caller keeps them."""
-    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, quads)
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, words)
     owner, roi = unpack_maps(maps)
     geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
@@ -78,28 +82,33 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
-                      quads: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                      words: PageWords | None = None) -> dict[str, np.ndarray]:
     """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
-    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, quads)
+    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, words)
     return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0), "maps": maps[None],
             "table": word_table(quads, theta) if len(quads) else np.zeros((0, 9), np.float32)}
 
 
-def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, quads: np.ndarray | None = None):
+def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
 
     Without cut words: the page's maps, sliced (a view where the crop lies on the page). With cut words, only
     the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them (the
     last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the page's
-    canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's)."""
+    canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's). The
+    polygons are the page's, shifted by the origin's map px (an even integer: np.around commutes with it), so
+    the redrawn words are those the page's owner map holds."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    quads = (page.legible_quads() if quads is None else quads) - np.array([ox, oy], np.float64)
+    words = page_words(page, size, map_scale, counts=False) if words is None else words
+    quads = words.quads - np.array([ox, oy], np.float64)
     maps = window(page.maps, mx, my, m, m, 0)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), quads, page.theta
-    whole = map_polygon(quads[cut], map_scale)
+    if not cut.any():
+        return maps, quads, page.theta
+    whole = words.whole[cut] - np.array([mx, my], np.int32)
     if not len(whole):
         return maps, quads, page.theta
     (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, m)
@@ -111,7 +120,7 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, 
     was_cut[np.flatnonzero(cut) + 1] = True
     hit = was_cut[region & OWNER_MASK]
     if hit.any():
-        polys = map_polygon(shrink_quads(quads), map_scale) - (x0, y0)
+        polys = words.shrunk - np.array([mx + x0, my + y0], np.int32)
         near = ~cut & np.all((polys.max(axis=1) >= 0) & (polys.min(axis=1) < (x1 - x0, y1 - y0)), axis=1)
         redrawn = np.zeros(hit.shape, MAPS_DTYPE)
         for k in np.flatnonzero(near):
@@ -120,17 +129,18 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, 
     dont_care = np.zeros(hit.shape, np.uint8)
     for poly in whole - (x0, y0):
         fill_polygon(dont_care, poly, 1)
-    dont_care &= _on_page(page, mx, my, m)[y0:y1, x0:x1]
+    _off_page(dont_care, page, mx + x0, my + y0)
     region |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
     return maps, quads, page.theta
 
 
-def _on_page(page: Page, mx: int, my: int, m: int) -> np.ndarray:
-    """uint8 (m, m): 1 on the crop's map pixels that lie on the page's canvas."""
+def _off_page(mask: np.ndarray, page: Page, x: int, y: int) -> None:
+    """Zero mask (h, w), whose [0, 0] is the page's map pixel (x, y), where it lies off the page's canvas."""
     h, w = page.maps.shape
-    on = np.zeros((m, m), np.uint8)
-    on[max(0, -my):max(0, min(m, h - my)), max(0, -mx):max(0, min(m, w - mx))] = 1
-    return on
+    mask[:max(0, -y)] = 0
+    mask[max(0, h - y):] = 0
+    mask[:, :max(0, -x)] = 0
+    mask[:, max(0, w - x):] = 0
 
 
 def crop_words(page: Page, origin, cut: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
