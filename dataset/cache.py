@@ -16,13 +16,20 @@ from torch.utils.data import Dataset
 from dataset.buffers import empty_batch
 from dataset.collate import collate
 from dataset.copier import Crops, copy_later
-from dataset.crop import PageWords, choose, crop_page, crop_page_compact, crop_words, page_words
+from dataset.crop import (
+    PageWords,
+    choose,
+    crop_page,
+    crop_page_compact,
+    crop_words,
+    page_words,
+)
 from dataset.expand import TABLE
 from preprocess.errors import CacheError
-from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.sample.page import Page
 from preprocess.sample.window import grid_step
 from preprocess.store.format import CROP, PAGE, record_spec
+from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 

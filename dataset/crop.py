@@ -15,11 +15,26 @@ from typing import NamedTuple
 import numpy as np
 
 from preprocess.sample.geometry import shrink_quads
-from preprocess.sample.page import DONT_CARE_BIT, MAPS_DTYPE, OWNER_MASK, Page, unpack_maps
-from preprocess.sample.targets import fill_geometry, fill_polygon, map_polygon, word_table
-from preprocess.sample.window import draw_crop, grid_step, page_counts, window_rng, word_boxes
-
-COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts one page keeps (int32: 16 MiB): beyond, counted per draw
+from preprocess.sample.page import (
+    DONT_CARE_BIT,
+    MAPS_DTYPE,
+    OWNER_MASK,
+    Page,
+    unpack_maps,
+)
+from preprocess.sample.targets import (
+    fill_geometry,
+    fill_polygon,
+    map_polygon,
+    word_table,
+)
+from preprocess.sample.window import (
+    CropDraw,
+    draw_crop,
+    grid_step,
+    window_rng,
+    word_boxes,
+)
 
 
 class PageWords(NamedTuple):
@@ -28,15 +43,14 @@ class PageWords(NamedTuple):
     quads: np.ndarray             # float64 (L, 4, 2) page px: legible_quads
     whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
-    counts: np.ndarray | None     # int32: window.page_counts (None: not asked for, or too many origins to keep)
+    draw: CropDraw | None         # the page's window draw (None: not asked for)
 
 
-def page_words(page: Page, size: int, map_scale: float, counts: bool = True) -> PageWords:
-    """A page's PageWords for crops of side `size` page px; counts: also the cut counts at every origin."""
+def page_words(page: Page, size: int, map_scale: float, draw: bool = True) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw."""
     boxes, quads = legible_boxes(page), page.legible_quads()
-    grid = page_counts(boxes, page.size, size, grid_step(map_scale)) if counts else None
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
-                     grid if grid is not None and grid.size <= COUNTS_CELLS_MAX else None)
+                     CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight) if draw else None)
 
 
 def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
@@ -60,11 +74,10 @@ def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, v
            words: PageWords | None = None):
     """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop); words: page_words(page,
     size, step) when the caller keeps them (the same draw, faster)."""
-    if words is None:
-        return draw_crop(window_rng(seed, epoch, name, variant), legible_boxes(page), page.size, size, step,
-                         page.weight)
-    return draw_crop(window_rng(seed, epoch, name, variant), words.boxes, page.size, size, step, page.weight,
-                     words.counts)
+    rng = window_rng(seed, epoch, name, variant)
+    if words is None or words.draw is None:
+        return draw_crop(rng, legible_boxes(page), page.size, size, step, page.weight)
+    return words.draw(rng)
 
 
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
@@ -101,7 +114,7 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, 
     the redrawn words are those the page's owner map holds."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    words = page_words(page, size, map_scale, counts=False) if words is None else words
+    words = page_words(page, size, map_scale, draw=False) if words is None else words
     quads = words.quads - np.array([ox, oy], np.float64)
     maps = window(page.maps, mx, my, m, m, 0)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care

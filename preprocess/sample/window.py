@@ -26,6 +26,7 @@ import numpy as np
 WINDOW_STREAM = 0x57494E44   # "WIND": keeps window draws apart from sample_rng's for the same key
 WEIGHT_ROUNDS = 200          # multiplicative-weights rounds
 WEIGHT_RATE = 0.5            # multiplicative-weights learning rate
+COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts CropDraw keeps per page (uint16: 8 MiB); beyond, counted per draw
 
 
 def grid_step(map_scale: float) -> int:
@@ -100,15 +101,21 @@ def _uniform(rng: np.random.Generator, region: np.ndarray) -> np.ndarray:
     return np.array([rng.integers(region[0, a], region[1, a] + 1) for a in range(2)], np.int64)
 
 
-def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int,
-                counts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(region, bool mask over it): the origins the draw for word w picks from, uniformly. counts: cut_counts
-    over all of bounds when the caller has them (page_counts), else counted over the region alone."""
+def _region(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int) -> np.ndarray:
+    """[[ix0, iy0], [ix1, iy1]]: the origins the draw for word w looks at: those holding it whole, else those
+    showing part of it, else all."""
     region = _clip(inside_span(boxes[w:w + 1], size, step)[0], bounds)
     if region is None:   # no crop holds the word: among those that show part of it
         region = _clip(overlap_span(boxes[w:w + 1], size, step)[0], bounds)
-    if region is None:
-        region = bounds
+    return bounds if region is None else region
+
+
+def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: int,
+                counts: np.ndarray | None = None, region: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(region, bool mask over it): the origins the draw for word w picks from, uniformly. counts: cut_counts
+    over all of bounds when the caller has them (page_counts), else counted over the region alone; region:
+    _region's, when the caller has it."""
+    region = _region(boxes, w, bounds, size, step) if region is None else region
     if counts is None:
         counts = cut_counts(boxes, region, size, step)
     else:
@@ -118,27 +125,35 @@ def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: 
 
 
 def page_counts(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
-    """int32 (ny, nx): cut_counts at every allowed origin of a page (origin_bounds): computed once per page, it
-    turns each later draw's count into a slice (draw_crop's counts)."""
-    return cut_counts(boxes, origin_bounds(page_size, size, step), size, step)
+    """(ny, nx): cut_counts at every allowed origin of a page (origin_bounds): computed once per page, it
+    turns each later draw's count into a slice (CropDraw). uint16 where the counts fit (a page holds fewer
+    legible words than that), so that a draw reads half as many bytes."""
+    counts = cut_counts(boxes, origin_bounds(page_size, size, step), size, step)
+    return counts.astype(np.uint16) if len(boxes) <= np.iinfo(np.uint16).max else counts
 
 
-def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int,
-                  weights: np.ndarray | None = None, counts: np.ndarray | None = None) -> np.ndarray:
-    """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
-    the origin is step times that, in page px. The word is drawn with probabilities `weights` (word_weights),
-    uniformly without them. counts: page_counts of these boxes, when the caller keeps them (same draw)."""
-    if not len(boxes):
-        return _uniform(rng, bounds)
-    if weights is None:
-        w = int(rng.integers(len(boxes)))
-    else:   # stored as float32: normalised again so that choice accepts them
-        p = np.asarray(weights, np.float64)
-        w = int(rng.choice(len(boxes), p=p / p.sum()))
-    region, ok = _candidates(boxes, w, bounds, size, step, counts)
+def _draw_probabilities(weights: np.ndarray) -> np.ndarray:
+    """Stored as float32: normalised again in float64 so that Generator.choice accepts them."""
+    p = np.asarray(weights, np.float64)
+    return p / p.sum()
+
+
+def _pick(rng: np.random.Generator, region: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Grid indices of an origin drawn uniformly among region's where ok (a mask over region)."""
     best = np.flatnonzero(ok.ravel())
     iy, ix = divmod(int(best[rng.integers(len(best))]), ok.shape[1])
     return region[0] + (ix, iy)
+
+
+def choose_window(rng: np.random.Generator, boxes: np.ndarray, bounds: np.ndarray, size: int, step: int,
+                  weights: np.ndarray | None = None) -> np.ndarray:
+    """Grid indices (ix, iy) of the crop drawn for legible word boxes (L, 4) within bounds (origin_bounds);
+    the origin is step times that, in page px. The word is drawn with probabilities `weights` (word_weights),
+    uniformly without them."""
+    if not len(boxes):
+        return _uniform(rng, bounds)
+    w = int(rng.integers(len(boxes))) if weights is None else int(rng.choice(len(boxes), p=_draw_probabilities(weights)))
+    return _pick(rng, *_candidates(boxes, w, bounds, size, step))
 
 
 def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
@@ -183,11 +198,36 @@ def word_weights(boxes: np.ndarray, page_size: tuple[int, int], size: int, step:
 
 
 def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int, int], size: int,
-              step: int, weights: np.ndarray | None = None, counts: np.ndarray | None = None
-              ) -> tuple[np.ndarray, np.ndarray]:
+              step: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
     words have boxes (L, 4) and draw weights (word_weights), and the legible words it cuts (to become don't-care).
-    counts: page_counts(boxes, page_size, size, step), kept by a caller that draws from a page again and again."""
+    CropDraw draws the same crops faster from a page drawn from again and again."""
     bounds = origin_bounds(page_size, size, step)
-    origin = choose_window(rng, boxes, bounds, size, step, weights, counts) * step
+    origin = choose_window(rng, boxes, bounds, size, step, weights) * step
     return origin, cuts_at(boxes, origin, size)
+
+
+class CropDraw:
+    """draw_crop for one page, again and again (a reader, every epoch): what no draw changes is computed once,
+    the cut counts at every origin (unless there are more than COUNTS_CELLS_MAX), each word's region and the
+    draw probabilities. The same generator calls as draw_crop, so the same crops."""
+
+    def __init__(self, boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
+                 weights: np.ndarray | None = None):
+        self.boxes, self.size, self.step = boxes, size, step
+        self.bounds = origin_bounds(page_size, size, step)
+        cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
+        self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
+        self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
+        self.p = None if weights is None else _draw_probabilities(weights)
+
+    def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(origin, cut) as draw_crop(rng, boxes, page_size, size, step, weights)."""
+        n = len(self.boxes)
+        if not n:
+            origin = _uniform(rng, self.bounds) * self.step
+        else:
+            w = int(rng.integers(n)) if self.p is None else int(rng.choice(n, p=self.p))
+            region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
+            origin = _pick(rng, region, ok) * self.step
+        return origin, cuts_at(self.boxes, origin, self.size)
