@@ -23,6 +23,7 @@ from dataset.crop import (
     crop_page_compact,
     crop_words,
     page_words,
+    words_bytes,
 )
 from dataset.expand import TABLE
 from preprocess.errors import CacheError
@@ -32,6 +33,9 @@ from preprocess.store.format import CROP, PAGE, record_spec
 from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
+
+
+PAGE_WORDS_BYTES = 256 << 20   # per process: what the pages' kept window draws (mostly cut counts) may take
 
 
 class StaleCacheError(CacheError):
@@ -64,6 +68,7 @@ class CacheDataset(Dataset):
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
         self.pin_batches = False   # page mode: batch images born pinned (set by a CUDA loader without workers)
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
+        self._words_bytes = 0
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -124,12 +129,18 @@ class CacheDataset(Dataset):
                       self.page_words(i, variant, page))
 
     def page_words(self, i: int, variant: int, page: Page) -> PageWords:
-        """Image i's page's word boxes, quads and per-origin cut counts (crop.page_words): derived once per page
-        and process, since every epoch draws from the same page."""
+        """Image i's page's word boxes, polygons and window draw (crop.page_words): derived once per page and
+        process, since every epoch draws from the same page, while they fit in PAGE_WORDS_BYTES; a page past
+        that derives what its crop needs each time (the same crop, drawn without the kept cut counts)."""
         key = self.locate(i, variant)
         words = self._words.get(key)
-        if words is None:
-            words = self._words[key] = page_words(page, self.config.input_size, self.config.map_scale)
+        if words is not None:
+            return words
+        c = self.config
+        if self._words_bytes >= PAGE_WORDS_BYTES:
+            return page_words(page, c.input_size, c.map_scale, draw=False)
+        words = self._words[key] = page_words(page, c.input_size, c.map_scale)
+        self._words_bytes += words_bytes(words)
         return words
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:

@@ -65,6 +65,14 @@ def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
     return out
 
 
+def words_bytes(words: PageWords) -> int:
+    """Bytes a PageWords holds (its arrays; a CropDraw's counts)."""
+    arrays = [words.boxes, words.quads, words.whole, words.shrunk]
+    if words.draw is not None and words.draw.counts is not None:
+        arrays.append(words.draw.counts)
+    return sum(a.nbytes for a in arrays)
+
+
 def legible_boxes(page: Page) -> np.ndarray:
     """float64 (L, 4) boxes of the page's legible words, in owner order."""
     return word_boxes(page.points, page.offsets)[page.care > 0]

@@ -11,6 +11,7 @@ from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate, make_sampler
+from dataset import cache as cache_module
 from dataset.crop import choose, crop_page
 from dataset.expand import expand_batch
 from preprocess.ingest.ufo import load_splits
@@ -18,7 +19,6 @@ from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step
 from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
-
 
 
 def build(data, out, **over):
@@ -149,3 +149,20 @@ def test_a_batch_of_crops_holds_its_items_images_in_one_tensor(cache):
         assert set(batch) == set(one_by_one)
         for k, v in one_by_one.items():
             assert torch.equal(batch[k], v), (compact, k)
+
+
+def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
+    """A reader keeps each page's window draw while PAGE_WORDS_BYTES lasts; past it, the same crops."""
+    def items(ds):
+        out = []
+        for epoch in (1, 7):
+            ds.set_epoch(epoch)
+            out += [ds[i] for i in range(len(ds))]
+        return out
+    kept = CacheDataset(cache, compact=True)
+    want = items(kept)
+    monkeypatch.setattr(cache_module, "PAGE_WORDS_BYTES", 0)
+    fresh = CacheDataset(cache, compact=True)
+    for a, b in zip(want, items(fresh), strict=True):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert kept._words and not fresh._words
