@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from dataset.buffers import empty_batch
 from dataset.collate import collate
-from dataset.copier import Crops, copy_later
 from dataset.crop import (
     PageWords,
     choose,
@@ -66,7 +64,6 @@ class CacheDataset(Dataset):
         self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
                            else self.item_dtype.itemsize)
         self._thetas: dict[tuple[int, int], np.ndarray] = {}
-        self.pin_batches = False   # page mode: batch images born pinned (set by a CUDA loader without workers)
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0
         self.layout = self.manifest.layout
@@ -148,28 +145,13 @@ class CacheDataset(Dataset):
         strategy under BlockSampler), the list also carries them as one slice, which collate copies in one
         read per field; any other collate sees a plain list of items."""
         if self.pages:   # every crop is computed anew: no rows to copy in one read
-            return self._crops(indices)
+            return [self[i] for i in indices]
         where = [self.locate(i, self.variant(i)) for i in indices]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
             rows = self.file_records(f0)[r0:r0 + len(indices)]
             return Rows([{k: rec[k] for k in self.fields} for rec in rows], rows)
         return [self[i] for i in indices]
-
-    def _crops(self, indices: list[int]) -> Crops:
-        """Page-mode items whose images are copied, by the copy thread (dataset/copier.py), into one batch
-        tensor while this thread cuts the next crops; pinned when self.pin_batches (train.py on CUDA)."""
-        size = self.config.input_size
-        images = empty_batch((len(indices), 3, size, size), np.uint8, self.pin_batches)
-        dst, copies, items = images.numpy(), [], []
-        for j, i in enumerate(indices):
-            item = self[i]
-            copies.append(copy_later(dst[j], item["image"]))
-            item["image"] = dst[j]
-            items.append(item)
-        for c in copies:
-            c.result()
-        return Crops(items, images)
 
     def quads(self, i: int, variant: int | None = None):
         """(points (P,2) float32, offsets (N+1,) int64, care (N,) uint8) of a sample's words, in crop pixels."""
@@ -230,4 +212,4 @@ def _raise_if_stale(cache_dir: Path, manifest: Manifest) -> None:
                               f"or pass --rebuild to train.py")
 
 
-__all__ = ["CacheDataset", "Crops", "Rows", "StaleCacheError", "collate"]
+__all__ = ["CacheDataset", "Rows", "StaleCacheError", "collate"]

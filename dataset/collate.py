@@ -13,8 +13,7 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
     pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
     non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed. Items are dicts
     of arrays by field name; a batch of adjacent rows (CacheDataset.__getitems__) also carries them as one
-    structured slice, copied in one read per field; page-mode crops (dataset/copier.py Crops) carry their images
-    already in one batch tensor, taken as it is."""
+    structured slice, copied in one read per field."""
     rows = getattr(batch, "rows", batch)
     if isinstance(rows, np.ndarray):
         out = {}
@@ -24,16 +23,9 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
             np.copyto(t.numpy(), src)
             out[k] = t
         return out
-    images = getattr(batch, "images", None)   # page-mode crops already copied into one batch tensor (Crops)
-    out = {}
-    for k, v in batch[0].items():
-        if k == TABLE:
-            continue
-        if k == "image" and images is not None and (not pin or images.is_pinned()):
-            out[k] = images
-            continue
-        out[k] = empty_batch((len(batch), *v.shape), v.dtype, pin)
-        dst = out[k].numpy()
+    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k != TABLE}
+    for k, t in out.items():
+        dst = t.numpy()
         for j, item in enumerate(batch):
             dst[j] = item[k]
     if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows

@@ -66,7 +66,6 @@ def make_loader(ds: CacheDataset, cfg: TrainConfig, rt: Runtime, train: bool) ->
     # seeded by (seed, epoch) and split over the ranks: one code path, reproducible resumes
     sampler = EpochSampler(make_sampler(ds, cfg.batch_size, train, cfg.seed, rt.rank, rt.world))
     cuda, workers = rt.device.type == "cuda", cfg.workers
-    ds.pin_batches = cuda and workers == 0   # page mode: crops' images are copied into the batch as they are cut
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
     # Its own generator: DataLoader draws a seed from it at every iter(), which from the global one would shift

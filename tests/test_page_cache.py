@@ -136,21 +136,6 @@ def test_compact_items_expand_to_the_full_items(cache):
         assert torch.equal(got["geo"].half(), want["geo"])
 
 
-def test_a_batch_of_crops_holds_its_items_images_in_one_tensor(cache):
-    """__getitems__ copies the crops' images into one batch tensor (on a copy thread) that collate hands on
-    uncopied; the batch equals one collated from the items read one by one."""
-    for compact in (False, True):
-        ds = CacheDataset(cache, compact=compact)
-        ds.set_epoch(4)
-        idx = [3, 0, 2]
-        items = ds.__getitems__(idx)
-        batch, one_by_one = collate(items), collate([ds[i] for i in idx])
-        assert batch["image"] is items.images
-        assert set(batch) == set(one_by_one)
-        for k, v in one_by_one.items():
-            assert torch.equal(batch[k], v), (compact, k)
-
-
 def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
     """A reader keeps each page's window draw while PAGE_WORDS_BYTES lasts; past it, the same crops."""
     def items(ds):
