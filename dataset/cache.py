@@ -63,7 +63,7 @@ class CacheDataset(Dataset):
         # bytes an item delivers (a compact crop: its image and maps; its word table is a few hundred more)
         self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
                            else self.item_dtype.itemsize)
-        self._thetas: dict[tuple[int, int], np.ndarray] = {}
+        self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0
         self.layout = self.manifest.layout
@@ -106,15 +106,22 @@ class CacheDataset(Dataset):
         return {k: rec[k] for k in self.fields}
 
     def page(self, i: int, variant: int) -> Page:
-        """Image i's page at a variant (page-mode caches): views of its record, its words from the sidecar."""
+        """Image i's page at a variant (page-mode caches): views of its record, its words from the sidecar; kept
+        per page in this process where they are views of a memory map or of a file read whole (they cost nothing,
+        making them again does), not where a format's reader returns a copy."""
         f, r = self.locate(i, variant)
+        if self._pid != os.getpid():   # forked: the kept views are of the parent's maps
+            self._pages = {}
+        page = self._pages.get((f, r))
+        if page is not None:
+            return page
         rec = self.file_records(f)[r]
         points, offsets, care = row_quads(self._sidecar(f), r)
         weight = row_words(self._sidecar(f), r)["weight"][care > 0]
-        theta = self._thetas.get((f, r))
         page = Page.from_fields(rec["image"], rec["maps"], rec["size"], points, offsets, care, weight,
-                                self.config.map_scale, theta)
-        self._thetas[(f, r)] = page.theta
+                                self.config.map_scale)
+        if isinstance(self._records[f], np.ndarray):
+            self._pages[(f, r)] = page
         return page
 
     def crop_origin(self, i: int, variant: int, page: Page | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -189,6 +196,7 @@ class CacheDataset(Dataset):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_records"], state["_quads"] = self._closed(), {}
+        state["_pages"], state["_words"], state["_words_bytes"] = {}, {}, 0   # made again by whoever reads
         return state
 
     def _closed(self) -> list:
