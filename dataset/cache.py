@@ -32,7 +32,6 @@ from preprocess.store.manifest import Manifest, data_path, update_command
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 
-
 PAGE_WORDS_BYTES = 256 << 20   # per process: what the pages' kept window draws (mostly cut counts) may take
 
 

@@ -82,7 +82,7 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
         boxes, page_size, weights = pages[i][v]
         if (i, v) not in draws:
             draws[(i, v)] = CropDraw(boxes, page_size, size, step, weights)
-        origin, cut = draws[(i, v)](window_rng(seed, e, names[i], v))
+        origin, _ = draws[(i, v)](window_rng(seed, e, names[i], v))
         return (v, *origin.tolist()), whole_in(boxes, origin, size)
     return whole
 
