@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import make_tiny_cache, small_config  # noqa: F401  (small_config: re-exported)
+from helpers import make_tiny_cache
 
 from preprocess.tools.sampledata import write_sample_dataset
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from helpers import small_config
 from torch import nn
 
 from dataset import CacheDataset, collate
@@ -90,14 +90,15 @@ def test_training_logs_detection_metrics_every_n_epochs(run):
     assert f"hmean {second['hmean']:.4f}" in printed.splitlines()[-2]  # the second epoch's summary
 
 
-def test_eval_only_reproduces_the_last_epoch(run, cache, tmp_path):
+def test_eval_only_names_the_checkpoints_epoch_and_images(run, cache, tmp_path):
+    """Bookkeeping only: this short run's model detects nothing, so its metrics are 0 either way. That --eval-only
+    reproduces a logged figure is checked with a model that detects words, on full pages, in
+    test_validate.py::test_eval_only_reproduces_the_logged_full_page_figure."""
     out, _ = run
     printed = main("--eval-only", "--checkpoint", str(out / "latest.pt"), "--val-cache", str(cache),
                    "--out", str(tmp_path), "--workers", "0")
     (record,) = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
-    last = epochs_of(out)[-1]
     assert record["epoch"] == 2 and record["images"] == 5
-    assert {k: record[k] for k in METRICS} == {k: last[k] for k in METRICS}
     assert "latest.pt (epoch 2)" in printed and f"hmean {record['hmean']:.4f}" in printed
 
 

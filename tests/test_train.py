@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
-from helpers import REPO, epochs_of, make_tiny_cache, read_log, train_run
+from helpers import REPO, epochs_of, make_tiny_cache, read_log, small_config, train_run
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
