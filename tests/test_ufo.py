@@ -247,7 +247,7 @@ def test_ingest_does_not_decode_images(tmp_path, monkeypatch):
 
 def test_load_splits_merges_data_dirs_sorted_by_name(tmp_path):
     one = write_set(tmp_path / "one", images={"b.jpg": {"img_w": 9, "img_h": 9, "words": {}}})
-    two = write_set(tmp_path / "two", images={"a.jpg": {"img_w": 9, "img_h": 9, "words": {"1": word()}}},
+    two = write_set(tmp_path / "two", images={"a.jpg": {"img_w": 60, "img_h": 40, "words": {"1": word()}}},
                     layout="img")
     records, s = load_splits([one, two], "train", BuildConfig())
     assert [r.name for r in records] == ["a.jpg", "b.jpg"] and (s.images, s.words) == (2, 1)

@@ -13,13 +13,22 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
 
 from preprocess.errors import DataError
+from preprocess.ingest.files import NotAllowed, open_regular
+
+# Pixels a decode may produce (after a JPEG's DCT reduction): ~0.3 GB of RGB plus PIL's intermediates per worker.
+# A 100-byte PNG can declare 3.6 Gpx; the header is checked before any pixel is decoded. PIL's own check looks
+# at the stored size, which refuses a 200 Mpx phone JPEG that DCT scaling decodes at 3 Mpx, so it is off.
+MAX_DECODED_PIXELS = 100_000_000
+Image.MAX_IMAGE_PIXELS = None
+# The value ranges a float or 32-bit grayscale image may use, and the 8-bit scale of each: the smallest that
+# holds the pixels is taken (a float page in [0, 1] would otherwise decode all black).
+HIGH_DEPTH_RANGES = ((1.0, 255.0), (255.0, 1.0), (65535.0, 1 / 257))
 
 ORIENTATION_TAG = 0x0112
 # EXIF orientation -> the transpose that shows the stored pixels upright (EXIF 2.3, tag 0x0112).
@@ -68,20 +77,25 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
     An EXIF-turned image comes back as a view (see contiguous_source).
     """
     try:
-        with Image.open(path) as im:
+        with open_regular(path) as f, Image.open(f) as im:
+            jpeg = im.format in _JPEG_FORMATS
+            if not jpeg:   # before _orientation, which decodes a PNG to look for EXIF after its pixels
+                _check_pixels(path, im.size)
             orientation = _orientation(im)
             apply, warning = _match_frame(path, im.size, orientation, frame_w, frame_h)
             swapped = apply and orientation in _SWAPS_AXES
-            jpeg = im.format in _JPEG_FORMATS
             reduction = _reduction(im.size, swapped, frame_w, frame_h, scale) if jpeg else 1
+            _check_pixels(path, (math.ceil(im.size[0] / reduction), math.ceil(im.size[1] / reduction)))
             fast = jpeg and im.mode in _FAST_MODES and _opencv() is not None
-            image = _fast_decode(Path(path).read_bytes(), reduction) if fast else None
+            image = _fast_decode(_all_bytes(f), reduction) if fast else None
             if image is None:   # PIL decodes it, or says why it cannot
                 if reduction > 1:
                     im.draft("RGB", (im.size[0] // reduction, im.size[1] // reduction))
-                image = np.asarray(_to_rgb(im))
+                image = np.asarray(_to_rgb(path, im))
         if apply:
             image = _UPRIGHT_VIEW[orientation](image)
+    except DataError:
+        raise
     except _DECODE_ERRORS as e:
         raise _unreadable(path, e) from None
     return Decoded(image, image.shape[1] / frame_w, image.shape[0] / frame_h, apply, warning)
@@ -108,7 +122,9 @@ def oriented_size(path) -> tuple[int, int, bool]:
     """(width, height) as EXIF orientation says to show the image, and whether an orientation
     other than 'upright' applies. Reads the header only."""
     try:
-        with Image.open(path) as im:
+        with open_regular(path) as f, Image.open(f) as im:
+            if im.format not in _JPEG_FORMATS:   # _orientation decodes a PNG: not one that declares gigapixels
+                _check_pixels(path, im.size)
             (w, h), orientation = im.size, _orientation(im)
     except _DECODE_ERRORS as e:
         raise _unreadable(path, e) from None
@@ -116,8 +132,25 @@ def oriented_size(path) -> tuple[int, int, bool]:
 
 
 def _unreadable(path, e: Exception) -> DataError:
+    if isinstance(e, NotAllowed):
+        return DataError(f"{path}: refused: {e}; replace it with an image file, or pass --skip-bad to leave it out")
     return DataError(f"{path}: cannot read the image ({type(e).__name__}: {e}); replace the file, "
                      f"or pass --skip-bad to leave it out")
+
+
+def _check_pixels(path, size: tuple[int, int]) -> None:
+    w, h = size
+    if w * h > MAX_DECODED_PIXELS:
+        raise DataError(f"{path}: the image header declares {w}x{h} = {w * h / 1e6:.0f} Mpx, more than the "
+                        f"{MAX_DECODED_PIXELS / 1e6:.0f} Mpx one decode may produce (about {3 * w * h / 2**30:.1f} GiB "
+                        f"per worker); downscale it (a JPEG is decoded reduced when the image size allows), or pass "
+                        f"--skip-bad to leave it out")
+
+
+def _all_bytes(f) -> bytes:
+    """The whole file, from the handle already checked to be a regular file (not the path again)."""
+    f.seek(0)
+    return f.read()
 
 
 def _orientation(im: Image.Image) -> int:
@@ -173,9 +206,25 @@ def _fast_decode(data: bytes, reduction: int) -> np.ndarray | None:
         return None
 
 
-def _to_rgb(im: Image.Image) -> Image.Image:
-    if im.mode in ("I", "I;16", "I;16L", "I;16B"):
-        # 16-bit grayscale: PIL's convert clips to 255 instead of rescaling.
-        gray = (np.clip(np.asarray(im), 0, 65535).astype(np.uint32) >> 8).astype(np.uint8)
-        return Image.fromarray(np.repeat(gray[..., None], 3, axis=2))
-    return im if im.mode == "RGB" else im.convert("RGB")
+def _to_rgb(path, im: Image.Image) -> Image.Image:
+    """RGB; PIL's convert clips deeper grayscale to 255 instead of rescaling it, so those are scaled here."""
+    if im.mode in ("I;16", "I;16L", "I;16B"):
+        gray = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+    elif im.mode in ("I", "F"):   # 32-bit integer or float: no nominal range, so the data's own is used
+        gray = _high_depth_gray(path, np.asarray(im))
+    else:
+        return im if im.mode == "RGB" else im.convert("RGB")
+    return Image.fromarray(np.repeat(gray[..., None], 3, axis=2))
+
+
+def _high_depth_gray(path, a: np.ndarray) -> np.ndarray:
+    """8-bit gray of a float or 32-bit image, scaled from the smallest of HIGH_DEPTH_RANGES that holds it."""
+    a = a.astype(np.float64)
+    lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if np.isfinite(lo) and np.isfinite(hi) and lo >= 0:
+        for top, scale in HIGH_DEPTH_RANGES:
+            if hi <= top:
+                return np.clip(np.rint(a * scale), 0, 255).astype(np.uint8)
+    raise DataError(f"{path}: a float or 32-bit grayscale image with values from {lo:g} to {hi:g}; only [0, 1], "
+                    f"[0, 255] and [0, 65535] have a known meaning. Convert it to 8-bit, or pass --skip-bad to "
+                    f"leave it out")

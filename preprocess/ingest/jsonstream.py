@@ -5,7 +5,9 @@ the file's size, all of it held by the build's parent process. `members(f, "imag
 piece at a time and decodes one image entry at a time with `json.JSONDecoder.raw_decode` (the same
 C scanner), so the memory held is one piece of text plus the entry being decoded.
 
-Errors carry the line and column in the whole file, as `json.JSONDecodeError` does.
+Errors carry the line and column in the whole file, as `json.JSONDecodeError` does. JSON lets an object
+name a key twice and the decoder keeps the last; an object that does is decoded as a `Duplicates` dict that
+lists those keys, so that the caller can refuse it instead of merging silently.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from collections.abc import Iterator
 from typing import TextIO
 
 CHUNK = 1 << 18                          # characters read at a time
-_DECODER = json.JSONDecoder()
 _NOT_SPACE = re.compile(r"[^ \t\n\r]")   # JSON's whitespace is these four characters only
 _NUMBER_TAIL = re.compile(r"[0-9eE.+-]*")  # what may still follow a decoded number's prefix
 
@@ -28,6 +29,33 @@ class JSONError(ValueError):
 
 class NotAnObject(ValueError):
     """Valid JSON, but the top level is not an object or `key` does not hold one."""
+
+
+class Duplicates(dict):
+    """An object that named some keys more than once: the last value of each, as json.loads gives."""
+    __slots__ = ("keys_repeated",)
+
+
+def _object(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) == len(pairs):
+        return d
+    seen, repeated = set(), []
+    for k, _ in pairs:
+        if k in seen and k not in repeated:
+            repeated.append(k)
+        seen.add(k)
+    d = Duplicates(d)
+    d.keys_repeated = repeated
+    return d
+
+
+def repeated_keys(obj) -> list[str]:
+    """The keys an object decoded by this module named more than once, in file order; [] for anything else."""
+    return obj.keys_repeated if isinstance(obj, Duplicates) else []
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
 
 
 class _Text:
@@ -80,6 +108,9 @@ class _Text:
                 if self.more():   # perhaps only cut off by the end of the piece
                     continue
                 raise self.error(e.pos, e.msg) from None
+            except RecursionError:   # the C scanner recurses once per level of nesting
+                raise self.error(self.pos, "arrays or objects nested more deeply than the decoder can follow "
+                                           "(a UFO entry needs 5 levels)") from None
             if type(v) in (int, float) and _NUMBER_TAIL.fullmatch(self.buf, end) and self.more():
                 continue   # "12" then "3.5" in the next piece: the number was cut, not ended
             self.pos = end

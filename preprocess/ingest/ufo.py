@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -14,6 +14,7 @@ import numpy as np
 from preprocess.config import BuildConfig
 from preprocess.errors import DataError
 from preprocess.ingest import jsonstream
+from preprocess.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from preprocess.ingest.imageio import oriented_size
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
@@ -23,6 +24,11 @@ IGNORE_TAG = 2      # carries one of BuildConfig.ignore_tags
 NOT_QUAD = 3        # polygon with other than 4 points (and fit_polygons is off)
 SMALL = 4           # area under BuildConfig.min_area
 REASONS = {CARE: "legible", ILLEGIBLE: "illegible", IGNORE_TAG: "ignore tag", NOT_QUAD: "not a quad", SMALL: "small"}
+
+# A word with a point farther outside its frame than this many frame widths (heights) is not a word of this
+# image: a typo or a unit mix-up (1e30 would otherwise count as a legible word covering every crop).
+FAR_OUTSIDE = 1.0
+MAX_FRAME_SIDE = 1 << 17   # px; an img_w or img_h above this is no page or photo, but a mistake
 
 
 @dataclass(frozen=True)
@@ -48,9 +54,13 @@ def find_split(data_dir, split: str) -> tuple[Path, Path]:
     """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/."""
     data_dir = Path(data_dir)
     json_path = data_dir / "ufo" / f"{split}.json"
-    if not json_path.is_file():
+    try:
+        regular_stat(json_path)
+    except NotAllowed as e:
+        raise DataError(f"{json_path}: {e}; the UFO file must be a regular file") from None
+    except OSError:
         raise DataError(f"{json_path}: UFO file not found; pass the dataset root that holds ufo/{split}.json, "
-                        f"or choose another --split")
+                        f"or choose another --split") from None
     tried = (data_dir / "images", data_dir / "img" / split)
     for folder in tried:
         if folder.is_dir():
@@ -71,6 +81,7 @@ class IngestSummary:
     fitted: int = 0                 # 5+ point polygons replaced by their minimum-area rectangle
     dropped_degenerate: int = 0     # area under drop_area, or fewer than 3 points
     dropped_invalid: int = 0        # NaN / inf / non-numeric / malformed points
+    dropped_far: int = 0            # a point more than FAR_OUTSIDE frame sizes outside the frame
     exif_applied: int = 0           # ingest: frame sizes read from an EXIF-transposed header; a build
                                     # replaces it with the images whose decode applied the orientation
     bad: list[tuple[str, str]] = field(default_factory=list)   # (image name, reason), skipped with skip_bad
@@ -141,7 +152,7 @@ def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> 
 def _read_images(json_path: Path) -> Iterator[tuple[str, object]]:
     """(image name, entry) of each member of the file's "images" object, in file order."""
     try:
-        with open(json_path, encoding="utf-8-sig") as f:
+        with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
             yield from jsonstream.members(f, "images")
     except jsonstream.JSONError as e:
         raise DataError(f"{json_path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file there") from None
@@ -150,6 +161,8 @@ def _read_images(json_path: Path) -> Iterator[tuple[str, object]]:
                         f'{{"images": {{"file_name": {{"img_w": ..., "img_h": ..., "words": {{...}}}}}}}}') from None
     except UnicodeDecodeError:
         raise DataError(f"{json_path}: not UTF-8 text ({_decode_error(json_path)}); save it as UTF-8") from None
+    except NotAllowed as e:
+        raise DataError(f"{json_path}: {e}; the UFO file must be a regular file") from None
     except OSError as e:
         raise DataError(f"{json_path}: cannot read the file ({e.strerror}); check the path and its permissions") from None
 
@@ -165,27 +178,51 @@ def _decode_error(json_path: Path) -> str:
 
 def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig, summary: IngestSummary) -> ImageRecord:
     where = f"{json_path}: image {name!r}"
+    path = _image_file(image_dir, name, where)
     if not isinstance(entry, dict):
         raise DataError(f"{where}: the entry is not an object; fix it, or pass --skip-bad to leave the image out")
-    path = image_dir / name
-    try:
-        os.stat(path)
-    except OSError:
-        raise DataError(f"{where}: image file not found at {path}; fix the image folder or the file name, "
-                        f"or pass --skip-bad to leave the image out") from None
     words = entry.get("words") or {}
     if not isinstance(words, dict):
         raise DataError(f'{where}: "words" is not an object keyed by word id; fix it, or pass --skip-bad')
+    _refuse_repeated_keys(entry, words, where)
     width, height = _frame_size(entry, path, where, summary)
     # Word order follows the ids, not the JSON key order, so the record depends only on what the
     # fingerprint (sorted keys) sees.
-    kept = [_word(words[k], k, where, cfg, summary) for k in sorted(words, key=_id_key)]
+    kept = [_word(words[k], k, where, (width, height), cfg, summary) for k in sorted(words, key=_id_key)]
     kept = [k for k in kept if k is not None]
     points = np.array([xy for p, _ in kept for xy in p], np.float32).reshape(-1, 2)
     return ImageRecord(name=name, path=str(path), source=str(json_path), width=width, height=height,
                        points=points,
                        offsets=np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
-                       reason=np.array([r for _, r in kept], np.uint8), fingerprint=_fingerprint(entry))
+                       reason=np.array([r for _, r in kept], np.uint8), fingerprint=_fingerprint(entry, where))
+
+
+def _image_file(image_dir: Path, name: str, where: str) -> Path:
+    """The image's path, after the name is found to stay in the image folder and the file to be a regular one
+    (files.py says why and how links are treated); nothing is opened."""
+    try:
+        path = contained(image_dir, name)
+        regular_stat(path)
+    except NotAllowed as e:
+        raise DataError(f"{where}: refused: {e}; fix the name in the UFO file, or pass --skip-bad to leave the "
+                        f"image out") from None
+    except OSError:
+        raise DataError(f"{where}: image file not found at {str(path)!r}; fix the image folder or the file name, "
+                        f"or pass --skip-bad to leave the image out") from None
+    return path
+
+
+def _refuse_repeated_keys(entry: dict, words: dict, where: str) -> None:
+    """JSON decoders keep the last of two equal keys: two words with one id would be merged without a word."""
+    twice = jsonstream.repeated_keys(words)
+    if twice:
+        raise DataError(f'{where}: word id(s) {", ".join(map(repr, twice))} appear more than once in "words"; '
+                        f"give each word its own id, or pass --skip-bad to leave the image out")
+    for owner, obj in [("the entry", entry)] + [(f"word {k!r}", w) for k, w in words.items()]:
+        twice = jsonstream.repeated_keys(obj)
+        if twice:
+            raise DataError(f"{where}: {owner} names key(s) {', '.join(map(repr, twice))} more than once; keep one "
+                            f"of each, or pass --skip-bad to leave the image out")
 
 
 def _frame_size(entry: dict, path: Path, where: str, summary: IngestSummary) -> tuple[int, int]:
@@ -195,9 +232,9 @@ def _frame_size(entry: dict, path: Path, where: str, summary: IngestSummary) -> 
         summary.exif_applied += transposed
         summary.warnings.append(f"{where}: no img_w/img_h; using the image header's size {w}x{h}")
         return w, h
-    if not (_positive_int(w) and _positive_int(h)):
-        raise DataError(f"{where}: img_w/img_h ({w!r}, {h!r}) must be positive integers; fix them, "
-                        f"or delete both to read the size from the image")
+    if not (_positive_int(w) and _positive_int(h)) or max(w, h) > MAX_FRAME_SIDE:
+        raise DataError(f"{where}: img_w/img_h ({w!r}, {h!r}) must be positive integers up to {MAX_FRAME_SIDE}; "
+                        f"fix them, or delete both to read the size from the image")
     return int(w), int(h)
 
 
@@ -211,18 +248,27 @@ def _id_key(word_id: str):
     return (0, int(word_id), word_id) if numeric else (1, 0, word_id)
 
 
-def _fingerprint(entry: dict) -> str:
-    blob = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _fingerprint(entry: dict, where: str) -> str:
+    try:
+        blob = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:   # decodable, but too deep to encode again from this depth of the stack
+        raise DataError(f"{where}: the entry nests arrays or objects hundreds of levels deep; a UFO entry needs 5. "
+                        f"Fix it, or pass --skip-bad to leave the image out") from None
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSummary):
+def _word(word, word_id: str, where: str, frame: tuple[int, int], cfg: BuildConfig, summary: IngestSummary):
     """(points [(x, y), ...] clockwise, reason) of one UFO word, or None when the word is dropped."""
     points = _coords(word.get("points")) if isinstance(word, dict) else None
     if points is None:
         summary.dropped_invalid += 1
         summary.warnings.append(f"{where}, word {word_id!r}: points missing, malformed, non-numeric or not finite; "
                                 f"word dropped")
+        return None
+    if _far_outside(points, *frame):
+        summary.dropped_far += 1
+        summary.warnings.append(f"{where}, word {word_id!r}: a point lies more than {FAR_OUTSIDE:g} frame size(s) "
+                                f"outside the {frame[0]}x{frame[1]} frame; word dropped")
         return None
     signed = _signed_area(points)
     if len(points) < 3 or abs(signed) < cfg.drop_area:
@@ -238,10 +284,15 @@ def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSumma
     return points, reason
 
 
+def _far_outside(points: list, w: int, h: int) -> bool:
+    return any(not (-FAR_OUTSIDE * w <= x <= (1 + FAR_OUTSIDE) * w and -FAR_OUTSIDE * h <= y <= (1 + FAR_OUTSIDE) * h)
+               for x, y in points)
+
+
 def _reason(word: dict, n_points: int, area: float, cfg: BuildConfig) -> int:
     """The first rule that applies, in the order ILLEGIBLE, IGNORE_TAG, NOT_QUAD, SMALL."""
-    tags = word.get("tags") or ()
-    tags = (tags,) if isinstance(tags, str) else tags
+    tags = word.get("tags")
+    tags = (tags,) if isinstance(tags, str) else tags if isinstance(tags, list) else ()
     if _flag(word.get("illegibility")):
         return ILLEGIBLE
     if any(t in cfg.ignore_tags for t in tags if isinstance(t, str)):
