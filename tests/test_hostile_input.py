@@ -68,7 +68,8 @@ def test_a_name_that_leaves_the_image_folder_is_refused_before_any_stat(tmp_path
     assert not any("secret" in p or "proc" in p or "passwd" in p for p in seen), "nothing outside was even stat'ed"
 
 
-@pytest.mark.parametrize("name, why", [("a\0.jpg", "NUL"), ("\ud800.jpg", "lone surrogate"), ("", "empty")])
+@pytest.mark.parametrize("name, why", [("a\0.jpg", "U\\+0000"), ("a\n.jpg", "U\\+000A"), ("\x1b[2Ja.jpg", "U\\+001B"),
+                                       ("\ud800.jpg", "lone surrogate"), ("", "empty")])
 def test_names_no_file_can_have_are_refused_naming_the_entry(tmp_path, name, why):
     root = write_ufo(tmp_path / "d", {name: entry(), "a.jpg": entry()})
     with pytest.raises(DataError, match=why) as e:
@@ -230,3 +231,10 @@ def test_the_pixel_limit_applies_to_the_reduced_jpeg_decode(tmp_path, monkeypatc
     assert decode_image(tmp_path / "big.jpg", 800, 800, scale=0.2).image.shape == (200, 200, 3)
     with pytest.raises(DataError, match="Mpx one decode may produce"):
         decode_image(tmp_path / "big.jpg", 800, 800, scale=1.0)
+
+
+@pytest.mark.parametrize("split", ["../../outside/x", "/etc/passwd", "..", "", "a\0b"])
+def test_a_split_that_is_not_a_plain_name_is_refused(tmp_path, split):
+    root = write_ufo(tmp_path / "d", {"a.jpg": entry()})
+    with pytest.raises(DataError, match="a split is a plain name"):
+        load_splits([root], split, BuildConfig())

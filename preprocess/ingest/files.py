@@ -2,8 +2,8 @@
 
 A UFO file is data, often made by someone else, and its image names are paths relative to the image
 folder. A name is refused, before anything is opened, unless it is a relative path of plain parts: not
-absolute, no "..", no NUL, nothing that cannot be a file name in UTF-8. ".." is refused even where the
-path it spells stays inside, because the kernel resolves "link/.." through the link's target.
+absolute, no "..", no control character (NUL, newline, escape), nothing that is not UTF-8. ".." is refused
+even where the path it spells stays inside: the kernel resolves "link/.." through the link's target.
 
 Symlinks are the user's doing, not the annotation file's: people assemble data sets from links (an image
 folder that is a link, images linked from another disk), so a link inside the image folder is followed
@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
@@ -29,8 +30,9 @@ def name_problem(name: str) -> str | None:
     """Why `name` cannot be a path inside the image folder, or None when it can."""
     if not isinstance(name, str) or not name:
         return "the name is empty"
-    if "\0" in name:
-        return "the name holds a NUL character"
+    control = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if control is not None:   # NUL can name no file; a newline or an escape would garble every message naming it
+        return f"the name holds a control character (U+{ord(control):04X})"
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

@@ -53,6 +53,8 @@ class ImageRecord:
 def find_split(data_dir, split: str) -> tuple[Path, Path]:
     """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/."""
     data_dir = Path(data_dir)
+    if not split or "/" in split or "\0" in split or split.startswith("."):
+        raise DataError(f"--split {split!r}: a split is a plain name such as train or val (it names ufo/SPLIT.json)")
     json_path = data_dir / "ufo" / f"{split}.json"
     try:
         regular_stat(json_path)
