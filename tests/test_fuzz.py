@@ -169,3 +169,160 @@ def test_a_foreign_manifest_in_out_survives_a_build(world, capsys, content):
     rc = cli_main(["build", "--data", str(data), "--out", str(out), *FLAGS])
     check_answer(rc, capsys.readouterr().err, "no build of this tool wrote")
     assert (out / "manifest.json").read_text() == content and (out / USERS).read_text() == "mine"
+
+
+# ---- damaged caches: read by the Dataset, checked by verify, repaired by build, refused by train.py ----
+
+@pytest.fixture(scope="module")
+def built(pristine, tmp_path_factory) -> Path:
+    """A cache of the pristine set (npy, whole strategy), built once and copied per case."""
+    out = tmp_path_factory.mktemp("built") / "cache"
+    assert cli_main(["build", "--data", str(pristine), "--out", str(out), *FLAGS]) == 0
+    return out
+
+
+def manifest_of(cache: Path) -> dict:
+    return json.loads((cache / "manifest.json").read_text())
+
+
+def edit_manifest(cache: Path, change) -> None:
+    m = manifest_of(cache)
+    change(m)
+    (cache / "manifest.json").write_text(json.dumps(m))
+
+
+def first_file(cache: Path) -> Path:
+    return cache / "data" / manifest_of(cache)["files"][0]["name"]
+
+
+def sidecar(cache: Path) -> Path:
+    f = first_file(cache)
+    return f.with_name(f.stem + ".quads.npz")
+
+
+def patch_header(path: Path, old: bytes, new: bytes) -> None:
+    """Replace bytes in an npy header, keeping its length (so only the header lies)."""
+    data = bytearray(path.read_bytes())
+    head = bytes(data[:256])
+    assert old in head and len(old) == len(new), (old, head)
+    at = head.index(old)
+    data[at:at + len(old)] = new
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path, fraction: float) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(int(path.stat().st_size * fraction))
+
+
+def _set_file_name(m: dict, name: str) -> None:
+    m["files"][0]["name"] = name
+
+
+# case -> (damage(cache, secret), what the error must name; "FILE" stands for the first data file's name,
+# "SIDECAR" for its sidecar's)
+DAMAGE = {
+    "data file missing": (lambda c, s: first_file(c).unlink(), "FILE"),
+    "data file truncated": (lambda c, s: truncate(first_file(c), 0.6), "FILE"),
+    "data file empty": (lambda c, s: truncate(first_file(c), 0), "FILE"),
+    "header byte order flipped": (lambda c, s: patch_header(first_file(c), b"'<f2'", b"'>f2'"), "FILE"),
+    "header garbage": (lambda c, s: patch_header(first_file(c), b"'descr'", b"garbage"), "FILE"),
+    "header shape": (lambda c, s: patch_header(first_file(c), b"'shape': (3,)", b"'shape': (9,)"), "FILE"),
+    "data file is a link outside": (lambda c, s: (first_file(c).unlink(), first_file(c).symlink_to(s)), "FILE"),
+    "sidecar missing": (lambda c, s: sidecar(c).unlink(), "SIDECAR"),
+    "sidecar truncated": (lambda c, s: truncate(sidecar(c), 0.5), "SIDECAR"),
+    "sidecar garbage": (lambda c, s: sidecar(c).write_bytes(b"PK\x03\x04 not a zip"), "SIDECAR"),
+    "sidecar wrong arrays": (lambda c, s: np.savez(sidecar(c), points=np.zeros((1, 2), np.float32)), "SIDECAR"),
+    "manifest not JSON": (lambda c, s: (c / "manifest.json").write_text("{ nope"), "manifest.json"),
+    "manifest empty": (lambda c, s: (c / "manifest.json").write_text(""), "manifest.json"),
+    "manifest files removed": (lambda c, s: edit_manifest(c, lambda m: m.pop("files")), "manifest.json"),
+    "manifest files an object": (lambda c, s: edit_manifest(c, lambda m: m.update(files={"a": 1})), "manifest.json"),
+    "manifest images a list": (lambda c, s: edit_manifest(c, lambda m: m.update(images=[])), "manifest.json"),
+    "manifest rows a string": (lambda c, s: edit_manifest(c, lambda m: m["files"][0].update(rows="3")),
+                               "manifest.json"),
+    "manifest strategy edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(strategy="image")),
+                                 "manifest.json"),
+    "manifest variants edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(variants=2)),
+                                 "manifest.json"),
+    "manifest input size edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(input_size=96)),
+                                   "FILE"),
+    "manifest map scale edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(map_scale=0.25)),
+                                  "FILE"),
+    "manifest image removed": (lambda c, s: edit_manifest(c, lambda m: m["images"].pop(min(m["images"]))),
+                               "manifest.json"),
+    "manifest names ../ file": (lambda c, s: edit_manifest(c, lambda m: _set_file_name(m, "../../secret.npy")),
+                                "manifest.json"),
+    "manifest names absolute file": (lambda c, s: edit_manifest(c, lambda m: _set_file_name(m, str(s))),
+                                     "manifest.json"),
+    "manifest image path outside": (lambda c, s: edit_manifest(
+        c, lambda m: m["images"][min(m["images"])].update(path=str(s))), "manifest.json"),
+    "other sample code": (lambda c, s: edit_manifest(c, lambda m: m.update(build_fingerprint="0" * 32)), "build"),
+}
+
+
+def expected(cache: Path, what: str) -> str:
+    name = manifest_of_names(cache)
+    return {"FILE": name, "SIDECAR": name.rsplit(".", 1)[0] + ".quads.npz"}.get(what, what)
+
+
+def manifest_of_names(cache: Path) -> str:
+    """The first data file's name, from the pristine copy's manifest (the damaged one may not say)."""
+    return json.loads((cache.parent / "names.json").read_text())[0]
+
+
+@pytest.fixture
+def damaged(built, tmp_path, request):
+    """(cache, secret, what the error must name): a private copy of the built cache, damaged by the case."""
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache, symlinks=True)
+    (tmp_path / "names.json").write_text(json.dumps([f["name"] for f in manifest_of(cache)["files"]]))
+    secret = tmp_path / "secret.npy"
+    np.save(secret, np.full(4, 7, np.uint8))
+    damage, what = DAMAGE[request.param]
+    damage(cache, secret)
+    return cache, secret, expected(cache, what)
+
+
+def open_and_read_all(cache: Path) -> None:
+    from dataset import CacheDataset
+    ds = CacheDataset(cache)
+    for i in range(len(ds)):
+        ds[i]
+        ds.quads(i)
+
+
+@pytest.mark.parametrize("damaged", DAMAGE, indirect=True)
+def test_a_damaged_cache_is_refused_when_opened_naming_file_and_repair(damaged):
+    from preprocess.errors import CacheError
+    cache, _, name = damaged
+    with pytest.raises(CacheError) as e:
+        open_and_read_all(cache)
+    msg = str(e.value)
+    assert str(cache) in msg and name in msg and ("verify" in msg or "build" in msg) and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("damaged", DAMAGE, indirect=True)
+def test_verify_then_build_repairs_a_damaged_cache(damaged, pristine):
+    cache, secret, _ = damaged
+    r = run_cli("verify", cache)
+    assert r.returncode in (0, 1, 2) and "Traceback" not in r.stderr, r.stderr
+    if r.returncode == 2:
+        assert len([x for x in r.stderr.splitlines() if x.startswith("error:")]) == 1, r.stderr
+    r = run_cli("build", "--data", pristine, "--out", cache, *FLAGS)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    open_and_read_all(cache)
+    assert secret.exists(), "nothing outside the cache is deleted"
+    assert run_cli("verify", cache).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damaged", ["header byte order flipped", "sidecar garbage", "manifest files removed",
+                                     "manifest names ../ file", "data file truncated", "other sample code"],
+                         indirect=True)
+def test_train_refuses_a_damaged_cache_with_one_line(damaged, tmp_path):
+    cache, _, name = damaged
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "train.py", "--cache", str(cache), "--out", str(tmp_path / "run"),
+                        "--max-steps", "1", "--workers", "0", "--device", "cpu", "--batch-size", "1"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S * 3, check=False)
+    check_answer(r.returncode, r.stderr, name)
