@@ -4,6 +4,11 @@ Item i at epoch e is variant (e + offset_i) mod K of image i (images in name ord
 epoch sees each image once and the K cached augmentations rotate. In a page-mode cache (--crop read)
 the item is a crop of that variant's page, drawn anew every epoch (dataset/crop.py). Files are opened lazily in
 whichever process reads them (DataLoader workers included); no open map or reader is pickled.
+
+Nothing is trusted unchecked: opening a cache validates the manifest and every file's header and size
+(store/integrity.py), so a damaged cache is refused with one error naming the file and the repair, not met
+mid-epoch. A file opened before a rebuild replaces it keeps its old contents (its memory map holds the old
+inode); one first opened after the manifest was replaced stops the run with a message saying so.
 """
 from __future__ import annotations
 
@@ -27,8 +32,10 @@ from dataset.expand import TABLE
 from preprocess.errors import CacheError
 from preprocess.sample.page import Page
 from preprocess.sample.window import grid_step
-from preprocess.store.format import CROP, PAGE, record_spec
-from preprocess.store.manifest import Manifest, data_path, update_command
+from preprocess.store.fingerprint import build_fingerprint
+from preprocess.store.format import CROP, MANIFEST, PAGE, record_spec
+from preprocess.store.integrity import check_files
+from preprocess.store.manifest import Manifest, data_path, repair_hint, update_command
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 
@@ -45,7 +52,9 @@ class CacheDataset(Dataset):
         crop_page_compact) for dataset.expand_batch to turn into score, geo and roi where the batch is (the
         device): a loader then copies 2 bytes per map pixel instead of 8 and rebuilds no geometry on the CPU."""
         self.cache_dir = Path(cache_dir)
+        self._stamp = _manifest_stamp(self.cache_dir)
         self.manifest = Manifest.load(self.cache_dir)
+        check_files(self.manifest, self.cache_dir)
         if check_stale:
             _raise_if_stale(self.cache_dir, self.manifest)
         self.config = self.manifest.config
@@ -171,7 +180,7 @@ class CacheDataset(Dataset):
 
     def _sidecar(self, f: int) -> dict:
         if f not in self._quads:
-            self._quads[f] = load_sidecar(self._path(f))
+            self._quads[f] = self._opened(f, lambda: load_sidecar(self._path(f), self.manifest.files[f].rows))
         return self._quads[f]
 
     def file_records(self, f: int):
@@ -181,8 +190,19 @@ class CacheDataset(Dataset):
             self._records, self._pid = self._closed(), os.getpid()
         records = self._records[f]
         if records is None:
-            records = self._records[f] = self._format.open(self._path(f), self.spec)
+            records = self._records[f] = self._opened(f, lambda: self._format.open(self._path(f), self.spec))
         return records
+
+    def _opened(self, f: int, open_it):
+        """open_it(), or a CacheError that says what happened to file f since the cache was opened and checked."""
+        try:
+            return open_it()
+        except (OSError, ValueError, EOFError) as e:   # CacheError is a ValueError
+            if _manifest_stamp(self.cache_dir) != self._stamp:
+                raise CacheError(f"{self.cache_dir}: the cache was rebuilt while this run read it ({self.files[f]} "
+                                 f"is no longer what its manifest said); start the run again") from None
+            raise CacheError(f"{self.cache_dir}: data file {self.files[f]}: {e}. "
+                             f"{repair_hint(self.cache_dir, self.manifest)}") from None
 
     def open_files(self) -> dict[int, str]:
         """The files this process holds open, by index: "ram" (read whole, in_memory) or "lazy" (a memory map or
@@ -211,7 +231,20 @@ class Rows(list):
         self.rows = rows
 
 
+def _manifest_stamp(cache_dir: Path) -> tuple | None:
+    """Which manifest file is in place: a rebuild renames a new one over it."""
+    try:
+        st = os.stat(cache_dir / MANIFEST)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def _raise_if_stale(cache_dir: Path, manifest: Manifest) -> None:
+    if manifest.build_fingerprint != build_fingerprint(manifest.config):
+        raise StaleCacheError(f"{cache_dir}: made by other sample-making code or another cache format than this "
+                              f"code's, so its samples are not the ones this code makes. Rebuild it with: "
+                              f"{update_command(manifest, cache_dir)}, or pass --rebuild to train.py")
     st = check_stale(manifest)
     if st.stale:
         raise StaleCacheError(f"{cache_dir}: the cache is stale: {st.describe()}. Update it with: "

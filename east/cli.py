@@ -188,13 +188,20 @@ def run(argv: list[str] | None = None) -> int:
     return status
 
 
+def one_line(e: Exception) -> str:
+    """The error's own message. One raised in a DataLoader worker (a cache rebuilt under a run) is re-raised
+    by torch with the worker's traceback in its text, whose last line is "module.Class: message"."""
+    text = str(e)
+    return text.rstrip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console entry point. Returns the exit status: 2 for bad flags, caches or data (also from --rebuild),
     1 when training diverged, 130 when a signal stopped the run (after saving) or a second Ctrl-C did (unsaved)."""
     try:
         return run(argv)
     except (CacheError, UsageError, DataError, BuildError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except NonFiniteLoss as e:
         print(f"error: {e}", file=sys.stderr)

@@ -123,6 +123,9 @@ def cmd_build(a: argparse.Namespace) -> int:
     say(f"cache {a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
         f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
         f"[{r.seconds:.1f} s]")
+    if r.cleanup_error:
+        print(f"warning: the new cache is complete, but removing the previous build's files failed ({r.cleanup_error});"
+              f" the next build removes them", file=sys.stderr)
     if r.skipped:
         from preprocess.errors import skipped_reason
         shown = "; ".join(f"{name}: {skipped_reason(why)}" for name, why in r.skipped[:SHOW_SKIPPED])
@@ -167,16 +170,23 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def cmd_verify(a: argparse.Namespace) -> int:
     from preprocess.store.manifest import Manifest, update_command
-    from preprocess.tools.verify import verify
-    bad = verify(a.cache)
+    from preprocess.tools.verify import find_bad, mark_corrupt
+    bad = find_bad(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
-    if bad:
-        print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(a.cache), a.cache)}` rebuilds exactly those",
-              file=sys.stderr)
-        return 1
-    print(f"{a.cache}: all files match their checksums")
-    return 0
+    if not bad:
+        print(f"{a.cache}: all files match their checksums")
+        return 0
+    try:
+        mark_corrupt(a.cache, bad)
+    except OSError as e:   # a read-only cache: what was found is printed above; the next build cannot know it
+        print(f"error: {a.cache}: {len(bad)} bad file(s), but they cannot be marked for the next build "
+              f"({e.strerror}); make the cache writable and run verify again, or delete the bad files "
+              f"listed above, then build", file=sys.stderr)
+        return 2
+    print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(a.cache), a.cache)}` rebuilds exactly those",
+          file=sys.stderr)
+    return 1
 
 
 def _int_list(text: str, least: int = 0) -> list[int]:
@@ -282,6 +292,14 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     return p
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler's time limit, `kill`) ends a build like Ctrl-C: temp files removed, workers stopped."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 def invoked_as(argv0: str) -> str:
     """The command name to show in usage and hints: the console script's name, or `python -m preprocess`."""
     name = Path(argv0).name
@@ -289,10 +307,12 @@ def invoked_as(argv0: str) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    from preprocess.errors import BuildError, CacheError, DataError
+    from preprocess.errors import BuildError, BuildInterrupted, CacheError, DataError
     prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
     args = get_parser(prog).parse_args(argv)
     args.prog_name = prog
+    if args.command == "build" and argv is None:   # the process is ours only when run from the command line
+        _interrupt_on_sigterm()
     try:
         code = args.func(args)
         sys.stdout.flush()   # here, not at exit: a closed pipe is then caught below
@@ -310,8 +330,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         kept = " The previous cache, if any, is unchanged." if args.command == "build" else ""
         print(f"error: {e}.{hint}{kept}", file=sys.stderr)
         return 2
+    except BuildInterrupted:
+        print("interrupted after the new cache was committed: it is complete; files of the previous build that are "
+              "left in data/ go at the next build", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        print("interrupted: the previous cache is intact; run the same command again to finish "
+        print("interrupted: the previous cache, if any, is intact; run the same command again to finish "
               "(finished files are reused)" if args.command == "build" else "interrupted", file=sys.stderr)
         return 130
 

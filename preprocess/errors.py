@@ -30,3 +30,7 @@ _SKIP_ADVICE = re.compile(r",? or pass --skip-bad\b[^;]*")
 def skipped_reason(why: str) -> str:
     """A bad image's error as the summary of a --skip-bad build shows it: without the advice to pass --skip-bad."""
     return _SKIP_ADVICE.sub("", why)
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a build after the new cache was committed: what is left undone is only cleanup."""

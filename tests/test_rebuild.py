@@ -21,6 +21,7 @@ from preprocess.errors import BuildError, CacheError, DataError
 from preprocess.store.build import build_cache, build_lock, rebuild
 from preprocess.store.fingerprint import code_hash
 from preprocess.store.manifest import Manifest, data_path
+from preprocess.store.sidecar import quads_path
 from preprocess.store.stale import check_stale
 from preprocess.tools.verify import verify
 
@@ -289,14 +290,16 @@ def test_garbage_collection_deletes_only_what_a_build_wrote(data_copy, tmp_path)
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("not the cache's")
     build(data_copy, out)
-    leftover = out / "data" / "chunked-00000-0123456789abcdef.npy.quads.npz.tmp.npz"   # of a killed build
-    leftover.write_bytes(b"")
-    build(data_copy, out, seed=3)   # a full rebuild: every old data file is garbage now
+    leftovers = [out / "data" / f"chunked-00000-0123456789abcdef{end}"   # of a killed build
+                 for end in (".quads.npz.tmp.npz", ".npy.tmp", ".zarr.tmp")]
+    for p in leftovers:
+        p.write_bytes(b"")
+    build(data_copy, out, seed=3)   # a full rebuild: every old data file and sidecar is garbage now
     assert all(f.read_text() == "not the cache's" for f in theirs)
-    assert not leftover.exists()
+    assert not any(p.exists() for p in leftovers)
     named = {f.name for f in Manifest.load(out).files}
-    ours = {p.name for p in (out / "data").glob("chunked-*") if not p.name.endswith(".quads.npz")}
-    assert ours == named, "the old build's files are gone"
+    ours = {p.name for p in (out / "data").glob("chunked-*")}
+    assert ours == named | {quads_path(data_path(out, n)).name for n in named}, "the old build's files are gone"
 
 
 def test_code_version_sees_code_not_comments_or_docstrings():

@@ -3,42 +3,63 @@
 Crash safety: new data files are written under temp names and renamed into place only when
 complete; the manifest is replaced atomically after every file is in place; files the new
 manifest no longer names are deleted only after that. A build killed at any point leaves the
-previous cache readable, and the next build reuses every file that was finished.
+previous cache readable, and the next build reuses every file that was finished. What the build may
+touch in --out is outdir.py's; how workers start and stop (Ctrl-C) is pool.py's.
 """
 from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import json
 import os
 import shutil
 import sys
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from joblib import Parallel, delayed, parallel_config
 
 from preprocess.config import AUTO, BuildConfig
-from preprocess.errors import BuildError, CacheError
+from preprocess.errors import BuildError, BuildInterrupted, CacheError
+from preprocess.ingest.files import open_regular
 from preprocess.ingest.ufo import load_splits
 from preprocess.progress import Progress
 from preprocess.store.announce import announce
 from preprocess.store.atomic import fsync_path
-from preprocess.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
-from preprocess.store.format import DATA_DIR, MANIFEST, SPARSE_KINDS, record_spec, sample_bytes
-from preprocess.store.formats import FILE_FORMATS, FileFormat, format_of, get_format
+from preprocess.store.fingerprint import (
+    build_fingerprint,
+    json_fingerprints,
+    rows_checksum,
+    source_fingerprints,
+)
+from preprocess.store.format import (
+    DATA_DIR,
+    MANIFEST,
+    SPARSE_KINDS,
+    record_spec,
+    sample_bytes,
+)
+from preprocess.store.formats import FileFormat, format_of, get_format
 from preprocess.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
-from preprocess.store.plan import CORRUPT_MARKER, OWN_FILE, FilePlan, Plan, make_plan, tmp_name
+from preprocess.store.outdir import (
+    build_lock,  # noqa: F401  (the lock is part of the build's API)
+    collect_garbage,
+    owned_out,
+    remove_temp_files,
+)
+from preprocess.store.plan import (
+    CORRUPT_MARKER,
+    FilePlan,
+    Plan,
+    make_plan,
+    tmp_name,
+)
+from preprocess.store.pool import running
 from preprocess.store.sidecar import quads_checksum, quads_path, sidecar_arrays
 from preprocess.store.stale import Staleness, compare_sources, sources_unchanged
 from preprocess.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
-from preprocess.store.worker import SKIPPED_NOTE, RowResult, write_rows
-
-TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
+from preprocess.store.worker import SKIPPED_NOTE, RowResult
 
 
 @dataclass
@@ -59,84 +80,105 @@ class BuildReport:
     first_build: bool = True
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
+    cleanup_error: str = ""     # old files the committed build could not delete (the next build does)
 
 
-@contextmanager
-def build_lock(out: Path):
-    """One build per cache directory; the kernel drops the lock if the process dies."""
-    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise BuildError(f"{out}: another build (pid {holder}) is writing this cache. Wait for it to finish, "
-                             f"or build into another --out.") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)
-
-
-def build_cache(cfg: BuildConfig, data_dirs, out, split: str = "train", jobs: int = -1, quiet: bool = False,
-                check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
-                file_format: str | None = None, on_plan=None) -> BuildReport:
+def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
     """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
-    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy.
-    on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date)."""
-    log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
+    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy (keywords: _build's).
+    on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date).
+    A first build that fails removes the --out, data/ and lock file it created, where nothing else is in them;
+    an --out whose manifest.json no build of ours wrote is refused."""
     out = Path(out)
-    (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
-    with build_lock(out):
-        t0 = time.perf_counter()
-        old = _old_manifest(out, log)
-        fmt = _pick_format(file_format, old, cfg)
-        source = Source([str(Path(d).resolve()) for d in data_dirs], split, skip_bad, check_content)
-        if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
-            n = len(old.images)
-            return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
-                               files_reused=len(old.files), up_to_date=True, first_build=False,
-                               seconds=time.perf_counter() - t0)
-        # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
-        source.json_files = json_fingerprints(source.data_dirs, split, check_content)
-        records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
-        cfg, reason = _resolve_strategy(cfg, records, old, fmt)
-        report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
-                             first_build=old is None)
-        sources = source_fingerprints(records, check_content)
-        build_fp = build_fingerprint(cfg)
-        corrupt = _corrupt_files(out)
-        plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
-        report.changes = compare_sources(old.images, sources) if old else Staleness(added=list(sources))
-        if old is not None and old.build_fingerprint != build_fp:
-            report.full_rebuild_reason = _config_change(old, cfg)
-        if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
-            report.up_to_date, report.files_reused = True, len(plan.files)
-            if (old.source, old.images) != (source, sources):
-                # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time.
-                dataclasses.replace(old, source=source, images=sources).save(out)
-            report.seconds = time.perf_counter() - t0
-            return report
-        if on_plan is not None:
-            on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
-                             report.changes))
-        _preallocate(out, cfg, plan, fmt, records)
-        # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
-        unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
-        notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
-        exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
-        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
-        summary.exif_applied = len(exif)
-        stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
-                           report.copied, report.files_reused)
-        Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes, sorted(exif),
-                 stats).save(out)
-        report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
-                                                             if v.startswith(SKIPPED_NOTE)]
-        report.files_removed = _collect_garbage(out, {e.name for e in entries})
+    with owned_out(out):
+        return _build(cfg, data_dirs, out, **kw)
+
+
+def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: int = -1, quiet: bool = False,
+           check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
+           file_format: str | None = None, on_plan=None) -> BuildReport:
+    log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
+    t0 = time.perf_counter()
+    old = _old_manifest(out, log)
+    fmt = _pick_format(file_format, old, cfg)
+    source = Source([str(Path(d).resolve()) for d in data_dirs], split, skip_bad, check_content)
+    if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
+        n = len(old.images)
+        return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
+                           files_reused=len(old.files), up_to_date=True, first_build=False,
+                           seconds=time.perf_counter() - t0)
+    # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
+    source.json_files = json_fingerprints(source.data_dirs, split, check_content)
+    records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
+    cfg, reason = _resolve_strategy(cfg, records, old, fmt)
+    report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
+                         first_build=old is None)
+    sources = source_fingerprints(records, check_content)
+    build_fp = build_fingerprint(cfg)
+    corrupt = _corrupt_files(out)
+    plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
+    report.changes = compare_sources(old.images, sources) if old else Staleness(added=list(sources))
+    if old is not None and old.build_fingerprint != build_fp:
+        report.full_rebuild_reason = _config_change(old, cfg)
+    if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
+        report.up_to_date, report.files_reused = True, len(plan.files)
+        if (old.source, old.images, old.build_fingerprint) != (source, sources, build_fp):
+            # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time. (The files'
+            # names carry the build fingerprint: files found under them were made by a build with this one.)
+            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp).save(out)
         report.seconds = time.perf_counter() - t0
         return report
+    if on_plan is not None:
+        on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
+                         report.changes))
+    # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
+    unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
+    notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
+    exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
+    try:
+        _preallocate(out, cfg, plan, fmt, records)
+        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
+    except BaseException:   # what is unfinished is worthless; finished files stay, for the next build to reuse
+        remove_temp_files(out, plan)
+        raise
+    summary.exif_applied = len(exif)
+    stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
+                       report.copied, report.files_reused)
+    _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes,
+                          sorted(exif), stats))
+    report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
+                                                         if v.startswith(SKIPPED_NOTE)]
+    try:
+        report.files_removed = collect_garbage(out, {e.name for e in entries})
+    except OSError as e:   # the new cache is in place: say so, rather than that the old one is unchanged
+        report.cleanup_error = f"{e.filename or out}: {e.strerror or e}"
+    except KeyboardInterrupt:
+        raise BuildInterrupted() from None
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _commit(out: Path, manifest: Manifest) -> None:
+    """Save the manifest. Should a failure or Ctrl-C come after the rename (while syncing the directory), the new
+    cache is what a reader sees: the error says so, rather than that the previous cache is unchanged."""
+    try:
+        manifest.save(out)
+    except OSError as e:
+        if _committed(out, manifest):
+            raise BuildError(f"{out}: the new cache is in place, but making it durable failed ({e}); run "
+                             f"`python -m preprocess verify {out}` once the disk is healthy") from e
+        raise
+    except KeyboardInterrupt:
+        if _committed(out, manifest):
+            raise BuildInterrupted() from None
+        raise
+
+
+def _committed(out: Path, manifest: Manifest) -> bool:
+    try:
+        return json.loads((out / MANIFEST).read_text()).get("build") == dataclasses.asdict(manifest.build)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
@@ -216,8 +258,19 @@ def _same_files(old: Manifest, plan: Plan) -> bool:
 
 
 def _corrupt_files(out: Path) -> set[str]:
+    """The files `verify` found bad (CORRUPT_MARKER), for this build to redo."""
     marker = out / CORRUPT_MARKER
-    return set(json.loads(marker.read_text())) if marker.exists() else set()
+    if not (marker.exists() or marker.is_symlink()):
+        return set()
+    try:
+        with open_regular(marker) as f:
+            names = json.loads(f.read())
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return set(names)
+    except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
+        pass
+    raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
+                     f"`python -m preprocess verify {out}` again, then build")
 
 
 def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, records) -> None:
@@ -253,8 +306,7 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
             entries[i] = f.reuse if isinstance(f.reuse, FileEntry) else _entry_from_disk(out, f, cfg)
             report.files_reused += 1
     progress = Progress(len(plan.tasks), "samples", quiet)
-    with parallel_config(backend=backend) if backend else nullcontext():
-        results = Parallel(n_jobs=jobs, return_as="generator_unordered")(_calls(cfg, plan, skip_bad))
+    with running(cfg, plan, jobs, skip_bad, backend) as results:
         for batch in results:
             for r in batch:
                 _record(r, notes, exif, report)
@@ -268,19 +320,6 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
     progress.close()
     fsync_path(out / DATA_DIR)
     return entries
-
-
-def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
-    """joblib calls: a few rows each where a format fills files in place; one whole file each where it writes a
-    file in one piece (zarr shards), so that no two workers ever write the same file."""
-    if get_format(plan.file_format).whole_file:
-        by_file: dict[int, list] = {}
-        for t in plan.tasks:
-            by_file.setdefault(t.file, []).append(t)
-        groups = list(by_file.values())
-    else:
-        groups = [plan.tasks[k:k + TASKS_PER_CALL] for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
-    return [delayed(write_rows)(cfg, tasks, skip_bad, plan.file_format) for tasks in groups]
 
 
 def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
@@ -323,22 +362,3 @@ def _file_entry(path: Path, f: FilePlan, checksum: str, fmt: FileFormat) -> File
     several parts (a zarr group) adds one per part, which verify compares without decoding."""
     return FileEntry(f.name, len(f.keys), f.keys, checksum, quads_checksum(quads_path(path)),
                      fmt.part_checksums(path))
-
-
-def _collect_garbage(out: Path, keep: set[str]) -> int:
-    """After the commit: delete data files no manifest names (old versions, leftovers of killed builds).
-    Only names a build writes are candidates: whatever else lies in the directory is not ours to delete."""
-    keep = keep | {quads_path(data_path(out, name)).name for name in keep}
-    removed = 0
-    for p in (out / DATA_DIR).iterdir():
-        if p.name in keep or not OWN_FILE.fullmatch(p.name):
-            continue
-        if p.is_dir():  # a multi-part file (a zarr group), or its temp version
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-        removed += p.suffix[1:] in FILE_FORMATS
-    marker = out / CORRUPT_MARKER
-    if marker.exists():
-        marker.unlink()
-    return removed

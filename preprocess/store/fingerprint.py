@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from preprocess.config import BuildConfig
+from preprocess.ingest.files import open_regular
 from preprocess.ingest.ufo import find_split
 from preprocess.store.format import FORMAT_VERSION
 
@@ -62,10 +63,11 @@ def code_hash(sources: list[str]) -> str:
 
 
 def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
-    """size + mtime (cheap), or the bytes themselves with check_content."""
+    """size + mtime (cheap), or the bytes themselves with check_content (a regular file only: a FIFO swapped in for
+    an image would block the read forever; files.NotAllowed, a ValueError, says so instead)."""
     if check_content:
         h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
         return "b2:" + h.hexdigest()

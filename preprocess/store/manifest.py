@@ -16,9 +16,16 @@ from pathlib import Path
 
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.errors import CacheError
+from preprocess.ingest.files import open_regular
 from preprocess.store.atomic import write_atomic
 from preprocess.store.fingerprint import ImageSource
-from preprocess.store.format import DATA_DIR, FORMAT_VERSION, MANIFEST, RecordSpec, record_spec
+from preprocess.store.format import (
+    DATA_DIR,
+    FORMAT_VERSION,
+    MANIFEST,
+    RecordSpec,
+    record_spec,
+)
 from preprocess.store.formats import FILE_FORMATS, FileFormat, get_format
 from preprocess.store.layout import Layout
 
@@ -104,10 +111,11 @@ class Manifest:
         if not path.exists():
             raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
                              f"Build one with: python -m preprocess build --data DIR --out {cache_dir}")
-        try:
-            d = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-            raise CacheError(f"{path}: unreadable manifest ({e}). {_repair(cache_dir, None)}") from e
+        try:   # a regular file only: a FIFO in its place would block the read forever
+            with open_regular(path) as f:
+                d = json.loads(f.read())
+        except (ValueError, OSError) as e:   # ValueError: not JSON, not UTF-8, not a regular file
+            raise CacheError(f"{path}: unreadable manifest ({e}). {repair_hint(cache_dir, None)}") from e
         if not isinstance(d, dict) or d.get("format_version") != FORMAT_VERSION:
             found = d.get("format_version") if isinstance(d, dict) else None
             raise CacheError(f"{cache_dir}: cache format version {found}, this code reads version {FORMAT_VERSION}. "
@@ -138,13 +146,13 @@ class Manifest:
                        _get(d, "file_format", str), _get(d, "strategy_reason", str), _get(d, "ingest", dict),
                        _get(d, "notes", dict), _get(d, "exif_applied", list), build, _get(d, "format_version", int))
         except (KeyError, TypeError, ValueError) as e:
-            raise CacheError(f"{where}: damaged manifest ({e}). {_repair(Path(where).parent, None)}") from None
+            raise CacheError(f"{where}: damaged manifest ({e}). {repair_hint(Path(where).parent, None)}") from None
 
     def validate(self, where) -> None:
         """The manifest agrees with itself: a known format, a resolved strategy, files that fit the layout,
         file names inside CACHE/data."""
         def fail(what: str) -> None:
-            raise CacheError(f"{where}: {what}. {_repair(Path(where).parent, self)}")
+            raise CacheError(f"{where}: {what}. {repair_hint(Path(where).parent, self)}")
         if self.file_format not in FILE_FORMATS:
             fail(f"unknown file format {self.file_format!r}")
         if self.config.strategy not in STRATEGIES:
@@ -156,6 +164,11 @@ class Manifest:
         for f in self.files:
             if Path(f.name).name != f.name or f.name.startswith(".") or not self.format.path_ok(f.name):
                 fail(f"file name {f.name!r} is not a {self.file_format} data file of CACHE/{DATA_DIR}")
+        roots = [os.path.normpath(d) + os.sep for d in self.source.data_dirs]
+        for name, src in self.images.items():
+            for p in (src.path, src.json):
+                if not os.path.normpath(p).startswith(tuple(roots)):
+                    fail(f"image {name!r}: {p} lies outside the data dirs the cache was built from")
 
     def build_command(self, out) -> str:
         """The command that brings this cache up to date: its recorded --data, split, file format and config, the
@@ -191,7 +204,7 @@ def update_command(manifest: Manifest | None, cache_dir) -> str:
     return manifest.build_command(cache_dir)
 
 
-def _repair(cache_dir, manifest: Manifest | None) -> str:
+def repair_hint(cache_dir, manifest: Manifest | None) -> str:
     return (f"Repair: run `python -m preprocess verify {cache_dir}`, then rebuild with: "
             f"{update_command(manifest, cache_dir)}")
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.store.fingerprint import ImageSource, digest
-from preprocess.store.format import QUADS_SUFFIX
-from preprocess.store.formats import FILE_FORMATS
+from preprocess.store.format import QUADS_SUFFIX, RecordSpec, record_spec
+from preprocess.store.formats import FILE_FORMATS, format_of
 from preprocess.store.layout import Layout
 from preprocess.store.manifest import FileEntry, Manifest, data_path
-from preprocess.store.sidecar import quads_path
+from preprocess.store.sidecar import quads_path, sidecar_file_problem
 
 CORRUPT_MARKER = ".corrupt.json"   # written by `verify`, read by the next build: files not to trust
 
@@ -80,12 +80,12 @@ def _alternatives(words) -> str:
     return "(" + "|".join(re.escape(w) for w in words) + ")"
 
 
-# Every name a build writes in CACHE/data/: file_name's data files, their sidecars, and the temp names of both.
-# Garbage collection deletes only these, so that a --out holding anything else (a dataset's own data/ folder)
-# loses nothing.
-OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}\.{_alternatives(FILE_FORMATS)}"
-                      rf"({re.escape(TMP_SUFFIX)})?({re.escape(QUADS_SUFFIX)}"
-                      rf"({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)?")
+# Every name a build writes in CACHE/data/: file_name's data files (X.npy, X.zarr), their sidecars (X.quads.npz,
+# named from the stem), and the temp names of both. Garbage collection deletes only these, so that a --out holding
+# anything else (a dataset's own data/ folder) loses nothing.
+OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}"
+                      rf"(\.{_alternatives(FILE_FORMATS)}({re.escape(TMP_SUFFIX)})?"
+                      rf"|{re.escape(QUADS_SUFFIX)}({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)")
 
 
 def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, ImageSource], old: Manifest | None,
@@ -93,7 +93,10 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, Image
     out = out.absolute()  # tasks may run in other processes and directories (a dask cluster's workers)
     image_keys = sample_keys(build_fp, records, sources)
     layout = Layout.of(cfg, len(records)).members()
-    old_files = {f.name: f for f in (old.files if old else []) if f.name not in corrupt}
+    spec = record_spec(cfg)
+    # A file whose header, size or sidecar is damaged is neither kept nor copied from, verify or not.
+    old_files = {f.name: f for f in (old.files if old else [])
+                 if f.name not in corrupt and _sound(data_path(out, f.name), spec, f.rows)}
     # Where each old sample lives, to copy instead of recompute.
     old_rows = {k: (f.name, r) for f in old_files.values() for r, k in enumerate(f.keys)}
     plan = Plan(files=[], file_format=file_format)
@@ -101,7 +104,7 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, Image
         keys = [f"{image_keys[i]}:{v}" for i, v in members]
         name = file_name(cfg.strategy, index, digest(build_fp, *keys)[:16], file_format)
         fp = FilePlan(name=name, keys=keys, members=members)
-        fp.reuse = _reusable(out, name, old_files.get(name), corrupt)
+        fp.reuse = _reusable(out, name, old_files.get(name), corrupt, spec, len(keys))
         plan.files.append(fp)
         if fp.reuse is not None:
             continue
@@ -115,9 +118,19 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, Image
     return plan
 
 
-def _reusable(out: Path, name: str, entry: FileEntry | None, corrupt: set[str]) -> FileEntry | bool | None:
+def _reusable(out: Path, name: str, entry: FileEntry | None, corrupt: set[str], spec: RecordSpec,
+              rows: int) -> FileEntry | bool | None:
     """The old manifest entry if the file can be kept; True for a file finished by an interrupted build."""
     path = data_path(out, name)
-    if name in corrupt or not path.exists() or not quads_path(path).exists():
+    if name in corrupt or not _sound(path, spec, rows):
         return None
     return entry if entry is not None else True
+
+
+def _sound(path: Path, spec: RecordSpec, rows: int) -> bool:
+    """A finished file and its sidecar whose headers and sizes are right (what integrity.py checks at reading)."""
+    try:
+        return (path.exists() and quads_path(path).exists() and format_of(path).check(path, spec, rows) is None
+                and sidecar_file_problem(path, rows) is None)
+    except ValueError:   # a name of no known format
+        return False

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from preprocess.errors import CacheError
 from preprocess.store.fingerprint import file_fingerprint
 from preprocess.store.format import QUADS_SUFFIX
 
@@ -23,8 +24,59 @@ def quads_path(data_file: Path) -> Path:
     return data_file.with_name(data_file.stem + QUADS_SUFFIX)
 
 
-def load_sidecar(data_file: Path) -> dict[str, np.ndarray]:
-    return dict(np.load(quads_path(data_file)))
+# The arrays a sidecar holds, and their dtypes.
+ARRAYS = {"points": np.float32, "offsets": np.int64, "care": np.uint8, "sample_offsets": np.int64}
+
+
+def load_sidecar(data_file: Path, rows: int | None = None) -> dict[str, np.ndarray]:
+    """The sidecar's arrays. Given the data file's rows, they are checked to describe that many records:
+    anything else (not a zip, arrays missing, offsets that do not add up) raises CacheError naming the file."""
+    path = quads_path(data_file)
+    if rows is None:
+        return dict(np.load(path))
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:   # noqa: BLE001  a damaged zip or npy raises any of a dozen kinds
+        raise CacheError(f"{path.name}: unreadable word quads sidecar ({type(e).__name__})") from None
+    why = sidecar_problem(arrays, rows)
+    if why:
+        raise CacheError(f"{path.name}: word quads sidecar: {why}")
+    return arrays
+
+
+def sidecar_file_problem(data_file: Path, rows: int) -> str | None:
+    """What a quick look finds wrong with a sidecar (its zip directory, its array names, its sample_offsets, a few
+    hundred bytes read): cheap enough for every file when a cache is opened. load_sidecar checks the rest."""
+    try:
+        with np.load(quads_path(data_file)) as z:
+            missing = [k for k in ARRAYS if k not in z.files]
+            if missing:
+                return f"array(s) {', '.join(missing)} missing"
+            so = z["sample_offsets"]
+    except Exception as e:   # noqa: BLE001  a damaged zip or npy raises any of a dozen kinds
+        return f"unreadable ({type(e).__name__})"
+    if so.shape != (rows + 1,):
+        return f"it describes {len(so) - 1} records, the manifest {rows}"
+    return None
+
+
+def sidecar_problem(arrays: dict, rows: int) -> str | None:
+    """What keeps a sidecar's arrays from describing `rows` records, or None."""
+    for key, kind in ARRAYS.items():
+        a = arrays.get(key)
+        if a is None or a.dtype != kind:
+            return f"array {key!r} is missing or not {np.dtype(kind).name}"
+    so, off, points, care = arrays["sample_offsets"], arrays["offsets"], arrays["points"], arrays["care"]
+    if so.shape != (rows + 1,) or so[0] != 0 or so[-1] != len(care) or np.any(np.diff(so) < 0):
+        return f"sample_offsets do not split {len(care)} words over {rows} records"
+    if (off.shape != (len(care) + 1,) or off[0] != 0 or np.any(np.diff(off) < 0) or points.ndim != 2
+            or points.shape != (off[-1], 2)):
+        return f"offsets do not split {len(points)} points over {len(care)} words"
+    for key, n in (("word", len(care)), ("weight", len(care)), ("legible", rows)):   # present in newer sidecars
+        if key in arrays and arrays[key].shape != (n,):
+            return f"array {key!r} has {arrays[key].shape} entries, not ({n},)"
+    return None
 
 
 def row_quads(sidecar: dict, row: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

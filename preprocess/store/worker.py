@@ -7,6 +7,10 @@ a file in one piece (zarr) gets a whole file per call, assembled in the worker's
 """
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +27,8 @@ from preprocess.store.plan import Task
 from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 
 SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)
+PARENT_POLL_S = 0.5          # how often a worker looks whether the build that started it is still alive
+_watching = threading.Event()
 
 
 @dataclass
@@ -39,6 +45,26 @@ class RowResult:
     word: np.ndarray | None = None     # int32 (N,): each word's index among its image's words
     weight: np.ndarray | None = None   # float32 (N,): page records: each word's draw weight
     legible: int = 0              # legible words of the source image
+
+
+def init_worker(build_pid: int) -> None:
+    """loky's initializer for the build's worker processes. Ctrl-C reaches every process of the terminal's
+    group: the build stops its workers itself, so a worker ignores it rather than print a traceback. And a
+    worker exits once the build is gone: a build killed with SIGKILL cannot stop its workers, which would
+    otherwise wait for work for minutes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.getppid() != build_pid:   # the build died while this worker was starting
+        os._exit(1)
+    if _watching.is_set():
+        return
+    _watching.set()
+
+    def watch() -> None:
+        while os.getppid() == build_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)   # orphaned: nobody will collect these rows
+
+    threading.Thread(target=watch, name="exit-with-build", daemon=True).start()
 
 
 def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format: str) -> list[RowResult]:

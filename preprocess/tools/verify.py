@@ -1,40 +1,53 @@
-"""`python -m preprocess verify CACHE`: recompute every checksum; mark bad files for the next build."""
+"""`python -m preprocess verify CACHE`: recompute every checksum; mark bad files for the next build.
+
+A damaged file may make its decoder raise anything (numpy's header parser raises SyntaxError and
+TokenError as well as ValueError); verify reports it as that file's damage and goes on, never crashes.
+What it found is returned, and printed by the CLI, before the marker is written: on a read-only cache
+the user still learns which files are bad.
+"""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from preprocess.store.atomic import write_atomic
+from preprocess.store.integrity import file_problem
 from preprocess.store.manifest import FileEntry, Manifest, data_path
 from preprocess.store.plan import CORRUPT_MARKER
 from preprocess.store.sidecar import quads_checksum, quads_path
 
 
-def verify(cache_dir) -> list[tuple[str, str]]:
-    """[(file name, what is wrong)]; also written to CACHE/.corrupt.json so that `build` redoes exactly those."""
+def find_bad(cache_dir) -> list[tuple[str, str]]:
+    """[(file name, what is wrong)] over every file the manifest names."""
     cache_dir = Path(cache_dir)
     m = Manifest.load(cache_dir)
-    bad = []
-    for f in m.files:
-        why = _check(m, data_path(cache_dir, f.name), f)
-        if why:
-            bad.append((f.name, why))
+    return [(f.name, why) for f in m.files if (why := _check(m, cache_dir, f))]
+
+
+def mark_corrupt(cache_dir, bad: list[tuple[str, str]]) -> None:
+    """CACHE/.corrupt.json: the files the next `build` must redo rather than reuse."""
+    write_atomic(Path(cache_dir) / CORRUPT_MARKER, json.dumps(sorted(name for name, _ in bad)))
+
+
+def verify(cache_dir) -> list[tuple[str, str]]:
+    """find_bad, and the marker written when something is bad."""
+    bad = find_bad(cache_dir)
     if bad:
-        write_atomic(cache_dir / CORRUPT_MARKER, json.dumps(sorted(name for name, _ in bad)))
+        mark_corrupt(cache_dir, bad)
     return bad
 
 
-def _check(m: Manifest, path: Path, entry: FileEntry) -> str | None:
-    if not path.exists():
-        return "missing"
-    if not quads_path(path).exists():
-        return "word quads sidecar missing"
+def _check(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
+    why = file_problem(m, cache_dir, entry)   # names, headers and sizes first: cheap, and they say more
+    if why:
+        return why
+    path = data_path(cache_dir, entry.name)
     try:
         why = m.format.verify(path, m.spec, entry.checksum, entry.shards)
         if why:
             return why
         if quads_checksum(quads_path(path)) != entry.quads_checksum:
             return "word quads checksum mismatch"
-    except (ValueError, OSError) as e:
-        return f"unreadable ({e})"
+    except Exception as e:   # noqa: BLE001  whatever a damaged file makes its decoder raise is that file's damage
+        return f"unreadable ({type(e).__name__}: {e})"
     return None

@@ -49,6 +49,12 @@ class FileFormat(ABC):
         do not have spec's dtype raises CacheError naming it."""
 
     @abstractmethod
+    def check(self, path, spec: RecordSpec, rows: int) -> str | None:
+        """What is wrong with a finished file, judged from its header or metadata and its size alone (no record is
+        decoded, so a reader can afford it for every file when it opens a cache): records of another dtype (byte
+        order included) or count, a truncated or unparsable file. None when it looks right."""
+
+    @abstractmethod
     def stored_files(self, path) -> list[Path]:
         """The plain files a data file is made of (for sizes, page-cache control and checksums)."""
 

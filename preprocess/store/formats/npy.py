@@ -9,8 +9,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npformat
 
 from preprocess.errors import CacheError
+from preprocess.ingest.files import NotAllowed, open_regular
 from preprocess.store.format import SPARSE_KINDS, RecordSpec
 from preprocess.store.formats.base import FileFormat, RecordWriter
 
@@ -48,5 +50,37 @@ class NpyFormat(FileFormat):
                              f"CACHE`, then the build command it prints")
         return records
 
+    def check(self, path, spec: RecordSpec, rows: int) -> str | None:
+        try:
+            with open_regular(path) as f:
+                version = npformat.read_magic(f)
+                read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+                shape, fortran, dtype = read(f)
+                offset, size = f.tell(), os.fstat(f.fileno()).st_size
+        except NotAllowed as e:
+            return str(e)
+        except OSError as e:
+            return f"unreadable ({e.strerror})"
+        except Exception as e:   # noqa: BLE001  numpy's header parser raises ValueError, SyntaxError, TokenError...
+            return f"its npy header is damaged ({type(e).__name__})"
+        if dtype != spec.dtype:
+            return f"its header says {dtype_difference(dtype, spec.dtype)}"
+        if shape != (rows,) or fortran:
+            return f"its header says shape {shape}, the manifest {rows} records"
+        if size != offset + rows * dtype.itemsize:
+            return f"{size} bytes, where {rows} records take {offset + rows * dtype.itemsize} (truncated or extended)"
+        return None
+
     def stored_files(self, path) -> list[Path]:
         return [Path(path)]
+
+
+def dtype_difference(found: np.dtype, want: np.dtype) -> str:
+    """The first field whose type differs, in words: "geo is >f2 (5, 64, 64), the cache's records <f2 (5, 64, 64)"."""
+    for name in want.names or ():
+        if found.names is None or name not in found.names:
+            return f"no field {name!r}, which the cache's records have"
+        a, b = found.fields[name][0], want.fields[name][0]
+        if a != b:
+            return f"field {name} is {a.base.str} {a.shape}, the cache's records {b.base.str} {b.shape}"
+    return f"dtype {found.str}, not the cache's records"

@@ -118,6 +118,29 @@ class ZarrFormat(FileFormat):
         records = ZarrRecords(path, spec)
         return records[:] if in_memory else records
 
+    def check(self, path, spec: RecordSpec, rows: int) -> str | None:
+        path = Path(path)
+        if not path.is_dir():
+            return "not a zarr group (a directory)"
+        odd = next((p for p in path.rglob("*") if p.is_symlink() or not (p.is_dir() or p.is_file())), None)
+        if odd is not None:   # a FIFO would block zarr's read of it forever; a link may lead out of the cache
+            return f"{odd.relative_to(path)} is a link or not a regular file"
+        try:
+            group = zarr.open_group(path, mode="r")
+            arrays = {k: group[k] for k in spec.dtype.names}
+        except KeyError as e:
+            return f"field {e} is missing"
+        except Exception as e:   # noqa: BLE001  damaged metadata: zarr and json raise many kinds
+            return f"its zarr metadata is damaged ({type(e).__name__})"
+        for k, array in arrays.items():
+            want = spec.dtype[k]
+            if np.dtype(array.dtype) != want.base or tuple(array.shape) != (rows, *want.shape):
+                return (f"field {k} is {np.dtype(array.dtype).str} {tuple(array.shape)}, the cache's records "
+                        f"{want.base.str} {(rows, *want.shape)}")
+            if not any(p.is_file() and p.name != "zarr.json" and p.stat().st_size for p in (path / k).rglob("*")):
+                return f"field {k}'s shard is missing"
+        return None
+
     def stored_files(self, path) -> list[Path]:
         return sorted(p for p in Path(path).rglob("*") if p.is_file())
 
