@@ -144,8 +144,8 @@ def test_json_nested_just_under_the_limit_is_an_answer_not_a_recursion_error(tmp
 
 
 def test_a_word_id_given_twice_is_refused_not_merged(tmp_path):
-    text = ('{"images": {"a.jpg": {"img_w": 100, "img_h": 80, "words": {"1": {"points": %s}, "2": {"points": %s}, '
-            '"1": {"points": %s}}}, "b.jpg": {"img_w": 100, "img_h": 80, "words": {}}}}') % ((json.dumps(QUAD),) * 3)
+    text = ('{"images": {"a.jpg": {"img_w": 100, "img_h": 80, "words": {"1": {"points": Q}, "2": {"points": Q}, '
+            '"1": {"points": Q}}}, "b.jpg": {"img_w": 100, "img_h": 80, "words": {}}}}').replace("Q", json.dumps(QUAD))
     root = write_ufo(tmp_path / "d", text, files=("a.jpg", "b.jpg"))
     with pytest.raises(DataError, match=r"image 'a\.jpg': word id\(s\) '1' appear more than once"):
         ingest(root)
