@@ -156,8 +156,8 @@ def test_a_word_id_given_twice_is_refused_not_merged(tmp_path):
 def test_a_key_given_twice_inside_a_word_or_entry_is_refused(tmp_path):
     q = json.dumps(QUAD)
     for text, what in [('{"images": {"a.jpg": {"img_w": 100, "img_w": 90, "img_h": 80}}}', "the entry names key(s) 'img_w'"),
-                       ('{"images": {"a.jpg": {"img_w": 100, "img_h": 80, "words": {"7": {"points": %s, "points": []}}}}}'
-                        % q, "word '7' names key(s) 'points'")]:
+                       ('{"images": {"a.jpg": {"img_w": 100, "img_h": 80, "words": {"7": {"points": Q, "points": []}}}}}'
+                        .replace("Q", q), "word '7' names key(s) 'points'")]:
         with pytest.raises(DataError, match=re.escape(what)):
             ingest(write_ufo(tmp_path / "d", text))
 
