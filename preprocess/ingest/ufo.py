@@ -190,7 +190,7 @@ def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig,
     width, height = _frame_size(entry, path, where, summary)
     # Word order follows the ids, not the JSON key order, so the record depends only on what the
     # fingerprint (sorted keys) sees.
-    kept = [_word(words[k], k, where, (width, height), cfg, summary) for k in sorted(words, key=_id_key)]
+    kept = [_word(words[k], k, where, cfg, summary, (width, height)) for k in sorted(words, key=_id_key)]
     kept = [k for k in kept if k is not None]
     points = np.array([xy for p, _ in kept for xy in p], np.float32).reshape(-1, 2)
     return ImageRecord(name=name, path=str(path), source=str(json_path), width=width, height=height,
@@ -259,15 +259,17 @@ def _fingerprint(entry: dict, where: str) -> str:
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _word(word, word_id: str, where: str, frame: tuple[int, int], cfg: BuildConfig, summary: IngestSummary):
-    """(points [(x, y), ...] clockwise, reason) of one UFO word, or None when the word is dropped."""
+def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSummary,
+          frame: tuple[int, int] | None = None):
+    """(points [(x, y), ...] clockwise, reason) of one UFO word, or None when the word is dropped. Given its
+    image's frame (w, h), a word with a point far outside it is dropped too."""
     points = _coords(word.get("points")) if isinstance(word, dict) else None
     if points is None:
         summary.dropped_invalid += 1
         summary.warnings.append(f"{where}, word {word_id!r}: points missing, malformed, non-numeric or not finite; "
                                 f"word dropped")
         return None
-    if _far_outside(points, *frame):
+    if frame is not None and _far_outside(points, *frame):
         summary.dropped_far += 1
         summary.warnings.append(f"{where}, word {word_id!r}: a point lies more than {FAR_OUTSIDE:g} frame size(s) "
                                 f"outside the {frame[0]}x{frame[1]} frame; word dropped")
