@@ -242,8 +242,9 @@ def _manifest_stamp(cache_dir: Path) -> tuple | None:
 
 def _raise_if_stale(cache_dir: Path, manifest: Manifest) -> None:
     if manifest.build_fingerprint != build_fingerprint(manifest.config):
-        raise StaleCacheError(f"{cache_dir}: made by other sample-making code or another cache format than this "
-                              f"code's, so its samples are not the ones this code makes. Rebuild it with: "
+        raise StaleCacheError(f"{cache_dir}: its build fingerprint is not the one its config gives with this code: "
+                              f"it was made by other sample-making code or another cache format, or its manifest "
+                              f"was edited, so its samples are not what this code makes. Rebuild it with: "
                               f"{update_command(manifest, cache_dir)}, or pass --rebuild to train.py")
     st = check_stale(manifest)
     if st.stale:

@@ -233,8 +233,8 @@ def test_a_damaged_header_is_redone_by_the_next_build_even_without_verify(data_c
     build(data_copy, out)
     victim = data_path(out, Manifest.load(out).files[1].name)
     head = victim.read_bytes()
-    victim.write_bytes(head.replace(b"'<f2'", b"'>f2'", 1))
-    with pytest.raises(CacheError, match=rf"{victim.name} is damaged or missing: its header says field geo is >f2"):
+    victim.write_bytes(head.replace(b"'<", b"'>", 1))   # the first little-endian field turned big-endian
+    with pytest.raises(CacheError, match=rf"{victim.name} is damaged or missing: its header says field \w+ is >"):
         CacheDataset(out)
     build(data_copy, out, seed=1)   # any build that is not a no-op sees it, and neither keeps nor copies from it
     build(data_copy, out)

@@ -122,10 +122,10 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         report.full_rebuild_reason = _config_change(old, cfg)
     if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
         report.up_to_date, report.files_reused = True, len(plan.files)
-        if (old.source, old.images, old.build_fingerprint) != (source, sources, build_fp):
+        if (old.source, old.images, old.build_fingerprint, old.config) != (source, sources, build_fp, cfg):
             # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time. (The files'
-            # names carry the build fingerprint: files found under them were made by a build with this one.)
-            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp).save(out)
+            # names carry the build fingerprint: files found under them were made by a build with this config.)
+            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp, config=cfg).save(out)
         report.seconds = time.perf_counter() - t0
         return report
     if on_plan is not None:
@@ -210,6 +210,7 @@ def _nothing_to_do(old: Manifest, cfg: BuildConfig, source: Source, out: Path, f
         cfg = dataclasses.replace(cfg, strategy=old.config.strategy)
     in_place = all(data_path(out, f.name).exists() and quads_path(data_path(out, f.name)).exists() for f in old.files)
     return (old.source.request() == source.request() and old.build_fingerprint == build_fingerprint(cfg)
+            and old.config == cfg
             and old.file_format == fmt.name and not (out / CORRUPT_MARKER).exists() and in_place
             and sources_unchanged(old))
 
