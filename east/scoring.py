@@ -49,23 +49,31 @@ NO_WORDS = Words(np.zeros((0, 2)), np.zeros(1, np.int64), np.zeros(0, bool))
 def _read(json_path: Path):
     """(name, entry) of every image of a UFO file, each name once."""
     seen = set()
-    for name, entry in ufo._read_images(json_path):   # the build's reader: same errors for the same faults
+    for name, entry in ufo.read_images(json_path):   # the build's reader: same errors for the same faults
         if name in seen:
             raise DataError(f"{json_path}: image {name!r} has two entries; merge them into one or delete one")
         seen.add(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("words") or {}, dict):
             raise DataError(f'{json_path}: image {name!r}: expected {{"words": {{"1": {{"points": ...}}, ...}}}}; '
                             f"fix the entry")
-        yield name, entry.get("words") or {}
+        yield name, entry
+
+
+def _stated_frame(entry: dict) -> tuple[int, int] | None:
+    """(img_w, img_h) where the entry states them, so that words far outside the frame are dropped as the build
+    drops them; None (no such rule) where it does not: scoring reads no image."""
+    w, h = entry.get("img_w"), entry.get("img_h")
+    return (int(w), int(h)) if ufo.positive_int(w) and ufo.positive_int(h) else None
 
 
 def load_ground_truth(json_path, cfg: BuildConfig) -> dict[str, Words]:
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules."""
     json_path, out = Path(json_path), {}
     summary = ufo.IngestSummary()
-    for name, words in _read(json_path):
-        where = f"{json_path}: image {name!r}"
-        kept = [ufo._word(words[k], k, where, cfg, summary) for k in sorted(words, key=ufo._id_key)]
+    for name, entry in _read(json_path):
+        where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
+        frame = _stated_frame(entry)
+        kept = [ufo.parse_word(words[k], k, where, cfg, summary, frame) for k in sorted(words, key=ufo.word_id_key)]
         kept = [k for k in kept if k is not None]
         out[name] = Words(np.array([xy for p, _ in kept for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
@@ -76,11 +84,11 @@ def load_ground_truth(json_path, cfg: BuildConfig) -> dict[str, Words]:
 def load_predictions(json_path, gt_names) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names."""
     json_path, out = Path(json_path), {}
-    for name, words in _read(json_path):
-        polygons = []
-        for word_id in sorted(words, key=ufo._id_key):
+    for name, entry in _read(json_path):
+        words, polygons = entry.get("words") or {}, []
+        for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]
-            points = ufo._coords(word.get("points")) if isinstance(word, dict) else None
+            points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
             if points is None or len(points) < MIN_POINTS:
                 raise DataError(f"{json_path}: image {name!r}, word {word_id!r}: \"points\" must be a list of at least "
                                 f"{MIN_POINTS} [x, y] pairs of finite numbers; fix the prediction")

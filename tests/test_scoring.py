@@ -143,3 +143,11 @@ def test_ground_truth_maps_of_full_pages_score_high_and_shifted_maps_lower(full_
     assert results[0]["gt_care"] >= 100
     assert results[0]["hmean"] >= 0.95, results[0]
     assert results[2]["hmean"] < results[0]["hmean"] - 0.3, results[2]
+
+
+def test_a_word_far_outside_its_stated_frame_is_dropped_as_the_build_drops_it(tmp_path):
+    """A gt point 1e30 px away (a corrupt annotation) must not count as a word the model had to find."""
+    gt = write_ufo(tmp_path / "gt.json", {"a.jpg": {"1": word(box(10, 10, 109, 29)),
+                                                    "2": word(box(10, 50, 1e30, 69))}})
+    words = load_ground_truth(gt, BuildConfig())["a.jpg"]
+    assert len(words.care) == 1 and words.care.all()

@@ -16,7 +16,7 @@ from preprocess.errors import DataError
 from preprocess.ingest.imageio import oriented_size
 
 # The build's own orientation test, so that "clockwise" means the same on both sides.
-from preprocess.ingest.ufo import _signed_area as signed_area
+from preprocess.ingest.ufo import signed_area
 
 ILLEGIBLE_TEXT = "###"     # the ICDAR convention for "do not care", used by most formats
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")

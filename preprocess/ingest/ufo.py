@@ -133,7 +133,7 @@ def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> 
     decoded one image entry at a time, so what stays in memory is the compact records."""
     json_path, image_dir = Path(json_path), Path(image_dir)
     summary, records, seen = IngestSummary(), [], set()
-    for name, entry in _read_images(json_path):
+    for name, entry in read_images(json_path):
         if name in seen:
             raise DataError(f"{json_path}: image {name!r} has two entries in the \"images\" object; "
                             f"merge them into one or delete one")
@@ -151,7 +151,7 @@ def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> 
     return records, summary
 
 
-def _read_images(json_path: Path) -> Iterator[tuple[str, object]]:
+def read_images(json_path: Path) -> Iterator[tuple[str, object]]:
     """(image name, entry) of each member of the file's "images" object, in file order."""
     try:
         with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
@@ -190,7 +190,7 @@ def _image(name: str, entry, json_path: Path, image_dir: Path, cfg: BuildConfig,
     width, height = _frame_size(entry, path, where, summary)
     # Word order follows the ids, not the JSON key order, so the record depends only on what the
     # fingerprint (sorted keys) sees.
-    kept = [_word(words[k], k, where, cfg, summary, (width, height)) for k in sorted(words, key=_id_key)]
+    kept = [parse_word(words[k], k, where, cfg, summary, (width, height)) for k in sorted(words, key=word_id_key)]
     kept = [k for k in kept if k is not None]
     points = np.array([xy for p, _ in kept for xy in p], np.float32).reshape(-1, 2)
     return ImageRecord(name=name, path=str(path), source=str(json_path), width=width, height=height,
@@ -234,17 +234,17 @@ def _frame_size(entry: dict, path: Path, where: str, summary: IngestSummary) -> 
         summary.exif_applied += transposed
         summary.warnings.append(f"{where}: no img_w/img_h; using the image header's size {w}x{h}")
         return w, h
-    if not (_positive_int(w) and _positive_int(h)) or max(w, h) > MAX_FRAME_SIDE:
+    if not (positive_int(w) and positive_int(h)) or max(w, h) > MAX_FRAME_SIDE:
         raise DataError(f"{where}: img_w/img_h ({w!r}, {h!r}) must be positive integers up to {MAX_FRAME_SIDE}; "
                         f"fix them, or delete both to read the size from the image")
     return int(w), int(h)
 
 
-def _positive_int(v) -> bool:
+def positive_int(v) -> bool:
     return type(v) in (int, float) and math.isfinite(v) and v > 0 and v == int(v)
 
 
-def _id_key(word_id: str):
+def word_id_key(word_id: str):
     """Numeric ids in numeric order ("2" before "10"), then the others."""
     numeric = word_id.isascii() and word_id.isdigit()
     return (0, int(word_id), word_id) if numeric else (1, 0, word_id)
@@ -259,11 +259,11 @@ def _fingerprint(entry: dict, where: str) -> str:
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSummary,
+def parse_word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSummary,
           frame: tuple[int, int] | None = None):
     """(points [(x, y), ...] clockwise, reason) of one UFO word, or None when the word is dropped. Given its
     image's frame (w, h), a word with a point far outside it is dropped too."""
-    points = _coords(word.get("points")) if isinstance(word, dict) else None
+    points = parse_points(word.get("points")) if isinstance(word, dict) else None
     if points is None:
         summary.dropped_invalid += 1
         summary.warnings.append(f"{where}, word {word_id!r}: points missing, malformed, non-numeric or not finite; "
@@ -274,7 +274,7 @@ def _word(word, word_id: str, where: str, cfg: BuildConfig, summary: IngestSumma
         summary.warnings.append(f"{where}, word {word_id!r}: a point lies more than {FAR_OUTSIDE:g} frame size(s) "
                                 f"outside the {frame[0]}x{frame[1]} frame; word dropped")
         return None
-    signed = _signed_area(points)
+    signed = signed_area(points)
     if len(points) < 3 or abs(signed) < cfg.drop_area:
         summary.dropped_degenerate += 1
         return None
@@ -310,7 +310,7 @@ def _flag(v) -> bool:
     return v.strip().lower() in ("true", "1", "yes") if isinstance(v, str) else bool(v)
 
 
-def _coords(raw) -> list[tuple[float, float]] | None:
+def parse_points(raw) -> list[tuple[float, float]] | None:
     """[(x, y), ...] of a UFO points list, or None unless every point is a pair of finite numbers."""
     if not isinstance(raw, list):
         return None
@@ -325,7 +325,7 @@ def _coords(raw) -> list[tuple[float, float]] | None:
 _NUMBER = (int, float)
 
 
-def _signed_area(points: list) -> float:
+def signed_area(points: list) -> float:
     """Shoelace area; positive when the polygon runs clockwise on screen (image y axis points down)."""
     return 0.5 * sum(x0 * y1 - x1 * y0 for (x0, y0), (x1, y1) in zip(points, points[1:] + points[:1]))
 
@@ -334,7 +334,7 @@ def _fit_quad(polygon: list) -> list[tuple[float, float]]:
     """Minimum-area rectangle of a polygon, clockwise from the corner nearest its first vertex."""
     import cv2  # lazy: only fit_polygons needs it, and ingest should start fast
     box = cv2.boxPoints(cv2.minAreaRect(np.array(polygon, np.float32))).astype(np.float64)
-    if _signed_area(box.tolist()) < 0:
+    if signed_area(box.tolist()) < 0:
         box = box[::-1]
     box = np.roll(box, -int(np.argmin(((box - polygon[0]) ** 2).sum(axis=1))), axis=0)
     return [tuple(p) for p in box.tolist()]
