@@ -2,10 +2,8 @@
 carries the epoch to whichever process reads, so that the cached variants rotate under persistent workers."""
 from __future__ import annotations
 
-import fcntl
 import functools
 import itertools
-import os
 import signal
 from pathlib import Path
 
@@ -19,9 +17,9 @@ from east.runtime import Runtime
 from preprocess.errors import CacheError
 from preprocess.store.build import rebuild as rebuild_cache
 from preprocess.store.manifest import Manifest
+from preprocess.store.outdir import build_holder
 from preprocess.store.stale import check_stale
 
-BUILD_LOCK = ".lock"  # the file preprocess.store.build.build_lock flocks in a cache while it writes, with its pid
 
 
 class EpochSampler(Sampler):
@@ -107,17 +105,9 @@ def explain_not_a_cache(path: Path) -> str | None:
     if (path / "ufo").is_dir():
         return (f"{path} is a data set (it holds ufo/), not a cache; build a cache from it first: python -m "
                 f"preprocess build --data {path} --out cache, then pass --cache cache")
-    try:
-        fd = os.open(path / BUILD_LOCK, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: taken only when no build holds it
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    holder = build_holder(path)
+    if holder is not None:
         return f"{path}: a build (pid {holder}) is still writing this cache; run again when it has finished"
-    finally:
-        os.close(fd)
     return None
 
 

@@ -45,6 +45,21 @@ def owned_out(out: Path):
         raise
 
 
+def build_holder(out: Path) -> str | None:
+    """The pid of the build that holds out's lock, or None when no build is writing there."""
+    try:
+        fd = os.open(out / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: taken only when no build holds it
+    except BlockingIOError:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
+    return None
+
+
 @contextmanager
 def build_lock(out: Path, remove_on_error: bool = False):
     """One build per cache directory; the kernel drops the lock if the process dies. remove_on_error: a build
