@@ -1,6 +1,7 @@
 """Loader throughput per strategy against a memcpy of the same bytes and the on-the-fly Dataset; the
 share of a training loop spent waiting for data (main process, prefetch thread, worker processes);
-build time with 1 and 2 jobs. Prints markdown tables; asserts nothing.
+build time with 1 and 2 jobs; all of it on --crop build caches (crop records). Prints markdown tables; asserts
+nothing.
 
     python benchmarks/bench_loader.py [--images 24] [--input-size 1024] [--workers 2] [--batch-size 8]
 """
@@ -112,8 +113,10 @@ def main() -> None:
     p.add_argument("--build-repeat", type=int, default=3, help="builds per job count; the median counts (default 3)")
     a = p.parse_args()
     data = bench_pages(a.images)
+    # --crop build: the four strategies' crop records, read against a memcpy of those records; page-mode reads
+    # (--crop read) are measured by bench_crops and bench_peers against a memcpy of the bytes they deliver.
     cfg = BuildConfig(input_size=a.input_size, strategy="chunked", batch_size=a.batch_size,
-                      chunk_size=max(1, a.images // 3))
+                      chunk_size=max(1, a.images // 3), crop="build")
     work = Path(tempfile.mkdtemp(prefix="east-bench-loader-"))
     try:
         build_data = bench_pages(a.build_images)

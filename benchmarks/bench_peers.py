@@ -17,6 +17,7 @@ torchvision): `pip install -e ".[peers]"`. Without it, prints a note and exits 0
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import contextlib
 import importlib.metadata
 import os
@@ -44,6 +45,10 @@ PEERS = (
     ("one pickle in RAM", "ram_pickle", "pickle.load once, then items from RAM"),
 )
 DISTRIBUTIONS = ("litdata", "mosaicml-streaming", "datasets", "webdataset", "lmdb", "torch", "numpy")
+
+
+OURS = "this project, --crop build (train.py's reader)"
+OURS_PAGES = "this project, --crop read (train.py's reader)"
 
 
 def missing_extra() -> str | None:
@@ -89,12 +94,13 @@ def disk_mib(path: Path) -> float:
     return blocks * 512 / 2**20
 
 
-def open_ours(cache: Path, batch: int):
-    """This project's reader as train.py feeds from it."""
+def open_ours(cache: Path, batch: int, compact: bool = False):
+    """This project's reader as train.py feeds from it (compact: a page-mode cache's items as train.py reads them,
+    a fresh crop per epoch whose score and geometry the device rebuilds)."""
     from torch.utils.data import DataLoader
 
     from dataset import CacheDataset, batches, collate, make_sampler
-    ds = CacheDataset(cache)
+    ds = CacheDataset(cache, compact=compact)
     sampler = make_sampler(ds, batch, shuffle=True, seed=0)
     loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=0, collate_fn=collate)
 
@@ -124,7 +130,7 @@ def write_all(records, cache: Path, work: Path) -> dict[str, tuple[float, float]
 def open_all(records, cache: Path, work: Path, batch: int) -> dict[str, object]:
     import peers
     n, spec = len(records), records.spec()
-    readers = {"this project (train.py's reader)": open_ours(cache, batch)}
+    readers = {OURS: open_ours(cache, batch), OURS_PAGES: open_ours(work / "pages", batch, compact=True)}
     for label, name, _ in PEERS:
         opener = getattr(peers, f"open_{name}")
         if label.endswith("defaults"):
@@ -134,9 +140,10 @@ def open_all(records, cache: Path, work: Path, batch: int) -> dict[str, object]:
     return readers
 
 
-def measure(readers: dict, ds, n: int, batch: int, rounds: int) -> tuple[dict, dict, dict, list[float]]:
+def measure(readers: dict, ds, n: int, batch: int, rounds: int, scale: dict) -> tuple[dict, dict, dict, list[float]]:
     """({reader: [samples/s per round]}, {reader: [x memcpy per round]}, {reader: [s to the first batch]},
-    [memcpy samples/s per round]); one warm-up epoch each first."""
+    [memcpy samples/s per round]); one warm-up epoch each first. scale: {reader: its item's bytes / a record's},
+    for a reader whose items are not the records (page mode): its ratio is to a memcpy of its own bytes."""
     for label, epoch in readers.items():
         got = epoch_rate(epoch, 0)[1]
         if got != n:
@@ -149,7 +156,7 @@ def measure(readers: dict, ds, n: int, batch: int, rounds: int) -> tuple[dict, d
         for label in names[r % len(names):] + names[:r % len(names)]:
             rate, _, first = epoch_rate(readers[label], r + 1)
             rates[label].append(rate)
-            ratios[label].append(rate / copy)
+            ratios[label].append(rate / copy * scale.get(label, 1.0))
             firsts[label].append(first)
     return rates, ratios, firsts, copies
 
@@ -177,19 +184,21 @@ def main() -> int:
     from preprocess.store.build import build_cache
 
     data = bench_pages(a.records)
-    cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size)
+    cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size, crop="build")  # the fixed records
     work = Path(tempfile.mkdtemp(prefix="east-bench-peers-"))
     try:
         t0 = time.perf_counter()
         report = build_cache(cfg, [data], work / "cache", jobs=2, quiet=True)
         build_ms = (time.perf_counter() - t0) / report.samples * 1e3
+        build_cache(dataclasses.replace(cfg, crop="read"), [data], work / "pages", jobs=2, quiet=True)
         ds = CacheDataset(work / "cache")
+        scale = {OURS_PAGES: CacheDataset(work / "pages", compact=True).item_bytes / ds.dtype.itemsize}
         records = Records(ds)
         with contextlib.redirect_stdout(sys.stderr):   # LitData prints its progress: stdout holds the tables
             written = write_all(records, work / "cache", work)
             os.sync()   # every store's dirty pages on disk now, not during a timed epoch
             readers = open_all(records, work / "cache", work, a.batch_size)
-            rates, ratios, firsts, copies = measure(readers, ds, len(records), a.batch_size, a.rounds)
+            rates, ratios, firsts, copies = measure(readers, ds, len(records), a.batch_size, a.rounds, scale)
         mb = ds.dtype.itemsize / 2**20
         copy = statistics.median(copies)
         print(f"Machine: {machine()}. {len(records)} records of {mb:.1f} MiB (input {a.input_size}: image, score, geo, "
@@ -202,7 +211,7 @@ def main() -> int:
         rows = [["memcpy of the same records into a batch buffer", "np.copyto, 1 core", f"{copy:.1f}", "1.00", "-",
                  "-", "-"]]
         for label, r in sorted(ratios.items(), key=lambda kv: -statistics.median(kv[1])):
-            w, size = written.get(fmt.get(label), (None, disk_mib(work / "cache")))
+            w, size = written.get(fmt.get(label), (None, disk_mib(work / ("pages" if label == OURS_PAGES else "cache"))))
             rows.append([label, how.get(label, "CacheDataset + sampler + collate, batches one ahead in a thread"),
                          f"{statistics.median(rates[label]):.1f}", span(r),
                          f"{statistics.median(firsts[label]) * 1e3:.0f}", f"{w:.1f}" if w is not None else
@@ -212,7 +221,9 @@ def main() -> int:
         print(f"\nsamples/s and x memcpy cover whole epochs of {len(records)} samples, the wait for the first batch "
               f"included (streaming readers prepare each epoch: with longer epochs that weighs less). This project's "
               f"write time is its build from the source pages (decode, augment, targets, write; 2 jobs): see "
-              f"bench_sample for its parts. The others are written from those records.")
+              f"bench_sample for its parts. The others are written from those records. {OURS_PAGES}: the same pages "
+              f"built with --crop read (a new crop every epoch); its x memcpy is to a memcpy of the bytes its items "
+              f"deliver (image, packed maps, word table), its write time is the --crop build cache's.")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

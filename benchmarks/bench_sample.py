@@ -7,7 +7,8 @@ tables; asserts nothing.
 The stages are timed inside make_sample, by wrapping the names make.py calls them by (its decoder, cv2's warp,
 the targets); the floor is their sum, measured in the same calls: the least a sample costs with this decoder.
 "The old decode" is the decode before OpenCV (PIL, convert("RGB"), np.asarray through tobytes), timed in the
-same run, in make_sample and in a build.
+same run, in make_sample and in a build. Builds here are --crop build builds (a crop record per sample, what
+make_sample makes); the --crop read build (make_page: a whole page per sample) is timed by bench_crops.
 
     python benchmarks/bench_sample.py [--pages 8] [--photos 8] [--repeat 3]
 """
@@ -244,7 +245,7 @@ def main() -> None:
     p.add_argument("--photos", type=int, default=8, help="camera photos timed (default 8)")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per image; the median is kept (default 3)")
     a = p.parse_args()
-    cfg = BuildConfig()
+    cfg = BuildConfig(crop="build")   # make_sample's crop records; bench_crops times the page-mode build
     kinds = {"pages": measure(bench_pages(a.pages), cfg, a.repeat),
              "photos": measure(bench_photos(a.photos), cfg, a.repeat)}
     pages, photos = kinds["pages"], kinds["photos"]

@@ -1,5 +1,5 @@
 """zarr against npy chunk files over the same pages: size on disk per field and in total, build time, and
-Dataset + DataLoader samples/s, in one run. Prints markdown tables; asserts nothing.
+Dataset + DataLoader samples/s, in one run (--crop build caches: zarr holds crop records only). Prints markdown tables; asserts nothing.
 
     python benchmarks/bench_zarr.py [--images 24] [--input-size 1024] [--chunk-size 8] [--jobs 2] [--workers 2]
 """
@@ -65,7 +65,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2, help="timed builds per format (default 2)")
     a = p.parse_args()
     data = bench_pages(a.images)
-    cfg = BuildConfig(input_size=a.input_size, strategy="chunked", chunk_size=a.chunk_size)
+    cfg = BuildConfig(input_size=a.input_size, strategy="chunked", chunk_size=a.chunk_size,
+                      crop="build")  # zarr holds crop records only
     work = Path(tempfile.mkdtemp(prefix="east-bench-zarr-"))
     try:
         size, speed = {}, []
