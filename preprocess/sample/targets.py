@@ -61,9 +61,14 @@ def owner_map(quads: np.ndarray, scale: float, shape: tuple[int, int], dtype=np.
     h, w = shape
     owner = np.zeros((h, w), dtype)
     polys = map_polygon(shrink_quads(quads), scale)
-    visible = np.all((polys.max(axis=1) >= 0) & (polys.min(axis=1) < (w, h)), axis=1)
+    lo, hi = polys.min(axis=1), polys.max(axis=1)
+    visible = np.all((hi >= 0) & (lo < (w, h)), axis=1)
+    inside = np.all((lo >= 0) & (hi < (w, h)), axis=1)   # fill_polygon's own test, for all words at once
     for k in np.flatnonzero(visible):
-        fill_polygon(owner, polys[k], int(k) + 1)
+        if inside[k]:   # most words: cv2 draws them as they are, without fill_polygon's per-call checks
+            cv2.fillPoly(owner, [polys[k]], int(k) + 1)
+        else:
+            fill_polygon(owner, polys[k], int(k) + 1)
     return owner
 
 
