@@ -38,6 +38,7 @@ def run_cli(*args, cwd: Path, script: str | None = None, **kw) -> subprocess.Com
     return subprocess.run(cmd, cwd=cwd, env=env, text=True, check=False, **{"capture_output": True, **kw})
 
 
+@pytest.mark.slow
 def test_every_console_script_runs_from_another_folder_and_names_itself(tmp_path):
     """What pip's launcher does for each [project.scripts] entry: import the target, call it with argv[0] its path."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
@@ -123,6 +124,7 @@ def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_pat
     assert m.source.data_dirs == [str(sample_root.resolve())]
 
 
+@pytest.mark.slow
 def test_source_option_changes_are_listed(data_copy, tmp_path):
     out = tmp_path / "c"
     _build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS)
@@ -225,6 +227,7 @@ def test_the_usage_follows_how_it_was_invoked(argv0, shown):
 
 
 
+@pytest.mark.slow
 def test_an_unreadable_manifest_without_data_is_not_rebuilt_from_guesses(sample_root, tmp_path):
     out = tmp_path / "c"
     _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)

@@ -80,6 +80,7 @@ def test_perfect_maps_score_a_perfect_hmean(cache):
     assert (m["precision"], m["recall"], m["hmean"]) == (1.0, 1.0, 1.0)
 
 
+@pytest.mark.slow
 def test_training_logs_detection_metrics_every_n_epochs(run):
     out, printed = run
     first, second = epochs_of(out)
@@ -90,6 +91,7 @@ def test_training_logs_detection_metrics_every_n_epochs(run):
     assert f"hmean {second['hmean']:.4f}" in printed.splitlines()[-2]  # the second epoch's summary
 
 
+@pytest.mark.slow
 def test_eval_only_names_the_checkpoints_epoch_and_images(run, cache, tmp_path):
     """Bookkeeping only: this short run's model detects nothing, so its metrics are 0 either way. That --eval-only
     reproduces a logged figure is checked with a model that detects words, on full pages, in
@@ -102,6 +104,7 @@ def test_eval_only_names_the_checkpoints_epoch_and_images(run, cache, tmp_path):
     assert "latest.pt (epoch 2)" in printed and f"hmean {record['hmean']:.4f}" in printed
 
 
+@pytest.mark.slow
 def test_eval_only_writes_beside_the_checkpoint_unless_told_otherwise(run, cache, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where the training default, runs/east, would go
     elsewhere = tmp_path / "other_run"
@@ -112,6 +115,7 @@ def test_eval_only_writes_beside_the_checkpoint_unless_told_otherwise(run, cache
     assert (elsewhere / "eval.jsonl").is_file() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
     pytest.importorskip("onnx", reason="--export-onnx needs the export extra: pip install -e '.[export]'")
     ort = pytest.importorskip("onnxruntime", reason="--export-onnx needs the export extra: pip install -e '.[export]'")

@@ -149,6 +149,7 @@ def min_name(data: Path) -> Path:
     return data / "images" / min(json.loads(ufo_path(data).read_text())["images"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", INGEST_CASES)
 def test_hostile_dataset_through_build(world, case):
     data, out, secret = world
@@ -314,7 +315,11 @@ def test_a_damaged_cache_is_refused_when_opened_naming_file_and_repair(damaged):
     assert str(cache) in msg and any(n in msg for n in names) and ("verify" in msg or "build" in msg) and "\n" not in msg, msg
 
 
-@pytest.mark.parametrize("damaged", DAMAGE, indirect=True)
+# A FIFO case runs the CLI in a subprocess under a timeout (about 2 s each): slow; the others run in this process.
+REPAIRS = [pytest.param(case, marks=pytest.mark.slow) if "FIFO" in case else case for case in DAMAGE]
+
+
+@pytest.mark.parametrize("damaged", REPAIRS, indirect=True)
 def test_verify_then_build_repairs_a_damaged_cache(damaged, pristine, capsys, request):
     cache, secret, _, crop = damaged
     cli = run_cli if "FIFO" in request.node.name else in_process(capsys)   # a FIFO case runs under a timeout

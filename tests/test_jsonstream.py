@@ -78,6 +78,7 @@ def test_the_same_image_twice_in_one_file_is_an_error_naming_it(tmp_path):
         load_ufo(path, tmp_path, BuildConfig())
 
 
+@pytest.mark.slow
 def test_ingest_holds_about_one_entry_not_the_whole_file(tmp_path):
     """json.load of this file peaks at several times its size; the piecewise read at well under its size
     (the compact records it keeps, plus one piece of text)."""

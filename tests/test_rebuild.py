@@ -153,6 +153,7 @@ def _kill_after_files(proc, out: Path, n: int) -> None:
     proc.wait()
 
 
+@pytest.mark.slow
 def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     out = tmp_path / "c"
     _kill_after_files(_start_build(data_copy, out), out, 3)
@@ -168,6 +169,7 @@ def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     assert not list((out / "data").glob("*.tmp*")), "leftovers of the killed build are removed"
 
 
+@pytest.mark.slow
 def test_sigkill_rebuild_keeps_the_previous_cache_readable(data_copy, tmp_path):
     out = tmp_path / "c"
     assert _start_build(data_copy, out).wait() == 0

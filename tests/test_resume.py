@@ -68,6 +68,7 @@ def test_save_every_steps_keeps_the_newest_mid_epoch_checkpoint(tiny_cache, tmp_
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_2.pt", "latest.pt"]
 
 
+@pytest.mark.slow
 def test_a_resume_with_nothing_left_says_how_to_go_on(tiny_cache, tmp_path):
     train_run(tiny_cache, tmp_path, "--epochs", "1", "--batch-size", "1")
     with pytest.raises(UsageError, match=r"latest\.pt has 1 epoch\(s\) done and --epochs is 1: nothing left to "

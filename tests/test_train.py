@@ -295,6 +295,7 @@ def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
         "a page-mode cache gives a new crop every epoch"
 
 
+@pytest.mark.slow
 def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
     log = train_run(cache, tmp_path, "--epochs", "2", "--batch-size", "1", "--accum-steps", "2", "--clip-grad", "5",
               "--val-cache", str(cache), "--workers", "1")
@@ -435,6 +436,7 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
     assert status == 2 and re.search(f"^error: .*{expect}", err) and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
     import shutil
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))

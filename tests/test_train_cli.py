@@ -34,6 +34,7 @@ def train_cmd(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*TRAIN, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_help_from_another_folder_shows_every_default(tmp_path):
     r = train_cmd("--help", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -131,6 +132,7 @@ def test_a_resume_with_nothing_left_is_one_line_that_says_how_to_go_on(tiny_cach
                     r"on, pass a larger --epochs, e\.g\. --epochs 2", r.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["data set", "being built"])
 def test_a_folder_that_is_not_a_cache_yet_says_what_it_is(case, tiny_data, tmp_path):
     folder, lock = tiny_data, contextlib.nullcontext()

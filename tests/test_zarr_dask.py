@@ -127,6 +127,7 @@ def test_chunk_too_big_for_a_worker_fails_before_building(data_copy, tmp_path, m
     assert not (tmp_path / "c").exists(), "a failed first build leaves nothing behind"
 
 
+@pytest.mark.slow
 def test_sigkill_zarr_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     out = tmp_path / "c"
     args = [sys.executable, "-m", "preprocess", "build", "--data", str(data_copy), "--out", str(out), "--quiet",
