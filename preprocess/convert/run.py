@@ -5,22 +5,8 @@ import importlib
 from pathlib import Path
 
 from preprocess.convert import FORMATS
-from preprocess.convert.rules import (
-    SHOW_BAD,
-    Page,
-    Problems,
-    Source,
-    Summary,
-    frame_size,
-    orient,
-)
-from preprocess.convert.writer import (
-    IMAGES_DIR,
-    check_output,
-    check_prefix,
-    ufo_path,
-    write_root,
-)
+from preprocess.convert.rules import SHOW_BAD, Page, Problems, Source, Summary, frame_size, orient
+from preprocess.convert.writer import IMAGES_DIR, check_output, check_prefix, ufo_path, write_root
 from preprocess.errors import DataError, UsageError
 
 
