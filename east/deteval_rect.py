@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from east.deteval import ImageCounts
+from east.deteval import ImageCounts, set_ratios
 
 AREA_RECALL = 0.8           # tr: share of a gt's area a match must cover
 AREA_PRECISION = 0.4        # tp: share of a detection's area a match must cover
@@ -144,20 +144,12 @@ def evaluate_image(gt_rects, care, det_rects) -> ImageCounts:
     return ImageCounts(len(g), len(d), r_acc, p_acc, tuple(matches))
 
 
-def ratios(recall_accum: float, precision_accum: float, n_gt: int, n_det: int) -> tuple[float, float, float]:
-    """(precision, recall, hmean) of summed credits and counts, each ratio 0 where its denominator is 0."""
-    recall = recall_accum / n_gt if n_gt else 0.0
-    precision = precision_accum / n_det if n_det else 0.0
-    hmean = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
-    return precision, recall, hmean
-
-
 def totals(per_image) -> dict:
     """precision, recall, hmean and the summed counts of ImageCounts (one image's or a data set's), with a
     ratio 0 where its denominator is 0: an image with no gt and no detection adds nothing."""
     gt_care, det_care = sum(c.gt_care for c in per_image), sum(c.det_care for c in per_image)
     r_acc, p_acc = sum(c.recall_accum for c in per_image), sum(c.precision_accum for c in per_image)
-    precision, recall, hmean = ratios(r_acc, p_acc, gt_care, det_care)
+    precision, recall, hmean = set_ratios(gt_care, det_care, r_acc, p_acc)
     return {"precision": precision, "recall": recall, "hmean": hmean, "gt_care": gt_care, "det_care": det_care,
             "recall_accum": r_acc, "precision_accum": p_acc}
 

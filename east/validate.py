@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from east.deteval_rect import ratios
+from east.deteval import set_ratios
 from east.predict import Page, PredictConfig, predict
 from east.runtime import Runtime
 from east.scoring import Words, score_image
@@ -56,6 +56,6 @@ def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
         dist.all_reduce(total)
         counts = total.cpu().numpy()
     n_gt, n_det, r_acc, p_acc = counts.tolist()
-    precision, recall, hmean = ratios(r_acc, p_acc, round(n_gt), round(n_det))
+    precision, recall, hmean = set_ratios(round(n_gt), round(n_det), r_acc, p_acc)
     return {"precision": precision, "recall": recall, "hmean": hmean, "detections": round(n_det),
             "eval_seconds": time.perf_counter() - t0}
