@@ -40,19 +40,24 @@ def read_mmocr(source: Source, problems: Problems) -> Iterator[Page]:
     for i, item in enumerate(items):
         where = f"{source.path}: data_list[{i}]"
         try:
-            if not isinstance(item, dict):
-                raise TypeError("the entry is not an object")
-            image = image_at(folder, item.get("img_path"))
-            size = stated_size(item.get("width"), item.get("height"))
-            instances = item.get("instances") or []
-            if not isinstance(instances, list):
-                raise TypeError('"instances" is not a list')
+            image, size, instances = _entry(item, folder, "img_path", "instances")
         except (TypeError, ValueError) as e:
             problems.bad(where, str(e), image=True)
             continue
         where = f"{where} ({item['img_path']})"
         words = [_mmocr_word(inst, f"{where}, instance {k}", problems) for k, inst in enumerate(instances)]
         yield Page(image, where, [w for w in words if w is not None], size)
+
+
+def _entry(item, folder, name_key: str, words_key: str):
+    """(image path, stated size, list of word objects) of one image entry of an MMOCR-style file (its image under
+    name_key, width, height, its words under words_key); TypeError or ValueError names what is wrong."""
+    if not isinstance(item, dict):
+        raise TypeError("the entry is not a JSON object")
+    words = item.get(words_key) or []
+    if not isinstance(words, list):
+        raise TypeError(f'"{words_key}" is not a list')
+    return image_at(folder, item.get(name_key)), stated_size(item.get("width"), item.get("height")), words
 
 
 def _mmocr_word(inst, where: str, problems: Problems) -> Word | None:
@@ -86,13 +91,7 @@ def read_wildreceipt(source: Source, problems: Problems) -> Iterator[Page]:
         where = f"{source.path}:{n}"
         try:
             item = json.loads(line)
-            if not isinstance(item, dict):
-                raise TypeError("the line is not a JSON object")
-            image = image_at(folder, item.get("file_name"))
-            size = stated_size(item.get("width"), item.get("height"))
-            anns = item.get("annotations") or []
-            if not isinstance(anns, list):
-                raise TypeError('"annotations" is not a list')
+            image, size, anns = _entry(item, folder, "file_name", "annotations")
         except json.JSONDecodeError as e:
             problems.bad(where, f"invalid JSON at column {e.colno}: {e.msg} in {clip(line)!r}")
             continue
