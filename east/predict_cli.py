@@ -15,6 +15,7 @@ from east.predict import (
     predict,
     write_predictions,
 )
+from preprocess.cli import invoked_as
 from preprocess.errors import BuildError, CacheError, DataError, UsageError
 
 SHOW_SKIPPED = 5   # skipped images named in the summary line
@@ -49,14 +50,9 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     return p
 
 
-def invoked_as(argv0: str) -> str:
-    """The name usage shows: predict.py, east-predict, or `python -m east.predict_cli`."""
-    name = Path(argv0).name
-    return "python -m east.predict_cli" if name in ("predict_cli.py", "") else name
-
-
 def run(argv: list[str] | None = None) -> None:
-    a = get_parser(invoked_as(sys.argv[0]) if argv is None else SCRIPT).parse_args(argv)
+    a = get_parser(invoked_as(sys.argv[0], "python -m east.predict_cli", "predict_cli.py") if argv is None
+                   else SCRIPT).parse_args(argv)
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))

@@ -300,10 +300,11 @@ def _interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def invoked_as(argv0: str) -> str:
-    """The command name to show in usage and hints: the console script's name, or `python -m preprocess`."""
+def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
+    """The command name to show in usage and hints: the console script's or script's name, or module_command
+    where Python ran module_file (`python -m ...`)."""
     name = Path(argv0).name
-    return MODULE_COMMAND if name in ("__main__.py", "") else name
+    return module_command if name in (module_file, "") else name
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
