@@ -16,20 +16,13 @@ from east.engine import Context
 from east.model import EAST
 from east.runtime import Runtime
 from preprocess.errors import UsageError
-from preprocess.store.atomic import fsync_path
+from preprocess.store.atomic import fsync_path, replacing
 
 
 def save_atomic(obj, path: Path) -> None:
     """Readers see the old file or the new one, never half of one, even after a power cut."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    with replacing(path, ".tmp") as tmp:   # a full disk, a second Ctrl-C: no temp file left behind
         torch.save(obj, tmp)
-        fsync_path(tmp)
-        os.replace(tmp, path)
-    except BaseException:  # a full disk, a second Ctrl-C: no temp file left behind
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_path(path.parent)
 
 
 def save_checkpoint(state: dict, path: Path) -> None:

@@ -6,6 +6,8 @@ rename, fsync the directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -27,17 +29,24 @@ def fsync_tree(root) -> None:
         fsync_path(folder)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """temp file + fsync + rename + fsync of the directory: readers see the old or the new file, never half."""
+@contextmanager
+def replacing(path, tmp_suffix: str | None = None) -> Iterator[Path]:
+    """Yields a temp path beside path to write; then fsync it, rename it over path, fsync the directory. On any
+    error (a full disk, an interrupt) the temp file is removed and the old file stands. tmp_suffix: default
+    .tmpPID, so that two processes never write the same temp file."""
     path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = path.with_name(path.name + (tmp_suffix or f".tmp{os.getpid()}"))
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        fsync_path(tmp)
         os.replace(tmp, path)
-    except BaseException:   # a full disk, an interrupt: the old file stands, and no temp file is left behind
+    except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_path(path.parent)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """text as path's new content, durably and atomically (replacing)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text)
