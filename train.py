@@ -15,9 +15,7 @@ runtimes (needs `pip install -e ".[export]"`).
 This file is the script; the code is the `east` package (east.cli holds the command line, `east-train`
 once installed).
 """
-import sys
-
-from east.cli import main
+from east.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

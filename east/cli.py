@@ -3,6 +3,7 @@ training run, --eval-only, or --export-onnx. Errors whose messages say what to d
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -211,5 +212,19 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+def entry() -> None:
+    """`east-train` and train.py: main()'s status as the process's. A rank of a torchrun job (WORLD_SIZE > 1)
+    then ends with os._exit, once its output is flushed: its work is done (the group left, every checkpoint
+    written and renamed into place), and what os._exit skips is the interpreter's and the C++ libraries'
+    teardown, where a 2-process gloo run aborted now and then after finishing ("terminate called without an
+    active exception", no Python frame left on the stack), failing a job whose results were all saved."""
+    status = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -466,6 +466,18 @@ def test_two_processes_with_torchrun(cache, tmp_path):
     assert (tmp_path / "latest.pt").exists()
 
 
+@pytest.mark.parametrize("world", ["1", "2"])
+def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world):
+    """entry(): main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes what it printed
+    and skips the interpreter's teardown (an atexit hook stands for it), where gloo runs aborted after finishing."""
+    code = ("import atexit, sys; from east import cli; atexit.register(lambda: print('teardown')); "
+            "cli.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; cli.entry()")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "WORLD_SIZE": world})
+    assert r.returncode == 3 and r.stdout.startswith("done") and r.stderr == "err", (r.stdout, r.stderr)
+    assert ("teardown" in r.stdout) == (world == "1")
+
+
 def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     """train.py's loader over a batch cache at its batch size: whole files in a shuffled order, each batch one
     slice (CacheDataset.__getitems__ gives Rows), read ahead by the prefetch thread when there are no workers."""
