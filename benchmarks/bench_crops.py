@@ -24,7 +24,7 @@ import numpy as np
 from common import BENCH_DATA, machine, memcpy_rate, table, write_sample_dataset
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate, make_sampler, prefetch
+from dataset import CacheDataset, batches, collate, make_sampler
 
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, load_splits
@@ -83,7 +83,7 @@ def built(data: Path, cfg: BuildConfig, out: Path) -> dict:
     return {"seconds": r.seconds / r.images, "bytes": disk / r.samples}
 
 
-def read_rate(out: Path, batch_size: int, batches: int, compact: bool) -> tuple[float, float, float]:
+def read_rate(out: Path, batch_size: int, count: int, compact: bool) -> tuple[float, float, float]:
     """(samples/s through train.py's feeding path, one core's memcpy of the bytes an item delivers in samples/s,
     MiB an item delivers): a DataLoader in this process with collate, read one batch ahead by the prefetch
     thread, a new epoch each time round (new crops in page mode). compact: page-mode items as train.py reads
@@ -92,10 +92,10 @@ def read_rate(out: Path, batch_size: int, batches: int, compact: bool) -> tuple[
     sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
     loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate)
     n, epoch, t0 = 0, 0, None
-    while n < batches * batch_size:
+    while n < count * batch_size:
         ds.set_epoch(epoch)
         sampler.set_epoch(epoch)
-        for batch in prefetch(loader):
+        for batch in batches(loader):
             if t0 is None:   # the first batch warms buffers and maps
                 t0 = time.perf_counter()
                 continue

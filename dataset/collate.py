@@ -10,6 +10,8 @@ from dataset.expand import TABLE, pad_tables
 
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
     """Copy each field once, from the page cache into one batch tensor per field; no float conversion here.
+    The copies are torch's (Tensor.copy_): they run on torch's intra-op threads, and copy a strided window (a
+    page-mode crop's rows) about twice as fast as numpy does on one core.
     pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
     non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed. Items are dicts
     of arrays by field name; a batch of adjacent rows (CacheDataset.__getitems__) also carries them as one
@@ -19,15 +21,12 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
         out = {}
         for k in rows.dtype.names:
             src = rows[k]
-            t = empty_batch(src.shape, src.dtype, pin)
-            np.copyto(t.numpy(), src)
-            out[k] = t
+            out[k] = empty_batch(src.shape, src.dtype, pin).copy_(torch.from_numpy(src))
         return out
     out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k != TABLE}
     for k, t in out.items():
-        dst = t.numpy()
         for j, item in enumerate(batch):
-            dst[j] = item[k]
+            t[j].copy_(torch.from_numpy(np.asarray(item[k])))
     if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
         out[TABLE] = pad_tables([item[TABLE] for item in batch])
     return out

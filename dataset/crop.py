@@ -44,13 +44,29 @@ class PageWords(NamedTuple):
     whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
     draw: CropDraw | None         # the page's window draw (None: not asked for)
+    table: np.ndarray             # float64 (L, 9) page px: word_table of the legible quads (a crop's is a shift of it)
 
 
 def page_words(page: Page, size: int, map_scale: float, draw: bool = True) -> PageWords:
     """A page's PageWords for crops of side `size` page px; draw: with its CropDraw."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
-                     CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight) if draw else None)
+                     CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight) if draw else None,
+                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)))
+
+
+# word_table's columns that move with a shift of the quads: ax, ay, then the box x0, x1, y0, y1 (rotated about
+# the first vertex, so shifted alike); cos, sin and theta do not
+TABLE_SHIFT_X, TABLE_SHIFT_Y = np.array([2, 4, 5]), np.array([3, 6, 7])
+
+
+def shifted_table(table: np.ndarray, origin) -> np.ndarray:
+    """float32 word_table of quads shifted by -origin, from the unshifted quads' float64 table (the shift of a
+    float64 quad by integer px is exact, so this equals word_table of the shifted quads to within float32)."""
+    out = table.copy()
+    out[:, TABLE_SHIFT_X] -= origin[0]
+    out[:, TABLE_SHIFT_Y] -= origin[1]
+    return out.astype(np.float32)
 
 
 def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
@@ -67,7 +83,7 @@ def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
 
 def words_bytes(words: PageWords) -> int:
     """Bytes a PageWords holds (its arrays; a CropDraw's counts)."""
-    arrays = [words.boxes, words.quads, words.whole, words.shrunk]
+    arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
     if words.draw is not None and words.draw.counts is not None:
         arrays.append(words.draw.counts)
     return sum(a.nbytes for a in arrays)
@@ -106,9 +122,10 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
                       words: PageWords | None = None) -> dict[str, np.ndarray]:
     """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
     page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
-    maps, quads, theta = crop_maps(page, origin, cut, size, map_scale, words)
+    words = page_words(page, size, map_scale, draw=False) if words is None else words
+    maps, _, _ = crop_maps(page, origin, cut, size, map_scale, words)
     return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0), "maps": maps[None],
-            "table": word_table(quads, theta) if len(quads) else np.zeros((0, 9), np.float32)}
+            "table": shifted_table(words.table, origin)}
 
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -91,13 +92,24 @@ def test_batch_strategy_reads_a_batch_as_one_slice(caches):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")  # torch's collate over read-only maps
 def test_torch_default_collate_works_too(caches, strategy):
     """A user's own DataLoader without our collate gets the same batches, one slice or not."""
     ds = CacheDataset(caches / strategy)
-    batch = next(iter(DataLoader(ds, batch_size=2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the maps are private and writable: torch takes them without a warning
+        batch = next(iter(DataLoader(ds, batch_size=2)))
     assert torch.equal(batch["image"][1], torch.from_numpy(ds[1]["image"]))
     assert batch["geo"].dtype == torch.float16 and batch["roi"].shape == (2, 1, 48, 48)
+
+
+def test_a_write_into_an_item_never_reaches_the_cache(caches):
+    """Items are views of a private map: writable, and a write stays in this process."""
+    ds = CacheDataset(caches / "image")
+    item = ds[0]["image"]
+    before = item.copy()
+    item[...] = 255 - item
+    assert np.array_equal(CacheDataset(caches / "image")[0]["image"], before)
+    assert not np.array_equal(ds[0]["image"], before), "this process sees its own write"
 
 
 @pytest.mark.parametrize("n, block, world", [(10, 4, 1), (10, 4, 2), (10, 4, 3), (8, 2, 2), (3, 8, 2)])

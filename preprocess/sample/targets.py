@@ -72,12 +72,13 @@ def owner_map(quads: np.ndarray, scale: float, shape: tuple[int, int], dtype=np.
     return owner
 
 
-def word_table(quads: np.ndarray, theta: np.ndarray | None = None) -> np.ndarray:
-    """float32 (N, 9) per word: cos, sin of theta, first vertex (ax, ay), box x0, x1, y0, y1 of the quad rotated
-    by theta about that vertex, theta. theta, when given, is min_rect_angles(quads) (shifts do not change it)."""
+def word_table(quads: np.ndarray, theta: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
+    """(N, 9) per word: cos, sin of theta, first vertex (ax, ay), box x0, x1, y0, y1 of the quad rotated by theta
+    about that vertex, theta. theta, when given, is min_rect_angles(quads) (shifts do not change it). float32, as
+    the geometry maths uses it; float64 for a table that is shifted before use (dataset/crop.py)."""
     theta = min_rect_angles(quads) if theta is None else theta
     return np.column_stack([np.cos(theta), np.sin(theta), quads[:, 0], rotated_boxes(quads, theta), theta]
-                           ).astype(np.float32).reshape(-1, 9)
+                           ).astype(dtype).reshape(-1, 9)
 
 
 def fill_geometry(geo: np.ndarray, owner: np.ndarray, quads: np.ndarray, scale: float,

@@ -43,7 +43,9 @@ class NpyFormat(FileFormat):
         return NpyWriter(path)
 
     def open(self, path, spec: RecordSpec, in_memory: bool = False):
-        records = np.load(path) if in_memory else np.load(path, mmap_mode="r")
+        # mmap_mode "c": a private map, so its arrays are writable (a reader may wrap them as tensors without a
+        # warning, a user's DataLoader default collate too) while a write changes this process's copy, never the cache
+        records = np.load(path) if in_memory else np.load(path, mmap_mode="c")
         if records.dtype != spec.dtype or records.ndim != 1:
             raise CacheError(f"{path}: its header says {records.dtype} x {records.shape}, not records of the "
                              f"cache's {spec.kind.name} kind: the file is damaged. Run `python -m preprocess verify "
