@@ -28,9 +28,9 @@ from dataset.crop import (
     page_words,
     words_bytes,
 )
-from dataset.expand import TABLE
+from dataset.expand import AT, TABLE, TILES
 from preprocess.errors import CacheError
-from preprocess.sample.page import Page
+from preprocess.sample.page import TILE_PX, Page, block_tiles
 from preprocess.sample.window import grid_step
 from preprocess.store.fingerprint import build_fingerprint
 from preprocess.store.format import CROP, MANIFEST, PAGE, record_spec
@@ -67,10 +67,11 @@ class CacheDataset(Dataset):
         # what an item holds, as one structured record: a crop record, whichever kind is stored
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
         self.compact = compact and self.pages
-        self.fields = ("image", "maps", TABLE) if self.compact else self.item_dtype.names
-        # bytes an item delivers (a compact crop: its image and maps; its word table is a few hundred more)
-        self.item_bytes = (self.item_dtype["image"].itemsize + self.item_dtype["score"].itemsize * 2 if self.compact
-                           else self.item_dtype.itemsize)
+        self.fields = (TILES, AT, "maps", TABLE) if self.compact else self.item_dtype.names
+        # bytes an item delivers (a compact crop: its block of image tiles and its maps; its word table is a few
+        # hundred more)
+        tiles = 3 * (block_tiles(self.config.input_size) * TILE_PX) ** 2
+        self.item_bytes = (tiles + self.item_dtype["score"].itemsize * 2 if self.compact else self.item_dtype.itemsize)
         self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0

@@ -5,7 +5,8 @@ import numpy as np
 import torch
 
 from dataset.buffers import empty_batch
-from dataset.expand import TABLE, pad_tables
+from dataset.crop import apply_patch
+from dataset.expand import PATCH, TABLE, pad_tables
 
 
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -23,10 +24,15 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
             src = rows[k]
             out[k] = empty_batch(src.shape, src.dtype, pin).copy_(torch.from_numpy(src))
         return out
-    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k != TABLE}
+    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k not in (TABLE, PATCH)}
     for k, t in out.items():
         for j, item in enumerate(batch):
             t[j].copy_(torch.from_numpy(np.asarray(item[k])))
     if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
         out[TABLE] = pad_tables([item[TABLE] for item in batch])
+    if PATCH in batch[0]:   # and what cut words change in their maps, over the maps copied from the page
+        maps = out["maps"].numpy()
+        for j, item in enumerate(batch):
+            if item[PATCH] is not None:
+                apply_patch(maps[j], item[PATCH])
     return out

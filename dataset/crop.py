@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dataset.expand import AT, PATCH, TILES
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import (
     DONT_CARE_BIT,
@@ -114,47 +115,65 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
     geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
         fill_geometry(geo, owner, quads, map_scale, theta)
-    return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0),
+    return {"image": page.image.window(int(origin[0]), int(origin[1]), size, size),
             "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
                       words: PageWords | None = None) -> dict[str, np.ndarray]:
-    """The crop for dataset/expand.py: image uint8 (3, S, S), maps uint16 (1, m, m) (owner | don't-care bit, as a
-    page stores them) and table float32 (L, 9), row k the word of owner value k + 1 (targets.word_table)."""
+    """The crop for dataset/expand.py: tiles uint8 (n, n, 3, T, T), the block of the page's image tiles that holds
+    it (PageImage.block), at int32 (3,): the crop's (dx, dy) in that block and its side S; maps uint16 (1, m, m)
+    (owner | don't-care bit, as a page stores them) with patch, None or what the cut words change in them
+    (maps_window: collate writes it over the copied maps), and table float32 (L, 9), row k the word of owner value
+    k + 1 (targets.word_table)."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
-    maps, _, _ = crop_maps(page, origin, cut, size, map_scale, words)
-    return {"image": window(page.image, int(origin[0]), int(origin[1]), size, size, 0), "maps": maps[None],
+    maps, patch = maps_window(page, origin, cut, size, map_scale, words)
+    tiles, (dx, dy) = page.image.block(int(origin[0]), int(origin[1]), size)
+    return {TILES: tiles, AT: np.array([dx, dy, size], np.int32), "maps": maps[None], PATCH: patch,
             "table": shifted_table(words.table, origin)}
 
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
+    The page's maps in the window (maps_window), with its patch applied to a copy where it has one."""
+    words = page_words(page, size, map_scale, draw=False) if words is None else words
+    maps, patch = maps_window(page, origin, cut, size, map_scale, words)
+    if patch is not None:
+        maps = np.array(maps)
+        apply_patch(maps, patch)
+    return maps, words.quads - np.array([int(origin[0]), int(origin[1])], np.float64), page.theta
 
-    Without cut words: the page's maps, sliced (a view where the crop lies on the page). With cut words, only
-    the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them (the
-    last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the page's
-    canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's). The
-    polygons are the page's, shifted by the origin's map px (an even integer: np.around commutes with it), so
-    the redrawn words are those the page's owner map holds."""
+
+def apply_patch(maps: np.ndarray, patch: tuple) -> None:
+    """Write a maps_window patch (x0, y0, values (h, w)) into maps (..., m, m)."""
+    x0, y0, values = patch
+    maps[..., y0:y0 + values.shape[0], x0:x0 + values.shape[1]] = values
+
+
+def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
+    """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m) is the
+    page's maps in the window (a view where the window lies on the page), patch None or (x0, y0, values (h, w)),
+    the rectangle of it that the cut words change, as it must read instead (apply_patch): so a reader copies
+    the window once, into its batch, and the patch over it.
+
+    Only the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them
+    (the last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the
+    page's canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's).
+    The polygons are the page's, shifted by the origin's map px (an even integer: np.around commutes with it),
+    so the redrawn words are those the page's owner map holds."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
-    words = page_words(page, size, map_scale, draw=False) if words is None else words
-    quads = words.quads - np.array([ox, oy], np.float64)
-    maps = window(page.maps, mx, my, m, m, 0)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
-        return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), quads, page.theta
+        return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), None
+    maps = window(page.maps, mx, my, m, m, 0)
     if not cut.any():
-        return maps, quads, page.theta
+        return maps, None
     whole = words.whole[cut] - np.array([mx, my], np.int32)
-    if not len(whole):
-        return maps, quads, page.theta
     (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, m)
     if x1 <= x0 or y1 <= y0:
-        return maps, quads, page.theta
-    maps = np.array(maps)
-    region = maps[y0:y1, x0:x1]
-    was_cut = np.zeros(len(quads) + 1, bool)
+        return maps, None
+    region = np.array(maps[y0:y1, x0:x1])
+    was_cut = np.zeros(len(words.quads) + 1, bool)
     was_cut[np.flatnonzero(cut) + 1] = True
     hit = was_cut[region & OWNER_MASK]
     if hit.any():
@@ -169,7 +188,7 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, 
         fill_polygon(dont_care, poly, 1)
     _off_page(dont_care, page, mx + x0, my + y0)
     region |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
-    return maps, quads, page.theta
+    return maps, (int(x0), int(y0), region)
 
 
 def _off_page(mask: np.ndarray, page: Page, x: int, y: int) -> None:

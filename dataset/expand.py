@@ -14,6 +14,9 @@ from preprocess.sample.page import DONT_CARE_BIT, OWNER_MASK
 
 TABLE_COLUMNS = 9   # targets.word_table: cos, sin, ax, ay, x0, x1, y0, y1, theta
 TABLE = "table"     # the field of a compact crop that holds its word table (its length varies per item)
+TILES = "tiles"     # the field of a compact crop that holds the block of page tiles its image is cut from
+AT = "at"           # the field of a compact crop that says where: (dx, dy) in the block, and the crop's side
+PATCH = "patch"     # the field of a compact crop that holds what its cut words change in its maps (or None)
 
 
 def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,17 +39,43 @@ def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -
     return positive.reshape(b, 1, h, w).to(torch.uint8), geo
 
 
-def expand_batch(batch: dict) -> dict:
-    """A batch of compact page-mode crops (image, maps, table: dataset/crop.py crop_page_compact) as the fields
-    the loss takes: image, score uint8, geo float32, roi uint8; any other batch unchanged. Runs where the
-    batch is (call it after the copy to the device). The map scale is the maps' side over the image's."""
+def batch_len(batch: dict) -> int:
+    """Items in a batch, whichever its fields."""
+    return len(next(iter(batch.values())))
+
+
+def untile(tiles: torch.Tensor, at: list) -> torch.Tensor:
+    """uint8 (B, 3, S, S) crops from their blocks of page tiles (B, n, n, 3, T, T) and, per item, (dx, dy, S):
+    where each crop begins in its block (a list, so that no device value is waited for)."""
+    b, n, _, c, t, _ = tiles.shape
+    pixels = tiles.permute(0, 3, 1, 4, 2, 5).reshape(b, c, n * t, n * t)
+    return torch.stack([pixels[k, :, dy:dy + side, dx:dx + side] for k, (dx, dy, side) in enumerate(at)])
+
+
+def batch_images(batch: dict, device=None) -> torch.Tensor:
+    """The batch's images (B, 3, S, S) on the device (default: where they are): a batch's "image", or the crops cut
+    out of its blocks of tiles (compact page-mode batches)."""
+    if TILES not in batch:
+        return batch["image"].to(device, non_blocking=True) if device is not None else batch["image"]
+    tiles = batch[TILES].to(device, non_blocking=True) if device is not None else batch[TILES]
+    return untile(tiles, batch[AT].tolist())
+
+
+def expand_batch(batch: dict, device=None) -> dict:
+    """A batch on the device (default: where it is) with the fields the loss takes. A batch of compact page-mode
+    crops (tiles, at, maps, table: dataset/crop.py crop_page_compact) becomes image, score uint8, geo float32
+    and roi uint8, rebuilt where the batch goes; any other batch is moved as it is. The map scale is the maps'
+    side over the crop's."""
     if "maps" not in batch:
-        return batch
-    map_scale = batch["maps"].shape[-1] / batch["image"].shape[-1]
-    maps = batch["maps"].int()   # uint16 has few kernels on devices; int32 holds it
-    score, geo = expand_targets(maps & OWNER_MASK, batch[TABLE], map_scale)
+        return {k: v.to(device, non_blocking=True) for k, v in batch.items()} if device is not None else batch
+    image = batch_images(batch, device)
+    maps = batch["maps"].to(device, non_blocking=True) if device is not None else batch["maps"]
+    table = batch[TABLE].to(device, non_blocking=True) if device is not None else batch[TABLE]
+    map_scale = maps.shape[-1] / image.shape[-1]
+    maps = maps.int()   # uint16 has few kernels on devices; int32 holds it
+    score, geo = expand_targets(maps & OWNER_MASK, table, map_scale)
     roi = (1 - (maps >> DONT_CARE_BIT)).to(torch.uint8)
-    return {"image": batch["image"], "score": score, "geo": geo, "roi": roi}
+    return {"image": image, "score": score, "geo": geo, "roi": roi}
 
 
 def pad_tables(tables: list, out: torch.Tensor | None = None) -> torch.Tensor:

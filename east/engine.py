@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dataset import batches
-from dataset.expand import expand_batch
+from dataset.expand import batch_len, expand_batch
 from east.augment import prepare_images
 from east.config import RunState, TrainConfig
 from east.loss import LOSS_KEYS, east_loss
@@ -50,7 +50,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 def forward_loss(model, batch: dict, ctx: Context, jitter: float) -> dict[str, torch.Tensor]:
-    batch = expand_batch({k: v.to(ctx.rt.device, non_blocking=True) for k, v in batch.items()})
+    batch = expand_batch(batch, ctx.rt.device)
     x = prepare_images(batch["image"], jitter)
     with ctx.autocast():
         score, geo = model(x)
@@ -208,7 +208,7 @@ def evaluate(model, loader, ctx: Context) -> dict:
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
     for batch in batches(loader):
         parts = forward_loss(model, batch, ctx, jitter=0.0)
-        n = parts["loss"].new_full((1,), batch["image"].shape[0])
+        n = parts["loss"].new_full((1,), batch_len(batch))
         sums += torch.cat((torch.stack([parts[k] for k in LOSS_KEYS]) * n, n))
     return {f"val_{k}": v for k, v in mean_losses(sums, ctx).items()}
 

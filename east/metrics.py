@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from dataset import CacheDataset, collate
+from dataset.expand import batch_images
 from east.augment import prepare_images
 from east.decode import decode_maps
 from east.deteval import evaluate_image, gt_quads, set_ratios
@@ -42,7 +43,7 @@ def detection_metrics(model: EAST, ds: CacheDataset, ctx: Context) -> dict:
     t0 = time.perf_counter()
     for start in range(0, len(mine), ctx.cfg.batch_size):
         idx = list(mine[start:start + ctx.cfg.batch_size])
-        dets = detect(model, collate(ds.__getitems__(idx))["image"], ds.config.map_scale, ctx)
+        dets = detect(model, batch_images(collate(ds.__getitems__(idx))), ds.config.map_scale, ctx)
         for i, det in zip(idx, dets):
             counts += evaluate_image(*gt_quads(*ds.quads(i)), det)[:4]
     if ctx.rt.world > 1:

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 from helpers import random_page
 
+from dataset.collate import collate
 from dataset.crop import crop_page, crop_page_compact, legible_boxes
 from dataset.expand import expand_batch, expand_targets, pad_tables
 from preprocess.sample.geometry import min_rect_angles
@@ -40,7 +41,8 @@ def test_expand_equals_fill_geometry_bit_for_bit():
 
 
 def test_compact_crops_expand_to_the_cpu_crops():
-    """crop_page_compact + table padding + expand_batch == crop_page, with and without cut words."""
+    """crop_page_compact + collate (tiles, table padding) + expand_batch == crop_page, with and without cut words,
+    on the page and across its edges."""
     page, size = random_page(11), 96
     boxes = legible_boxes(page)
     rng = np.random.default_rng(0)
@@ -48,11 +50,7 @@ def test_compact_crops_expand_to_the_cpu_crops():
     cuts = [cuts_at(boxes, o, size) for o in origins]
     assert 0 < sum(c.any() for c in cuts) < len(cuts)
     cpu = [crop_page(page, o, c, size, 0.5) for o, c in zip(origins, cuts)]
-    compact = [crop_page_compact(page, o, c, size, 0.5) for o, c in zip(origins, cuts)]
-    batch = {"image": torch.from_numpy(np.stack([c["image"] for c in compact])),
-             "maps": torch.from_numpy(np.stack([c["maps"] for c in compact])),
-             "table": pad_tables([c["table"] for c in compact])}
-    out = expand_batch(batch)
+    out = expand_batch(collate([crop_page_compact(page, o, c, size, 0.5) for o, c in zip(origins, cuts)]))
     for k in ("image", "score", "roi"):
         np.testing.assert_array_equal(out[k].numpy(), np.stack([c[k] for c in cpu]), err_msg=k)
     np.testing.assert_array_equal(out["geo"].half().numpy(), np.stack([c["geo"] for c in cpu]))

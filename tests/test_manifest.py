@@ -13,7 +13,7 @@ from preprocess.cli import main
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.errors import CacheError
 from preprocess.store.build import build_cache
-from preprocess.sample.page import max_page_size
+from preprocess.sample.page import image_values, max_page_size
 from preprocess.store.format import CROP, MANIFEST, PAGE, record_spec
 from preprocess.store.layout import Layout
 from preprocess.store.manifest import Manifest, data_path
@@ -117,4 +117,4 @@ def test_the_field_table_gives_the_record_dtype():
     assert CROP.field("geo").stored(np.ones((5, 2, 2), np.float32)).dtype == np.float16
     page = record_spec(small_config(crop="read")).dtype   # flat fields as long as the largest page
     w, h = max_page_size(small_config())
-    assert page.names == PAGE.names and page["image"].shape == (3 * w * h,) and page["maps"].shape == (w * h // 4,)
+    assert page.names == PAGE.names and page["image"].shape == (image_values((w, h)),) and page["maps"].shape == (w * h // 4,)

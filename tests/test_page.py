@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from helpers import page_record, random_page
 
 from dataset.crop import choose, crop_page, crop_words, legible_boxes, window
+from dataset.expand import untile
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
 from preprocess.sample.geometry import (
@@ -17,8 +19,12 @@ from preprocess.sample.geometry import (
 from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
 from preprocess.sample.page import (
     MAX_BLEED_PX,
+    TILE_PX,
     Page,
+    PageImage,
+    block_tiles,
     expected_page_size,
+    image_values,
     make_page,
     max_page_size,
     page_bytes,
@@ -55,7 +61,7 @@ def assert_crop_exact(page: Page, origin, size: int, map_scale: float) -> bool:
     np.testing.assert_array_equal(got["score"][0], score, err_msg=f"score at {origin}")
     np.testing.assert_array_equal(got["roi"][0], roi, err_msg=f"roi at {origin}")
     np.testing.assert_array_equal(got["geo"], geo.astype(np.float16), err_msg=f"geo at {origin}")
-    np.testing.assert_array_equal(got["image"], window(page.image, *origin, size, size, 0))
+    np.testing.assert_array_equal(got["image"], page.image.window(*origin, size, size))
     return bool(cut.any())
 
 
@@ -107,15 +113,36 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
     x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 4)
     for origin in ([0, 0], [w - 96, h - 96], [48, 20], [-16, h - 80]):
         direct = warp(d, compose(np.array([[1.0, 0, -x0 - origin[0]], [0, 1, -y0 - origin[1]]]), rotate), (96, 96))
-        diff = np.abs(direct.transpose(2, 0, 1).astype(int) - window(page.image, *origin, 96, 96, 0))
+        diff = np.abs(direct.transpose(2, 0, 1).astype(int) - page.image.window(*origin, 96, 96))
         assert diff.max() <= 32 and diff.mean() < 0.5, (origin, diff.max(), diff.mean())
+
+
+@pytest.mark.parametrize("w, h", [(130, 97), (64, 64), (31, 200)])
+def test_page_image_tiles_give_every_window_of_the_image(w, h):
+    """PageImage: a window or a block of tiles cut anywhere, on the page, across its edges or off it, holds the
+    image's pixels and zeros beyond it, bit for bit."""
+    rng = np.random.default_rng(w)
+    image = rng.integers(1, 256, (3, h, w), np.uint8)
+    tiles = PageImage.from_chw(image)
+    assert tiles.shape == image.shape and tiles.tiles.shape[2:] == (3, TILE_PX, TILE_PX)
+    np.testing.assert_array_equal(tiles.chw(), image)
+    for _ in range(40):
+        x, y = (int(v) for v in rng.integers(-80, [w + 40, h + 40]))
+        side = int(rng.integers(1, 100))
+        want = window(image, x, y, side, side, 0)
+        np.testing.assert_array_equal(tiles.window(x, y, side, side), want, err_msg=str((x, y, side)))
+        block, (dx, dy) = tiles.block(x, y, side)
+        n = block_tiles(side)
+        assert block.shape == (n, n, 3, TILE_PX, TILE_PX) and 0 <= dx < TILE_PX and 0 <= dy < TILE_PX
+        got = untile(torch.from_numpy(np.ascontiguousarray(block))[None], [(dx, dy, side)])[0]
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=str((x, y, side)))
 
 
 def test_page_canvas_keeps_the_rotated_corners(tmp_path):
     """A white frame rotated into the page: nothing touches the canvas border, all four corners are there."""
     rec = page_record(tmp_path, [[[0, 0], [320, 0], [320, 240], [0, 240]]], size=(320, 240))
     for variant in range(4):
-        img = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant).image.max(axis=0)
+        img = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant).image.chw().max(axis=0)
         assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
         ys, xs = np.nonzero(img > 128)
         assert xs.max() - xs.min() > 200 and ys.max() - ys.min() > 150
@@ -136,12 +163,14 @@ def test_a_page_round_trips_through_flat_record_fields(tmp_path):
     rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
     page = make_page(rec, cfg, 2)
     w, h = max_page_size(cfg)
-    image, maps, size = np.zeros(3 * w * h, np.uint8), np.zeros(w * h // 4, np.uint16), np.zeros(2, np.int32)
+    image, maps, size = np.zeros(image_values((w, h)), np.uint8), np.zeros(w * h // 4, np.uint16), np.zeros(2, np.int32)
     page.write_into(image, maps, size)
     back = Page.from_fields(image, maps, size, page.points, page.offsets, page.care, page.weight, cfg.map_scale)
-    for name in ("image", "maps", "theta", "weight"):
+    assert back.size == page.size
+    np.testing.assert_array_equal(back.image.chw(), page.image.chw())
+    for name in ("maps", "theta", "weight"):
         np.testing.assert_array_equal(getattr(back, name), getattr(page, name), err_msg=name)
-    assert page_bytes(page.size, 0.5) == page.image.nbytes + page.maps.nbytes
+    assert page_bytes(page.size, 0.5) == page.image.tiles.nbytes + page.maps.nbytes
     inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
     for v in range(3):
         expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size

@@ -14,6 +14,12 @@ scale s in a form that a window of the page can be cut from exactly (dataset/cro
 The canvas sides are multiples of window.grid_step(s) px, so map side = page side x s is an integer.
 The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
+
+The image is kept in square tiles of TILE_PX (PageImage): a crop's pixels are then a block of whole
+tiles whose rows of tiles lie contiguous in memory, copied at memcpy speed, whereas the crop's rows
+of a plain (3, H, W) page are 3 x S short runs, each at another place, which a core copies at about
+half that speed. The block holds a few more pixels than the crop (its side is whole tiles); the
+device cuts the crop out of it (dataset/expand.py), the CPU paths through PageImage.window.
 """
 from __future__ import annotations
 
@@ -44,10 +50,85 @@ OWNER_MASK = (1 << DONT_CARE_BIT) - 1
 MAX_LEGIBLE = OWNER_MASK     # legible words a page can hold
 MAX_BLEED_PX = 4.0           # page px of interpolation fringe kept around the rotated image (more: only far upscales)
 WORD_REACH_PX = 32.0         # page px past the image that the canvas grows to hold words annotated beyond its edge
+TILE_PX = 32                 # side of the square tiles a page image is stored in
+
+
+def tile_grid(size: tuple[int, int]) -> tuple[int, int]:
+    """(columns, rows) of tiles that cover a page of size (W, H) px."""
+    return -(-size[0] // TILE_PX), -(-size[1] // TILE_PX)
+
+
+def image_values(size: tuple[int, int]) -> int:
+    """uint8 values a page image of size (W, H) takes as tiles (3 per pixel of the tiles that cover it)."""
+    tx, ty = tile_grid(size)
+    return 3 * TILE_PX * TILE_PX * tx * ty
+
+
+def block_tiles(side: int) -> int:
+    """Tiles per side of the block that holds any crop of `side` px, wherever in a tile the crop begins."""
+    return (side + TILE_PX - 1) // TILE_PX + 1
+
+
+class PageImage(NamedTuple):
+    """A page's RGB pixels as tiles: tiles[ty, tx] is the (3, TILE_PX, TILE_PX) CHW square whose top left is
+    page px (tx, ty) x TILE_PX; pixels past (width, height) are 0."""
+    tiles: np.ndarray   # uint8 (rows, columns, 3, TILE_PX, TILE_PX)
+    width: int
+    height: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(3, H, W): the page as a CHW image."""
+        return 3, self.height, self.width
+
+    @classmethod
+    def from_chw(cls, image: np.ndarray) -> "PageImage":
+        """The tiles of a uint8 (3, H, W) image."""
+        _, h, w = image.shape
+        tx, ty = tile_grid((w, h))
+        padded = np.zeros((3, ty * TILE_PX, tx * TILE_PX), np.uint8)
+        padded[:, :h, :w] = image
+        tiles = padded.reshape(3, ty, TILE_PX, tx, TILE_PX).transpose(1, 3, 0, 2, 4)
+        return cls(np.ascontiguousarray(tiles), w, h)
+
+    def block(self, x: int, y: int, side: int) -> tuple[np.ndarray, tuple[int, int]]:
+        """(tiles (n, n, 3, T, T), (dx, dy)): the block of n = block_tiles(side) tiles per side whose pixel
+        (dx, dy) is page px (x, y), so that it holds the crop [x, x + side) x [y, y + side); a view of the
+        page's tiles where the block lies on them, zero tiles beyond."""
+        n = block_tiles(side)
+        tx, ty = x // TILE_PX, y // TILE_PX   # floor: a crop may begin left of or above the page
+        return grid_window(self.tiles, tx, ty, n), (x - tx * TILE_PX, y - ty * TILE_PX)
+
+    def window(self, x: int, y: int, w: int, h: int) -> np.ndarray:
+        """uint8 (3, h, w): the page's pixels [x, x + w) x [y, y + h), 0 off the page (a copy)."""
+        tx0, ty0 = x // TILE_PX, y // TILE_PX
+        nx, ny = (x + w - 1) // TILE_PX - tx0 + 1, (y + h - 1) // TILE_PX - ty0 + 1
+        block = grid_window(self.tiles, tx0, ty0, nx, ny)
+        pixels = block.transpose(2, 0, 3, 1, 4).reshape(3, ny * TILE_PX, nx * TILE_PX)
+        dx, dy = x - tx0 * TILE_PX, y - ty0 * TILE_PX
+        return np.ascontiguousarray(pixels[:, dy:dy + h, dx:dx + w])
+
+    def chw(self) -> np.ndarray:
+        """uint8 (3, H, W): the whole page (a copy)."""
+        return self.window(0, 0, self.width, self.height)
+
+
+def grid_window(tiles: np.ndarray, tx: int, ty: int, nx: int, ny: int | None = None) -> np.ndarray:
+    """tiles[ty:ty + ny, tx:tx + nx] (ny = nx unless given), zero tiles where that lies off the grid: a view
+    when it lies on it."""
+    ny = nx if ny is None else ny
+    rows, cols = tiles.shape[:2]
+    if tx >= 0 and ty >= 0 and tx + nx <= cols and ty + ny <= rows:
+        return tiles[ty:ty + ny, tx:tx + nx]
+    out = np.zeros((ny, nx, *tiles.shape[2:]), tiles.dtype)
+    x0, y0, x1, y1 = max(tx, 0), max(ty, 0), min(tx + nx, cols), min(ty + ny, rows)
+    if x1 > x0 and y1 > y0:
+        out[y0 - ty:y1 - ty, x0 - tx:x1 - tx] = tiles[y0:y1, x0:x1]
+    return out
 
 
 class Page(NamedTuple):
-    image: np.ndarray      # uint8 (3, H, W) RGB, page px
+    image: PageImage       # RGB, page px, in tiles
     maps: np.ndarray       # uint16 (H * s, W * s): owner | (1 - roi) << 15 (pack_maps)
     points: np.ndarray     # float32 (P, 2): every word's vertices, page px
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
@@ -60,13 +141,14 @@ class Page(NamedTuple):
     @property
     def size(self) -> tuple[int, int]:
         """(W, H) in page px."""
-        return self.image.shape[2], self.image.shape[1]
+        return self.image.width, self.image.height
 
     def write_into(self, image: np.ndarray, maps: np.ndarray, size: np.ndarray) -> None:
-        """Store the page in flat fields of a fixed-size record (max_page_size): the image and maps at the start
-        of their fields, the rest left untouched (a hole in a sparse file costs no disk), and (W, H) in size."""
+        """Store the page in flat fields of a fixed-size record (max_page_size): the image's tiles and the maps
+        at the start of their fields, the rest left untouched (a hole in a sparse file costs no disk), and
+        (W, H) in size."""
         w, h = self.size
-        image[:3 * w * h] = self.image.ravel()
+        image[:image_values((w, h))] = self.image.tiles.ravel()
         maps[:self.maps.size] = self.maps.ravel()
         size[:] = (w, h)
 
@@ -78,8 +160,9 @@ class Page(NamedTuple):
         mw, mh = round(w * map_scale), round(h * map_scale)
         if theta is None:
             theta = min_rect_angles(gather_quads(points, offsets, care > 0))
-        return cls(image[:3 * w * h].reshape(3, h, w), maps[:mw * mh].reshape(mh, mw), points, offsets, care, theta,
-                   weight)
+        tx, ty = tile_grid((w, h))
+        tiles = image[:image_values((w, h))].reshape(ty, tx, 3, TILE_PX, TILE_PX)
+        return cls(PageImage(tiles, w, h), maps[:mw * mh].reshape(mh, mw), points, offsets, care, theta, weight)
 
     @property
     def owner(self) -> np.ndarray:
@@ -97,9 +180,9 @@ class Page(NamedTuple):
 
 
 def page_bytes(size: tuple[int, int], map_scale: float) -> int:
-    """Bytes a page of size (W, H) page px holds: 3 per image pixel and 2 per map pixel."""
+    """Bytes a page of size (W, H) page px holds: 3 per pixel of its image's tiles and 2 per map pixel."""
     w, h = size
-    return 3 * w * h + MAPS_DTYPE().itemsize * round(w * map_scale) * round(h * map_scale)
+    return image_values(size) + MAPS_DTYPE().itemsize * round(w * map_scale) * round(h * map_scale)
 
 
 def expected_page_size(frame_w: int, frame_h: int, cfg: BuildConfig, name: str, variant: int) -> tuple[int, int]:
@@ -175,5 +258,5 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
     owner = owner_map(quads, cfg.map_scale, shape, MAPS_DTYPE)
     maps = pack_maps(owner, roi_map(points, offsets, care, cfg.map_scale, shape))
     weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
-    return Page(np.ascontiguousarray(image.transpose(2, 0, 1)), maps, points, offsets, care,
+    return Page(PageImage.from_chw(image.transpose(2, 0, 1)), maps, points, offsets, care,
                 min_rect_angles(quads), weight, d.warning, d.exif_applied)
