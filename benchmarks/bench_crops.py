@@ -36,6 +36,7 @@ from preprocess.sample.window import grid_step, word_boxes
 from preprocess.store.build import build_cache
 from preprocess.store.layout import Layout
 from preprocess.tools.info import disk_bytes
+from preprocess.tools.sampledata import DEFAULT_PAGE_SIZE
 from preprocess.tools.coverage import build_mode, coverage, page_mode
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
@@ -47,12 +48,13 @@ def data_sets(images: int, photos: int, read: int) -> list[tuple[str, Path, Path
     """(label, the set the coverage is measured on, a set of `read` images made alike for cost and read speed,
     settings): the read pass needs epochs of several batches, or the batches made ahead would never overlap."""
     def pages(n: int) -> Path:
-        return write_sample_dataset(BENCH_DATA / f"crops-sample-{n}", n_images=n, seed=0)
+        return write_sample_dataset(BENCH_DATA / f"crops-sample-{n}-{DEFAULT_PAGE_SIZE[1]}", n_images=n, seed=0,
+                                    page_size=DEFAULT_PAGE_SIZE)
 
     def photo(n: int) -> Path:
         return write_sample_dataset(BENCH_DATA / f"crops-photo-{n}", n_images=n, words_per_page=15,
                                     page_size=(1280, 720), seed=3)
-    return [(f"sample set ({images} pages)", pages(images), pages(read), BuildConfig()),
+    return [(f"sample set ({images} x {DEFAULT_PAGE_SIZE[0]}x{DEFAULT_PAGE_SIZE[1]})", pages(images), pages(read), BuildConfig()),
             (f"photo-like ({photos} x 1280x720)", photo(photos), photo(read), BuildConfig(**PHOTO))]
 
 
@@ -133,7 +135,8 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int) -> li
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=12, help="pages of the sample set (default 12, as the built-in set)")
+    ap.add_argument("--images", type=int, default=12,
+                    help="pages of the sample set (default 12, as the built-in set, and of its size)")
     ap.add_argument("--photos", type=int, default=10, help="photo-like images (default 10)")
     ap.add_argument("--epochs", default="1,5,20,50", help="epoch counts of the coverage table")
     ap.add_argument("--batch-size", type=int, default=8, help="batch size of the read-speed pass (default 8)")

@@ -124,7 +124,7 @@ def test_dont_care_words_are_the_builds(sample_root):
 
 @pytest.fixture(scope="module")
 def full_pages(tmp_path_factory):
-    """The built-in sample set's validation pages at their full size (1200 x 1600, 40 words each)."""
+    """Sample validation pages at their full size (1200 x 1600, 40 words each)."""
     root = write_sample_dataset(tmp_path_factory.mktemp("full"), n_images=4, split="val")
     sizes = {n: (e["img_w"], e["img_h"]) for n, e in json.loads((root / "ufo" / "val.json").read_text())["images"].items()}
     return load_ground_truth(root / "ufo" / "val.json", BuildConfig()), sizes

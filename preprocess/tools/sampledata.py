@@ -18,6 +18,7 @@ from preprocess.config import DEFAULT_IGNORE_TAGS
 
 DEFAULT_SAMPLE_DIR = Path("sample_data")
 DEFAULT_SPLITS = (("train", 12), ("val", 4))  # (split, pages) of the default set, sharing images/
+DEFAULT_PAGE_SIZE = (1536, 2048)   # (W, H) of the default set's pages: the default --image-size, so not enlarged
 MARKER = ".sample-ok"         # JSON {split: arguments}, written last: its presence means the split is complete
 VERSION = 1                   # recorded in the marker: bump when the generator changes so old sets are rewritten
 TAGS = DEFAULT_IGNORE_TAGS + ("occlusion", "inferred")  # real sets also carry tags that do not ignore a word
@@ -243,7 +244,8 @@ def write_sample_dataset(root, n_images: int = 12, words_per_page: int = 40, pag
 
 
 def ensure_default_sample(root=DEFAULT_SAMPLE_DIR) -> Path:
-    """The default set (train: 12 pages, val: 4 pages, one images/ folder), written if not present."""
+    """The default set (train: 12 pages, val: 4 pages, one images/ folder, DEFAULT_PAGE_SIZE), written if not
+    present."""
     for split, n in DEFAULT_SPLITS:
-        write_sample_dataset(root, n_images=n, split=split)
+        write_sample_dataset(root, n_images=n, split=split, page_size=DEFAULT_PAGE_SIZE)
     return Path(root)
