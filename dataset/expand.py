@@ -52,13 +52,17 @@ def untile(tiles: torch.Tensor, at: list) -> torch.Tensor:
     return torch.stack([pixels[k, :, dy:dy + side, dx:dx + side] for k, (dx, dy, side) in enumerate(at)])
 
 
+def _on(t: torch.Tensor, device) -> torch.Tensor:
+    """t on the device (None: where it is), copied without waiting where it is pinned."""
+    return t if device is None else t.to(device, non_blocking=True)
+
+
 def batch_images(batch: dict, device=None) -> torch.Tensor:
     """The batch's images (B, 3, S, S) on the device (default: where they are): a batch's "image", or the crops cut
     out of its blocks of tiles (compact page-mode batches)."""
     if TILES not in batch:
-        return batch["image"].to(device, non_blocking=True) if device is not None else batch["image"]
-    tiles = batch[TILES].to(device, non_blocking=True) if device is not None else batch[TILES]
-    return untile(tiles, batch[AT].tolist())
+        return _on(batch["image"], device)
+    return untile(_on(batch[TILES], device), batch[AT].tolist())
 
 
 def expand_batch(batch: dict, device=None) -> dict:
@@ -67,10 +71,8 @@ def expand_batch(batch: dict, device=None) -> dict:
     and roi uint8, rebuilt where the batch goes; any other batch is moved as it is. The map scale is the maps'
     side over the crop's."""
     if "maps" not in batch:
-        return {k: v.to(device, non_blocking=True) for k, v in batch.items()} if device is not None else batch
-    image = batch_images(batch, device)
-    maps = batch["maps"].to(device, non_blocking=True) if device is not None else batch["maps"]
-    table = batch[TABLE].to(device, non_blocking=True) if device is not None else batch[TABLE]
+        return {k: _on(v, device) for k, v in batch.items()}
+    image, maps, table = batch_images(batch, device), _on(batch["maps"], device), _on(batch[TABLE], device)
     map_scale = maps.shape[-1] / image.shape[-1]
     maps = maps.int()   # uint16 has few kernels on devices; int32 holds it
     score, geo = expand_targets(maps & OWNER_MASK, table, map_scale)
