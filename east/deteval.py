@@ -184,6 +184,14 @@ def set_ratios(n_gt: int, n_det: int, recall_accum: float, precision_accum: floa
     return ratios(recall_accum, precision_accum, n_gt, n_det, empty=0.0)
 
 
+def dataset_metrics(counts) -> dict:
+    """precision, recall, hmean and detections of a data set from its summed per-image counts (cared-for gts,
+    kept detections, recall credits, precision credits): what cached-crop and full-page validation log."""
+    n_gt, n_det, recall_sum, precision_sum = (float(v) for v in counts)
+    precision, recall, hmean = set_ratios(round(n_gt), round(n_det), recall_sum, precision_sum)
+    return {"precision": precision, "recall": recall, "hmean": hmean, "detections": round(n_det)}
+
+
 def gt_quads(points: np.ndarray, offsets: np.ndarray, care: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A cached sample's words (CacheDataset.quads) as DetEval takes them: quads (N, 4, 2) and care (N,) bool.
     Legible words are quads already; a don't-care polygon of another point count becomes its minimum-area

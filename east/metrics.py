@@ -6,15 +6,15 @@ import time
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from dataset import CacheDataset, collate
 from dataset.expand import batch_images
 from east.augment import prepare_images
 from east.decode import decode_maps
-from east.deteval import evaluate_image, gt_quads, set_ratios
+from east.deteval import dataset_metrics, evaluate_image, gt_quads
 from east.engine import Context
 from east.model import EAST
+from east.runtime import sum_over_ranks
 
 
 @torch.no_grad()
@@ -46,12 +46,5 @@ def detection_metrics(model: EAST, ds: CacheDataset, ctx: Context) -> dict:
         dets = detect(model, batch_images(collate(ds.__getitems__(idx))), ds.config.map_scale, ctx)
         for i, det in zip(idx, dets):
             counts += evaluate_image(*gt_quads(*ds.quads(i)), det)[:4]
-    if ctx.rt.world > 1:
-        total = torch.tensor(counts, device=ctx.rt.device)
-        dist.all_reduce(total)
-        counts = total.cpu().numpy()
-    n_gt, n_det, recall_sum, precision_sum = counts.tolist()
-    precision, recall, hmean = set_ratios(round(n_gt), round(n_det), recall_sum, precision_sum)
-    return {"precision": precision, "recall": recall, "hmean": hmean, "detections": round(n_det),
-            "eval_seconds": time.perf_counter() - t0}
+    return {**dataset_metrics(sum_over_ranks(counts, ctx.rt)), "eval_seconds": time.perf_counter() - t0}
 

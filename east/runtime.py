@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -54,6 +55,15 @@ def setup_device(name: str | None) -> Runtime:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
                                 device_id=device if device.type == "cuda" else None)
     return Runtime(device, rank, world)
+
+
+def sum_over_ranks(values: np.ndarray, rt: Runtime) -> np.ndarray:
+    """values summed over the ranks of a multi-process run (every rank gets the sums); as they are in one."""
+    if rt.world == 1:
+        return values
+    total = torch.tensor(values, device=rt.device)
+    dist.all_reduce(total)
+    return total.cpu().numpy()
 
 
 def leave_group(rt: Runtime) -> None:

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from east.deteval import set_ratios
+from east.deteval import dataset_metrics
 from east.predict import Page, PredictConfig, predict
-from east.runtime import Runtime
+from east.runtime import Runtime, sum_over_ranks
 from east.scoring import Words, score_image
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ImageRecord, load_splits
@@ -51,11 +50,4 @@ def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
     counts = np.zeros(4)   # cared-for gts, kept detections, recall credits, precision credits
     for rec in mine:
         counts += score_image(Words.from_record(rec), Words.from_quads(results[rec.name][0]), METRIC)[:4]
-    if rt.world > 1:
-        total = torch.tensor(counts, device=rt.device)
-        dist.all_reduce(total)
-        counts = total.cpu().numpy()
-    n_gt, n_det, r_acc, p_acc = counts.tolist()
-    precision, recall, hmean = set_ratios(round(n_gt), round(n_det), r_acc, p_acc)
-    return {"precision": precision, "recall": recall, "hmean": hmean, "detections": round(n_det),
-            "eval_seconds": time.perf_counter() - t0}
+    return {**dataset_metrics(sum_over_ranks(counts, rt)), "eval_seconds": time.perf_counter() - t0}
