@@ -22,6 +22,7 @@ from preprocess.sample.page import (
     OWNER_MASK,
     Page,
     unpack_maps,
+    window,
 )
 from preprocess.sample.targets import (
     fill_geometry,
@@ -68,18 +69,6 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
     out[:, TABLE_SHIFT_X] -= origin[0]
     out[:, TABLE_SHIFT_Y] -= origin[1]
     return out.astype(np.float32)
-
-
-def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill) -> np.ndarray:
-    """arr[..., y:y + h, x:x + w], filled with `fill` where that lies off arr: a view when it lies on it."""
-    H, W = arr.shape[-2:]
-    if x >= 0 and y >= 0 and x + w <= W and y + h <= H:
-        return arr[..., y:y + h, x:x + w]
-    out = np.full(arr.shape[:-2] + (h, w), fill, arr.dtype)
-    x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, W), min(y + h, H)
-    if x1 > x0 and y1 > y0:
-        out[..., y0 - y:y1 - y, x0 - x:x1 - x] = arr[..., y0:y1, x0:x1]
-    return out
 
 
 def words_bytes(words: PageWords) -> int:

@@ -97,13 +97,13 @@ class PageImage(NamedTuple):
         page's tiles where the block lies on them, zero tiles beyond."""
         n = block_tiles(side)
         tx, ty = x // TILE_PX, y // TILE_PX   # floor: a crop may begin left of or above the page
-        return grid_window(self.tiles, tx, ty, n), (x - tx * TILE_PX, y - ty * TILE_PX)
+        return window(self.tiles, tx, ty, n, n, axis=0), (x - tx * TILE_PX, y - ty * TILE_PX)
 
     def window(self, x: int, y: int, w: int, h: int) -> np.ndarray:
         """uint8 (3, h, w): the page's pixels [x, x + w) x [y, y + h), 0 off the page (a copy)."""
         tx0, ty0 = x // TILE_PX, y // TILE_PX
         nx, ny = (x + w - 1) // TILE_PX - tx0 + 1, (y + h - 1) // TILE_PX - ty0 + 1
-        block = grid_window(self.tiles, tx0, ty0, nx, ny)
+        block = window(self.tiles, tx0, ty0, nx, ny, axis=0)
         pixels = block.transpose(2, 0, 3, 1, 4).reshape(3, ny * TILE_PX, nx * TILE_PX)
         dx, dy = x - tx0 * TILE_PX, y - ty0 * TILE_PX
         return np.ascontiguousarray(pixels[:, dy:dy + h, dx:dx + w])
@@ -113,17 +113,18 @@ class PageImage(NamedTuple):
         return self.window(0, 0, self.width, self.height)
 
 
-def grid_window(tiles: np.ndarray, tx: int, ty: int, nx: int, ny: int | None = None) -> np.ndarray:
-    """tiles[ty:ty + ny, tx:tx + nx] (ny = nx unless given), zero tiles where that lies off the grid: a view
-    when it lies on it."""
-    ny = nx if ny is None else ny
-    rows, cols = tiles.shape[:2]
-    if tx >= 0 and ty >= 0 and tx + nx <= cols and ty + ny <= rows:
-        return tiles[ty:ty + ny, tx:tx + nx]
-    out = np.zeros((ny, nx, *tiles.shape[2:]), tiles.dtype)
-    x0, y0, x1, y1 = max(tx, 0), max(ty, 0), min(tx + nx, cols), min(ty + ny, rows)
+def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill=0, axis: int = -2) -> np.ndarray:
+    """arr's [y, y + h) x [x, x + w) along the axes (axis, axis + 1) (default: the last two), filled with `fill`
+    where that lies off arr: a view when it lies on it."""
+    ax = axis % arr.ndim
+    keep = (slice(None),) * ax
+    H, W = arr.shape[ax:ax + 2]
+    if x >= 0 and y >= 0 and x + w <= W and y + h <= H:
+        return arr[keep + (slice(y, y + h), slice(x, x + w))]
+    out = np.full(arr.shape[:ax] + (h, w) + arr.shape[ax + 2:], fill, arr.dtype)
+    x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, W), min(y + h, H)
     if x1 > x0 and y1 > y0:
-        out[y0 - ty:y1 - ty, x0 - tx:x1 - tx] = tiles[y0:y1, x0:x1]
+        out[keep + (slice(y0 - y, y1 - y), slice(x0 - x, x1 - x))] = arr[keep + (slice(y0, y1), slice(x0, x1))]
     return out
 
 
