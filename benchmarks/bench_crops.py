@@ -54,7 +54,8 @@ def data_sets(images: int, photos: int, read: int) -> list[tuple[str, Path, Path
     def photo(n: int) -> Path:
         return write_sample_dataset(BENCH_DATA / f"crops-photo-{n}", n_images=n, words_per_page=15,
                                     page_size=(1280, 720), seed=3)
-    return [(f"sample set ({images} x {DEFAULT_PAGE_SIZE[0]}x{DEFAULT_PAGE_SIZE[1]})", pages(images), pages(read), BuildConfig()),
+    w, h = DEFAULT_PAGE_SIZE
+    return [(f"sample set ({images} x {w}x{h})", pages(images), pages(read), BuildConfig()),
             (f"photo-like ({photos} x 1280x720)", photo(photos), photo(read), BuildConfig(**PHOTO))]
 
 

@@ -117,4 +117,5 @@ def test_the_field_table_gives_the_record_dtype():
     assert CROP.field("geo").stored(np.ones((5, 2, 2), np.float32)).dtype == np.float16
     page = record_spec(small_config(crop="read")).dtype   # flat fields as long as the largest page
     w, h = max_page_size(small_config())
-    assert page.names == PAGE.names and page["image"].shape == (image_values((w, h)),) and page["maps"].shape == (w * h // 4,)
+    assert page.names == PAGE.names and page["image"].shape == (image_values((w, h)),)
+    assert page["maps"].shape == (w * h // 4,)

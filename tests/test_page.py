@@ -142,7 +142,8 @@ def test_page_canvas_keeps_the_rotated_corners(tmp_path):
     """A white frame rotated into the page: nothing touches the canvas border, all four corners are there."""
     rec = page_record(tmp_path, [[[0, 0], [320, 0], [320, 240], [0, 240]]], size=(320, 240))
     for variant in range(4):
-        img = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant).image.chw().max(axis=0)
+        page = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant)
+        img = page.image.chw().max(axis=0)
         assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
         ys, xs = np.nonzero(img > 128)
         assert xs.max() - xs.min() > 200 and ys.max() - ys.min() > 150

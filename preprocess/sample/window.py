@@ -226,11 +226,10 @@ class CropDraw:
         cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
         self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
         self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
-        self.p = None if weights is None else _draw_probabilities(weights)
         # Generator.choice(n, p=p) without its checks of p: it draws one double u and takes the first index
         # whose normalised cumulative sum exceeds u; the same numbers, so the same crops as draw_crop
-        self.cdf = None if self.p is None else np.cumsum(self.p)
-        if self.cdf is not None and len(self.cdf):
+        self.cdf = None if weights is None or not len(boxes) else np.cumsum(_draw_probabilities(weights))
+        if self.cdf is not None:
             self.cdf /= self.cdf[-1]
     def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(origin, cut) as draw_crop(rng, boxes, page_size, size, step, weights)."""
@@ -238,7 +237,7 @@ class CropDraw:
         if not n:
             origin = _uniform(rng, self.bounds) * self.step
         else:
-            w = int(rng.integers(n)) if self.p is None else int(self.cdf.searchsorted(rng.random(), side="right"))
+            w = int(rng.integers(n)) if self.cdf is None else int(self.cdf.searchsorted(rng.random(), side="right"))
             region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
             origin = _pick(rng, region, ok) * self.step
         return origin, cuts_at(self.boxes, origin, self.size)

@@ -103,20 +103,17 @@ CROP = RecordKind("crop", (
 @dataclass(frozen=True)
 class PageShape:
     """A flat field as long as the largest page under the config (page.max_page_size) needs: a page is written
-    at the start of it, and the rest stays a hole of the sparse file (no disk)."""
-    per_pixel: int       # values per page pixel (image: 3) or, with map=True, per map pixel
+    at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
+    (page.image_values) or, with map=True, one value per map pixel."""
     map: bool = False
-    tiled: bool = False  # the page's image tiles (page.image_values): whole tiles cover the page
 
     def __call__(self, c: BuildConfig) -> tuple[int, ...]:
         # sample code (cv2) loads where pages are made or read
         from preprocess.sample.page import image_values, max_page_size
         w, h = max_page_size(c)
-        if self.tiled:
-            return (image_values((w, h)),)
         if self.map:
-            w, h = round(w * c.map_scale), round(h * c.map_scale)
-        return (self.per_pixel * w * h,)
+            return (round(w * c.map_scale) * round(h * c.map_scale),)
+        return (image_values((w, h)),)
 
 
 @dataclass(frozen=True)
@@ -129,10 +126,10 @@ class Fixed:
 
 # A warped page that crops are cut from at read time (preprocess/sample/page.py, dataset/crop.py).
 PAGE = RecordKind("page", (
-    Field("image", np.dtype(np.uint8), PageShape(3, tiled=True),
+    Field("image", np.dtype(np.uint8), PageShape(),
           doc="RGB page, 0..255, in square tiles of page.TILE_PX, each CHW, row after row of tiles, zero past "
               "(W, H): the first page.image_values(W, H) values"),
-    Field("maps", np.dtype(np.uint16), PageShape(1, map=True),
+    Field("maps", np.dtype(np.uint16), PageShape(map=True),
           doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
               "words (top bit); flat: the first (W x s) x (H x s) values"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
