@@ -64,9 +64,10 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="update a stale cache (train or val) before training (default: off; a stale cache stops the "
                            "run with the command that updates it)")
     data.add_argument("--workers", type=int,
-                      help="DataLoader worker processes; 0: this process reads one batch ahead in a thread, enough "
-                           "for a cache on a local disk (`python -m preprocess bench CACHE` measures both); N > 0 "
-                           f"for slow storage (default: {d.workers})")
+                      help="worker processes that cut batches into shared slots; 0: this process reads one batch "
+                           "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
+                           "measures the settings). Default: on a GPU, a page-mode cache (--crop read) gets one "
+                           "per core of this process, at most 4; otherwise 0")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
     length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")

@@ -1,0 +1,236 @@
+"""Worker processes that cut batches straight into reused shared-memory slots (train.py --workers N).
+
+DataLoader's worker processes hand every batch over in a new shared-memory segment: made and faulted in page
+by page in the worker, mapped again in the main process, freed after the step. With items of 3-6 MiB that
+costs more than the copy itself (2 DataLoader workers delivered 0.05-0.08x a memcpy of the same bytes). Here
+the main process maps a few batch slots once, in anonymous shared memory that the forked workers inherit. A
+worker reads its batch's items (in a page-mode cache each is a crop: the window draw and the cut words' maps,
+Python that holds the GIL of its own process) and copies them into the slot it was given (collate(into=...));
+the main process hands the slot out as tensors, uncopied, and gives it to a later batch once nothing refers to
+it any more (a tensor of torch.from_numpy holds its array for as long as it, or a view of it, lives: the rule of
+dataset/buffers.py). So the per-item Python runs in N processes beside the training loop, which does no
+per-item work at all.
+
+Batches come in the sampler's order whatever worker made them; a batch depends only on its keys (a page-mode
+crop on (seed, epoch, image, variant)), so the batches equal those of a DataLoader over the same sampler.
+Workers persist across epochs, ignore Ctrl-C (the main process stops the run at a step boundary) and leave
+when the loader is closed or collected, or when their parent is gone. A worker's exception is raised in the
+main process with its message; a worker that dies (killed, out of memory) stops the epoch with an error that
+says so. Needs the fork start method (Linux, macOS): make_loader falls back to DataLoader workers elsewhere.
+"""
+from __future__ import annotations
+
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import signal
+import sys
+import traceback
+import weakref
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+
+from dataset.collate import collate
+from dataset.expand import PATCH, TABLE
+
+SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
+SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
+POLL_S = 1.0           # how often a waiting process checks that the other side is still there
+JOIN_S = 5.0           # how long close() waits for a worker to leave before it is terminated
+
+
+def fork_available() -> bool:
+    return "fork" in mp.get_all_start_methods()
+
+
+class Slot:
+    """One batch's fixed-size fields, as arrays over one anonymous shared mapping: a forked worker writes into
+    the same pages that the main process hands out."""
+
+    def __init__(self, fields: dict[str, tuple[tuple, np.dtype]], batch_size: int):
+        sizes = {k: batch_size * int(np.prod(shape)) * np.dtype(dtype).itemsize for k, (shape, dtype) in fields.items()}
+        self.buffer = mmap.mmap(-1, max(1, sum(sizes.values())))   # MAP_SHARED | MAP_ANONYMOUS
+        # every view numpy makes of arrays[k] has roots[k] as its base (numpy points a view of a view at the
+        # first array up the chain that is not itself such a view), so roots[k]'s references count the views
+        self.roots, self.arrays, offset = {}, {}, 0
+        for k, (shape, dtype) in fields.items():
+            self.roots[k] = np.frombuffer(self.buffer, dtype, sizes[k] // np.dtype(dtype).itemsize, offset)
+            self.arrays[k] = self.roots[k].reshape(batch_size, *shape)
+            offset += sizes[k]
+        self.busy = False   # given to a worker, not back yet
+        self._free_refs = {k: sys.getrefcount(r) for k, r in self.roots.items()}
+
+    def free(self) -> bool:
+        """Neither with a worker nor referred to by a batch handed out (or a view of one of its tensors)."""
+        return not self.busy and all(sys.getrefcount(r) == self._free_refs[k] for k, r in self.roots.items())
+
+    def batch(self, n: int, small: dict) -> dict[str, torch.Tensor]:
+        """The first n items of the slot as tensors over its memory, with the fields sent apart (word tables)."""
+        out = {k: torch.from_numpy(a[:n]) for k, a in self.arrays.items()}
+        out.update({k: torch.from_numpy(v) for k, v in small.items()})
+        return out
+
+
+class _Failure:
+    """A worker's exception, as it can cross to the main process."""
+
+    def __init__(self, error: BaseException):
+        try:
+            pickle.dumps(error)
+            self.error = error
+        except Exception:   # an exception that does not pickle: its text
+            self.error = RuntimeError("".join(traceback.format_exception(error)))
+
+
+def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
+    """A worker's loop: (generation, seq, slot, keys) in, (generation, seq, slot, n, small fields | _Failure) out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)   # the parallelism is the workers
+    while True:
+        try:
+            task = tasks.get(timeout=POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:   # the training process is gone (os._exit skips the cleanup)
+                return
+            continue
+        if task is None:
+            return
+        gen, seq, s, keys = task
+        try:
+            out = collate(dataset.__getitems__(keys), into=slots[s].arrays)
+            small = {k: v.numpy() for k, v in out.items() if k not in slots[s].arrays}
+            results.put((gen, seq, s, len(keys), small))
+        except BaseException as e:   # raised again in the main process, which ends the run
+            results.put((gen, seq, s, 0, _Failure(e)))
+
+
+def batched(keys: Iterable, size: int, drop_last: bool) -> Iterator[list]:
+    batch = []
+    for k in keys:
+        batch.append(k)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch and not drop_last:
+        yield batch
+
+
+class WorkerLoader:
+    """Batches of `dataset` (its __getitems__) over `sampler`, made by `workers` forked processes into reused
+    shared-memory slots. Iterated like a DataLoader (len: batches per epoch; sampler, dataset, batch_size,
+    num_workers as DataLoader's); the first iteration starts the workers, which stay for later epochs.
+    close() ends them (so does collecting the loader)."""
+
+    def __init__(self, dataset, sampler, batch_size: int, workers: int, drop_last: bool = False):
+        if workers < 1:
+            raise ValueError(f"WorkerLoader needs at least one worker, not {workers}")
+        self.dataset, self.sampler, self.batch_size, self.num_workers = dataset, sampler, batch_size, workers
+        self.drop_last = drop_last
+        self._slots: list[Slot] = []
+        self._procs: list = []
+        self._gen = 0
+        self._finalizer = None
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _start(self, probe: list) -> None:
+        """Slots sized by one item of the first batch, then the workers, forked with them."""
+        items = self.dataset.__getitems__(probe[:1])
+        fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in items[0].items() if k not in (TABLE, PATCH)}
+        self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
+        ctx = mp.get_context("fork")
+        self._tasks, self._results = ctx.Queue(), ctx.Queue()
+        for w in range(self.num_workers):
+            p = ctx.Process(target=_work, args=(self.dataset, self._slots, self._tasks, self._results, os.getpid()),
+                            name=f"east-loader-{w}", daemon=True)
+            p.start()
+            self._procs.append(p)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._tasks)
+
+    def close(self) -> None:
+        """End the workers (a later iteration starts new ones)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._procs, self._slots, self._finalizer = [], [], None
+
+    def _free_slot(self) -> int | None:
+        return next((s for s, slot in enumerate(self._slots) if slot.free()), None)
+
+    def _result(self):
+        """The next result from any worker; an error naming the worker when one has died meanwhile."""
+        while True:
+            try:
+                return self._results.get(timeout=POLL_S)
+            except queue.Empty:
+                for p in self._procs:
+                    if not p.is_alive():
+                        how = (f"was killed by signal {-p.exitcode}" if p.exitcode < 0 else
+                               f"exited with status {p.exitcode}")
+                        self.close()
+                        raise RuntimeError(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the "
+                                           f"kernel's out-of-memory killer): run again with fewer --workers, or "
+                                           f"--workers 0 to read in this process") from None
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        keys = batched(self.sampler, self.batch_size, self.drop_last)
+        first = next(keys, None)
+        if first is None:
+            return
+        if not self._procs:
+            self._start(first)
+        self._gen += 1
+        gen, pending = self._gen, [first]
+        sent, done, in_flight = 0, {}, {}
+        next_seq = 0
+        while True:
+            while pending or keys is not None:   # hand out work while a slot is free
+                s = self._free_slot()
+                if s is None:
+                    break
+                batch = pending.pop() if pending else next(keys, None)
+                if batch is None:
+                    keys = None
+                    break
+                self._slots[s].busy = True
+                self._tasks.put((gen, sent, s, batch))
+                in_flight[sent] = s
+                sent += 1
+            if next_seq in done:
+                yield done.pop(next_seq)
+                next_seq += 1
+                continue
+            if next_seq == sent and keys is None and not pending:
+                return
+            if not any(slot.busy for slot in self._slots):   # every slot held by the consumer: make it here
+                batch = next(keys, None)
+                if batch is None:
+                    keys = None
+                    continue
+                yield collate(self.dataset.__getitems__(batch))
+                next_seq += 1
+                sent += 1
+                continue
+            g, seq, s, n, small = self._result()
+            self._slots[s].busy = False
+            if g != gen:   # an abandoned iteration's batch
+                continue
+            del in_flight[seq]
+            if isinstance(small, _Failure):
+                raise small.error
+            done[seq] = self._slots[s].batch(n, small)
+
+
+def _shutdown(procs: list, tasks) -> None:
+    for _ in procs:
+        tasks.put(None)
+    for p in procs:
+        p.join(JOIN_S)
+        if p.is_alive():
+            p.terminate()
+            p.join()

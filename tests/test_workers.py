@@ -1,0 +1,176 @@
+"""dataset/workers.py: batches made by forked workers into reused shared slots are the batches a DataLoader
+over the same sampler gives, in its order, whatever the consumer keeps; failures reach the main process."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+from helpers import small_config
+from torch.utils.data import DataLoader
+
+from dataset import CacheDataset, collate, make_sampler
+from dataset import workers as workers_module
+from dataset.workers import WorkerLoader, fork_available
+from east.data import EpochDataset, EpochSampler
+from preprocess.errors import CacheError
+from preprocess.store.build import build_cache
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")
+
+
+@pytest.fixture(scope="module", params=["read", "build"])
+def cache(request, sample_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"workers-{request.param}") / "c"
+    build_cache(small_config(variants=2, crop=request.param, strategy="image"), [sample_root], out, jobs=1,
+                quiet=True)
+    return out
+
+
+def loaders(cache, workers: int, drop_last: bool, batch: int = 2, compact: bool = True):
+    """(WorkerLoader, DataLoader) over the same kind of sampler, each on its own dataset."""
+    def sampler(ds):
+        return EpochSampler(make_sampler(ds, batch, True, 3))
+    a, b = CacheDataset(cache, compact=compact), CacheDataset(cache, compact=compact)
+    ours = WorkerLoader(EpochDataset(a), sampler(a), batch, workers, drop_last)
+    theirs = DataLoader(EpochDataset(b), batch_size=batch, sampler=sampler(b), collate_fn=collate, drop_last=drop_last)
+    return ours, theirs
+
+
+def as_bytes(batch: dict) -> dict:
+    return {k: (v.dtype, tuple(v.shape), v.numpy().tobytes()) for k, v in batch.items()}
+
+
+def epoch(loader, e: int) -> list:
+    loader.sampler.set_epoch(e)
+    return list(loader)
+
+
+@pytest.mark.parametrize("workers,drop_last", [(1, False), (2, True), (2, False)])
+def test_batches_equal_a_dataloaders_over_the_same_sampler(cache, workers, drop_last):
+    ours, theirs = loaders(cache, workers, drop_last)
+    try:
+        for e in (0, 1, 4):
+            got, want = epoch(ours, e), epoch(theirs, e)   # every batch of the epoch kept: slots run out
+            assert len(got) == len(want) == len(ours) == len(theirs)
+            assert [as_bytes(b) for b in got] == [as_bytes(b) for b in want], e
+    finally:
+        ours.close()
+
+
+def test_full_items_too_and_batches_later_change_nothing_held(cache):
+    """Non-compact items (score and geometry made on the CPU); a batch the consumer holds is never overwritten,
+    while the batches it let go are reused."""
+    ours, theirs = loaders(cache, 2, False, batch=1, compact=False)
+    try:
+        for e in range(3):
+            held = [as_bytes(b) for b in epoch(theirs, e)]
+            ours.sampler.set_epoch(e)
+            kept = []
+            for k, b in enumerate(ours):
+                assert as_bytes(b) == held[k]
+                if k % 2 == 0:
+                    kept.append((k, b))
+            assert all(as_bytes(b) == held[k] for k, b in kept)
+        assert len(ours._slots) == 2 * workers_module.SLOTS_PER_WORKER + workers_module.SPARE_SLOTS
+    finally:
+        ours.close()
+
+
+def test_an_epoch_left_early_does_not_leak_into_the_next(cache):
+    ours, theirs = loaders(cache, 2, False, batch=1)
+    try:
+        ours.sampler.set_epoch(0)
+        it = iter(ours)
+        next(it)
+        it.close()   # the rest of epoch 0 is still with the workers
+        assert [as_bytes(b) for b in epoch(ours, 1)] == [as_bytes(b) for b in epoch(theirs, 1)]
+    finally:
+        ours.close()
+
+
+class Failing(torch.utils.data.Dataset):
+    """Items of one fixed array; key 3 raises a CacheError that names a file."""
+
+    def __len__(self):
+        return 6
+
+    def __getitems__(self, keys):
+        if 3 in keys:
+            raise CacheError("cache/data/x.npy: damaged; rebuild it")
+        return [{"image": np.full((4, 4), k, np.uint8)} for k in keys]
+
+
+def test_a_workers_error_is_raised_in_the_main_process_with_its_message():
+    loader = WorkerLoader(Failing(), range(6), 2, 2)
+    try:
+        with pytest.raises(CacheError, match="x.npy: damaged"):
+            list(loader)
+        assert [b["image"][:, 0, 0].tolist() for b in WorkerLoader(Failing(), range(3), 2, 1)] == [[0, 1], [2]]
+    finally:
+        loader.close()
+
+
+class Numbers(torch.utils.data.Dataset):
+    """Item k: an array of k's."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitems__(self, keys):
+        return [{"image": np.full((4, 4), k, np.int32)} for k in keys]
+
+
+def test_batches_the_consumer_keeps_are_never_written_over():
+    """Many more batches than slots, every other one kept (with a view of one): the kept ones keep their values,
+    the others' slots are reused."""
+    loader = WorkerLoader(Numbers(40), range(40), 1, 1)
+    try:
+        kept = [(k, b["image"][0]) for k, b in enumerate(loader) if k % 2 == 0]
+        assert [int(v[0, 0]) for _, v in kept] == [k for k, _ in kept] and all(bool((v == k).all()) for k, v in kept)
+        assert len(loader._slots) == workers_module.SLOTS_PER_WORKER + workers_module.SPARE_SLOTS
+    finally:
+        loader.close()
+
+
+class Slow(Failing):
+    def __getitems__(self, keys):
+        time.sleep(0.2)
+        return [{"image": np.full((4, 4), k, np.uint8)} for k in keys]
+
+
+def test_a_worker_that_dies_stops_the_epoch_with_an_error_that_says_so():
+    loader = WorkerLoader(Slow(), range(6), 1, 1)
+    it = iter(loader)
+    assert next(it)["image"][0, 0, 0] == 0
+    os.kill(loader._procs[0].pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=r"east-loader-0 .* killed by signal 9.*--workers 0"):
+        list(it)
+
+
+def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
+    loader = WorkerLoader(Failing(), range(3), 1, 2)
+    assert [int(b["image"][0, 0, 0]) for b in loader] == [0, 1, 2]
+    procs = list(loader._procs)
+    loader.close()
+    assert not any(p.is_alive() for p in procs)
+    assert [int(b["image"][0, 0, 0]) for b in loader] == [0, 1, 2]
+    loader.close()
+
+
+def test_train_reads_through_worker_processes(cache, tmp_path):
+    """train.py --workers 2 builds the worker loader and trains from it."""
+    from east.cli import run
+    from helpers import read_log
+    if "build" in str(cache):
+        pytest.skip("one crop mode is enough for the training path")
+    run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",
+         "--backbone-weights", "random", "--max-steps", "2", "--device", "cpu"])
+    steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
+    assert len(steps) == 2 and all(np.isfinite(r["loss"]) for r in steps)
