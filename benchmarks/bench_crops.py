@@ -7,7 +7,8 @@ fresh make_sample every epoch). Prints markdown tables; asserts nothing.
   words, --image-size 1280 --input-size 512, the ICDAR 2015 setting);
 - distinct crops per image over 10 epochs, and the share of text-free crops;
 - bytes per image per variant and build time per image, both modes (a real build of each set);
-- read speed through train.py's feeding path (DataLoader + collate + the prefetch thread), per mode, as a
+- read speed through train.py's feeding path (DataLoader + collate + the prefetch thread; page mode also with
+  train.py's worker processes), per mode, as a
   ratio to one core's memcpy of the bytes a batch delivers.
 
     python benchmarks/bench_crops.py [--images 12] [--photos 10] [--epochs 1,5,20,50] [--batch-size 8] [--batches 20]
@@ -27,7 +28,8 @@ from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, batches, collate, make_sampler
 from dataset.expand import batch_len
-
+from dataset.workers import WorkerLoader
+from east.data import EpochDataset, EpochSampler
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, load_splits
 from preprocess.sample.make import choose_sample_crop
@@ -35,11 +37,12 @@ from preprocess.sample.page import make_page
 from preprocess.sample.window import grid_step, word_boxes
 from preprocess.store.build import build_cache
 from preprocess.store.layout import Layout
+from preprocess.tools.coverage import build_mode, coverage, page_mode
 from preprocess.tools.info import disk_bytes
 from preprocess.tools.sampledata import DEFAULT_PAGE_SIZE
-from preprocess.tools.coverage import build_mode, coverage, page_mode
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
+WORKERS = 2            # train.py --workers of the worker-process rows
 MEMCPY_TRIES = 3       # the memcpy reference is the best of these: a limit, which noise should not lower
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting of the issue's measurement
 
@@ -93,19 +96,21 @@ def built(data: Path, cfg: BuildConfig, out: Path) -> dict:
     return {"seconds": r.seconds / r.images, "bytes": disk / r.samples}
 
 
-def read_rate(out: Path, batch_size: int, count: int, compact: bool) -> tuple[float, float, float, float]:
+def read_rate(out: Path, batch_size: int, count: int, compact: bool, workers: int = 0
+              ) -> tuple[float, float, float, float]:
     """(samples/s through train.py's feeding path, the same in the first epoch, one core's memcpy of the bytes an
     item delivers in samples/s, MiB an item delivers): a DataLoader in this process with collate, read one batch
     ahead by batches()'s thread, a new epoch each time round (new crops in page mode). The first epoch is timed
     apart: in it a page-mode reader derives each page's window draw on its first crop (kept for later epochs).
     compact: page-mode items as train.py reads them (image tiles, maps, word table; score and geometry are made
-    on the device, not timed here)."""
+    on the device, not timed here). workers: train.py --workers N, processes that cut batches into shared slots
+    (their start is in the first epoch's time)."""
     ds = CacheDataset(out, compact=compact)
-    sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
-    loader = DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate)
+    sampler = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0))
+    loader = (WorkerLoader(EpochDataset(ds), sampler, batch_size, workers) if workers else
+              DataLoader(EpochDataset(ds), batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate))
 
     def epoch(e: int) -> int:
-        ds.set_epoch(e)
         sampler.set_epoch(e)
         return sum(batch_len(batch) for batch in batches(loader))
     t0 = time.perf_counter()
@@ -115,6 +120,8 @@ def read_rate(out: Path, batch_size: int, count: int, compact: bool) -> tuple[fl
         n += epoch(e)
         e += 1
     rate = n / (time.perf_counter() - t0)
+    if workers:
+        loader.close()
     return rate, first, max(memcpy_rate(ds, 3) for _ in range(MEMCPY_TRIES)), ds.item_bytes / 2**20
 
 
@@ -125,10 +132,11 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int) -> li
             c = dataclasses.replace(cfg, crop=crop)
             out = Path(tmp) / crop
             b = built(data, c, out)
-            for compact in (True, False) if crop == "read" else (False,):
-                rate, first, copy, item_mb = read_rate(out, batch_size, batches, compact)
+            for compact, workers in ((True, 0), (True, WORKERS), (False, 0)) if crop == "read" else ((False, 0),):
+                rate, first, copy, item_mb = read_rate(out, batch_size, batches, compact, workers)
                 label = f"--crop {crop}" + ((", train.py (targets made on the device)" if compact else
                                              ", targets made on the CPU") if crop == "read" else "")
+                label += f", {workers} worker processes" if workers else ""
                 rows.append([label, f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{item_mb:.2f}",
                              f"{first:.1f}", f"{rate:.1f}", f"{rate * item_mb:.0f}", f"{copy:.0f}", f"{rate / copy:.2f}"])
     return rows
@@ -154,9 +162,9 @@ def main() -> None:
         print(table(header, coverage_rows(data, cfg, epochs)), "\n")
         print(f"## Cost and read speed: {a.read_images} images made as the {label}\n\nBuild with one job; read "
               f"through train.py's feeding path (DataLoader without workers, collate, batches read one ahead by "
-              f"a thread of this process, batch {a.batch_size}, torch using "
-              f"{torch.get_num_threads()} threads); memcpy: one core copying as many bytes as an item delivers, "
-              f"best of {MEMCPY_TRIES}.\n")
+              f"a thread of this process, batch {a.batch_size}, torch using {torch.get_num_threads()} threads; the "
+              f"rows with worker processes: train.py --workers {WORKERS}, forked processes that cut the batches into "
+              f"shared slots); memcpy: one core copying as many bytes as an item delivers, best of {MEMCPY_TRIES}.\n")
         header = ["mode", "MiB / image / variant on disk", "build s / image", "MiB / item delivered",
                   "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s", "read / memcpy"]
         print(table(header, cost_rows(read_data, cfg, a.batch_size, a.batches)), "\n")

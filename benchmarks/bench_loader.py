@@ -20,6 +20,8 @@ from common import bench_pages, machine, memcpy_rate, table
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
+from dataset.workers import WorkerLoader
+from east.data import EpochDataset, EpochSampler
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.ingest.ufo import load_splits
 from preprocess.sample.make import make_sample
@@ -31,11 +33,17 @@ MIN_SECONDS = 2.0    # s; each loader figure covers at least this long
 
 
 def batches(ds, workers: int, batch_size: int, threaded: bool):
-    """A DataLoader over ds, shuffled as train.py shuffles it (whole batch files for the batch strategy);
-    threaded: workers=0 read ahead by dataset.prefetch's thread, train.py's default."""
-    sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate,
-                        persistent_workers=workers > 0, sampler=sampler)
+    """A loader over ds, shuffled as train.py shuffles it (whole batch files for the batch strategy); threaded:
+    workers=0 read ahead by dataset.prefetch's thread, train.py's default for these caches. Worker processes: for a
+    cache, train.py's (dataset/workers.py, batches cut into shared slots); for the on-the-fly Dataset, DataLoader's."""
+    if isinstance(ds, CacheDataset):
+        sampler = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0))
+        loader = (WorkerLoader(EpochDataset(ds), sampler, batch_size, workers) if workers else
+                  DataLoader(EpochDataset(ds), batch_size=batch_size, collate_fn=collate, sampler=sampler))
+    else:
+        sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
+        loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate,
+                            persistent_workers=workers > 0, sampler=sampler)
 
     def epoch():
         sampler.set_epoch(ds.epoch)

@@ -17,8 +17,8 @@ torchvision): `pip install -e ".[peers]"`. Without it, prints a note and exits 0
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import contextlib
+import dataclasses
 import importlib.metadata
 import os
 import shutil
@@ -49,6 +49,8 @@ DISTRIBUTIONS = ("litdata", "mosaicml-streaming", "datasets", "webdataset", "lmd
 
 OURS = "this project, --crop build (train.py's reader)"
 OURS_PAGES = "this project, --crop read (train.py's reader)"
+OURS_WORKERS = "this project, --crop read, 2 worker processes (train.py --workers 2)"
+WORKERS = 2
 
 
 def missing_extra() -> str | None:
@@ -94,19 +96,21 @@ def disk_mib(path: Path) -> float:
     return blocks * 512 / 2**20
 
 
-def open_ours(cache: Path, batch: int, compact: bool = False):
+def open_ours(cache: Path, batch: int, compact: bool = False, workers: int = 0):
     """This project's reader as train.py feeds from it (compact: a page-mode cache's items as train.py reads them,
-    a fresh crop per epoch whose score and geometry the device rebuilds)."""
+    a fresh crop per epoch whose score and geometry the device rebuilds; workers: train.py --workers N)."""
     from torch.utils.data import DataLoader
 
     from dataset import CacheDataset, batches, collate, make_sampler
+    from dataset.workers import WorkerLoader
+    from east.data import EpochDataset, EpochSampler
     ds = CacheDataset(cache, compact=compact)
-    sampler = make_sampler(ds, batch, shuffle=True, seed=0)
-    loader = DataLoader(ds, batch_size=batch, sampler=sampler, num_workers=0, collate_fn=collate)
+    sampler = EpochSampler(make_sampler(ds, batch, shuffle=True, seed=0))
+    loader = (WorkerLoader(EpochDataset(ds), sampler, batch, workers) if workers else
+              DataLoader(EpochDataset(ds), batch_size=batch, sampler=sampler, num_workers=0, collate_fn=collate))
 
     def epoch(e: int):
         sampler.set_epoch(e)
-        ds.set_epoch(e)
         return batches(loader)
     return epoch
 
@@ -130,7 +134,8 @@ def write_all(records, cache: Path, work: Path) -> dict[str, tuple[float, float]
 def open_all(records, cache: Path, work: Path, batch: int) -> dict[str, object]:
     import peers
     n, spec = len(records), records.spec()
-    readers = {OURS: open_ours(cache, batch), OURS_PAGES: open_ours(work / "pages", batch, compact=True)}
+    readers = {OURS: open_ours(cache, batch), OURS_PAGES: open_ours(work / "pages", batch, compact=True),
+               OURS_WORKERS: open_ours(work / "pages", batch, compact=True, workers=WORKERS)}
     for label, name, _ in PEERS:
         opener = getattr(peers, f"open_{name}")
         if label.endswith("defaults"):
@@ -192,7 +197,8 @@ def main() -> int:
         build_ms = (time.perf_counter() - t0) / report.samples * 1e3
         build_cache(dataclasses.replace(cfg, crop="read"), [data], work / "pages", jobs=2, quiet=True)
         ds = CacheDataset(work / "cache")
-        scale = {OURS_PAGES: CacheDataset(work / "pages", compact=True).item_bytes / ds.dtype.itemsize}
+        pages = CacheDataset(work / "pages", compact=True).item_bytes / ds.dtype.itemsize
+        scale = {OURS_PAGES: pages, OURS_WORKERS: pages}
         records = Records(ds)
         with contextlib.redirect_stdout(sys.stderr):   # LitData prints its progress: stdout holds the tables
             written = write_all(records, work / "cache", work)
@@ -202,7 +208,8 @@ def main() -> int:
         mb = ds.dtype.itemsize / 2**20
         copy = statistics.median(copies)
         print(f"Machine: {machine()}. {len(records)} records of {mb:.1f} MiB (input {a.input_size}: image, score, geo, "
-              f"roi), batch {a.batch_size}, warm page cache, read in the main process (no DataLoader workers), one "
+              f"roi), batch {a.batch_size}, warm page cache, read in the main process (no DataLoader workers; "
+              f"the one row that says so: {WORKERS} worker processes of this project), one "
               f"warm-up epoch each, {a.rounds} rounds interleaved; memcpy {copy:.0f} samples/s "
               f"({copy * mb:.0f} MiB/s, median of the rounds). The machine may be shared: medians, and noisy.\n")
         print(f"Versions: {versions()}.\n")
@@ -211,8 +218,11 @@ def main() -> int:
         rows = [["memcpy of the same records into a batch buffer", "np.copyto, 1 core", f"{copy:.1f}", "1.00", "-",
                  "-", "-"]]
         for label, r in sorted(ratios.items(), key=lambda kv: -statistics.median(kv[1])):
-            w, size = written.get(fmt.get(label), (None, disk_mib(work / ("pages" if label == OURS_PAGES else "cache"))))
-            rows.append([label, how.get(label, "CacheDataset + sampler + collate, batches one ahead in a thread"),
+            ours = disk_mib(work / ("pages" if label in (OURS_PAGES, OURS_WORKERS) else "cache"))
+            w, size = written.get(fmt.get(label), (None, ours))
+            rows.append([label, how.get(label, "CacheDataset + sampler + collate, batches one ahead in a thread"
+                                if label != OURS_WORKERS else "CacheDataset + sampler; forked workers collate "
+                                "into shared batch slots"),
                          f"{statistics.median(rates[label]):.1f}", span(r),
                          f"{statistics.median(firsts[label]) * 1e3:.0f}", f"{w:.1f}" if w is not None else
                          f"{build_ms:.0f} (the build)", f"{size:.0f}"])
@@ -223,7 +233,8 @@ def main() -> int:
               f"write time is its build from the source pages (decode, augment, targets, write; 2 jobs): see "
               f"bench_sample for its parts. The others are written from those records. {OURS_PAGES}: the same pages "
               f"built with --crop read (a new crop every epoch); its x memcpy is to a memcpy of the bytes its items "
-              f"deliver (image, packed maps, word table), its write time is the --crop build cache's.")
+              f"deliver (image, packed maps, word table), its write time is the --crop build cache's. On a machine with "
+              f"{os.cpu_count()} cores, {WORKERS} worker processes share them with the main process.")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from dataset.collate import collate
-from dataset.expand import PATCH, TABLE
+from dataset.expand import PATCH, TABLE, pad_tables
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
 SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
@@ -61,18 +61,20 @@ class Slot:
             self.roots[k] = np.frombuffer(self.buffer, dtype, sizes[k] // np.dtype(dtype).itemsize, offset)
             self.arrays[k] = self.roots[k].reshape(batch_size, *shape)
             offset += sizes[k]
-        self.busy = False   # given to a worker, not back yet
-        self._free_refs = {k: sys.getrefcount(r) for k, r in self.roots.items()}
+        self.busy = 0          # parts of a batch given to workers and not back yet
+        self.pending = False   # holds a batch not handed out yet (its tensors are made when it is)
+        self._free_refs = self._refs()
+
+    def _refs(self) -> list[int]:
+        return [sys.getrefcount(r) for r in self.roots.values()]
 
     def free(self) -> bool:
         """Neither with a worker nor referred to by a batch handed out (or a view of one of its tensors)."""
-        return not self.busy and all(sys.getrefcount(r) == self._free_refs[k] for k, r in self.roots.items())
+        return not self.busy and not self.pending and self._refs() == self._free_refs
 
     def batch(self, n: int, small: dict) -> dict[str, torch.Tensor]:
         """The first n items of the slot as tensors over its memory, with the fields sent apart (word tables)."""
-        out = {k: torch.from_numpy(a[:n]) for k, a in self.arrays.items()}
-        out.update({k: torch.from_numpy(v) for k, v in small.items()})
-        return out
+        return {**{k: torch.from_numpy(a[:n]) for k, a in self.arrays.items()}, **small}
 
 
 class _Failure:
@@ -82,12 +84,13 @@ class _Failure:
         try:
             pickle.dumps(error)
             self.error = error
-        except Exception:   # an exception that does not pickle: its text
+        except Exception:   # noqa: BLE001 - any exception that does not pickle: its text
             self.error = RuntimeError("".join(traceback.format_exception(error)))
 
 
 def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
-    """A worker's loop: (generation, seq, slot, keys) in, (generation, seq, slot, n, small fields | _Failure) out."""
+    """A worker's loop: (generation, seq, slot, start, keys) in: the items of `keys` go into the slot's rows from
+    `start` on; (generation, seq, slot, count, their word tables or None | _Failure) out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
     while True:
@@ -99,13 +102,14 @@ def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
             continue
         if task is None:
             return
-        gen, seq, s, keys = task
+        gen, seq, s, start, keys = task
         try:
-            out = collate(dataset.__getitems__(keys), into=slots[s].arrays)
-            small = {k: v.numpy() for k, v in out.items() if k not in slots[s].arrays}
-            results.put((gen, seq, s, len(keys), small))
-        except BaseException as e:   # raised again in the main process, which ends the run
-            results.put((gen, seq, s, 0, _Failure(e)))
+            items = dataset.__getitems__(keys)
+            collate(items, into={k: a[start:] for k, a in slots[s].arrays.items()})
+            tables = [item[TABLE] for item in items] if TABLE in items[0] else None
+            results.put((gen, seq, s, start, len(keys), tables))
+        except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
+            results.put((gen, seq, s, start, 0, _Failure(e)))
 
 
 def batched(keys: Iterable, size: int, drop_last: bool) -> Iterator[list]:
@@ -186,8 +190,15 @@ class WorkerLoader:
             self._start(first)
         self._gen += 1
         gen, pending = self._gen, [first]
-        sent, done, in_flight = 0, {}, {}
-        next_seq = 0
+        parts: dict[int, list] = {}   # seq -> [slot, parts not back, items, {start: word tables}]
+        try:
+            yield from self._epoch(gen, keys, pending, parts)
+        finally:   # batches made and not handed out free their slots; those still with a worker, once back
+            for s, *_ in parts.values() if self._slots else ():   # (none left after close())
+                self._slots[s].pending = self._slots[s].busy > 0
+
+    def _epoch(self, gen: int, keys, pending: list, parts: dict) -> Iterator[dict[str, torch.Tensor]]:
+        sent, next_seq = 0, 0
         while True:
             while pending or keys is not None:   # hand out work while a slot is free
                 s = self._free_slot()
@@ -197,12 +208,15 @@ class WorkerLoader:
                 if batch is None:
                     keys = None
                     break
-                self._slots[s].busy = True
-                self._tasks.put((gen, sent, s, batch))
-                in_flight[sent] = s
+                self._send(gen, sent, s, batch)
+                parts[sent] = [s, self._slots[s].busy, len(batch), {}]
                 sent += 1
-            if next_seq in done:
-                yield done.pop(next_seq)
+            if next_seq in parts and parts[next_seq][1] == 0:
+                s, _, n, tables = parts.pop(next_seq)
+                batch = self._slots[s].batch(n, {} if not tables else
+                                             {TABLE: pad_tables([t for k in sorted(tables) for t in tables[k]])})
+                self._slots[s].pending = False   # from now on, the batch's tensors hold the slot
+                yield batch
                 next_seq += 1
                 continue
             if next_seq == sent and keys is None and not pending:
@@ -216,14 +230,25 @@ class WorkerLoader:
                 next_seq += 1
                 sent += 1
                 continue
-            g, seq, s, n, small = self._result()
-            self._slots[s].busy = False
+            g, seq, s, start, n, tables = self._result()
+            self._slots[s].busy -= 1
             if g != gen:   # an abandoned iteration's batch
+                self._slots[s].pending = self._slots[s].busy > 0
                 continue
-            del in_flight[seq]
-            if isinstance(small, _Failure):
-                raise small.error
-            done[seq] = self._slots[s].batch(n, small)
+            if isinstance(tables, _Failure):
+                raise tables.error
+            parts[seq][1] -= 1
+            if tables is not None:
+                parts[seq][3][start] = tables
+
+    def _send(self, gen: int, seq: int, s: int, batch: list) -> None:
+        """A batch into slot s, in as many parts as there are workers (at most one item each): the first batch
+        of an epoch, and the last, are made by all of them at once."""
+        n = min(self.num_workers, len(batch))
+        bounds = [len(batch) * k // n for k in range(n + 1)]
+        self._slots[s].busy, self._slots[s].pending = n, True
+        for a, b in zip(bounds, bounds[1:]):
+            self._tasks.put((gen, seq, s, a, batch[a:b]))
 
 
 def _shutdown(procs: list, tasks) -> None:

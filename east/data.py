@@ -23,7 +23,6 @@ from preprocess.store.outdir import build_holder
 from preprocess.store.stale import check_stale
 
 
-
 class EpochSampler(Sampler):
     """Yields (epoch, index). Persistent DataLoader workers keep their own copy of the dataset, so
     `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate.

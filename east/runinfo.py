@@ -34,8 +34,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
-            f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
-            f"{describe_reading(loader_workers(cfg, ds, rt))}; {val}",
+            (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
+             f"{describe_reading(loader_workers(cfg, ds, rt))}; {val}"),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]

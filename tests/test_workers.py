@@ -166,8 +166,9 @@ def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
 
 def test_train_reads_through_worker_processes(cache, tmp_path):
     """train.py --workers 2 builds the worker loader and trains from it."""
-    from east.cli import run
     from helpers import read_log
+
+    from east.cli import run
     if "build" in str(cache):
         pytest.skip("one crop mode is enough for the training path")
     run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",

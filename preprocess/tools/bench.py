@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from dataset import BlockSampler, CacheDataset, collate
 from dataset import batches as epoch_batches  # `batches` is a count here
+from dataset.workers import WorkerLoader, fork_available
 from preprocess.errors import CacheError
 from preprocess.store.manifest import data_path
 
@@ -135,25 +136,31 @@ def timed_pass(loader, order: Order, batch: int, batches: int | None) -> tuple[i
 
 def measure(cache, workers: int, batch: int, batches: int | None, paths) -> tuple[float | None, float]:
     """(cold samples/s or None, warm samples/s) of one setting, on a fresh Dataset with nothing mapped yet."""
-    ds = CacheDataset(cache, check_stale=False)
+    ds = CacheDataset(cache, check_stale=False, compact=True)   # page mode: the items train.py reads
     c = ds.config
     order = Order(len(ds), c.batch_size if c.strategy == "batch" else 1)
-    loader = DataLoader(ds, batch_size=batch, sampler=order, num_workers=workers, collate_fn=collate,
-                        persistent_workers=workers > 0)
-    for _ in loader:   # an empty pass starts the workers, so neither timed pass pays for their start-up
+    if workers and fork_available():   # train.py's worker processes
+        loader = WorkerLoader(ds, order, batch, workers)
+    else:
+        loader = DataLoader(ds, batch_size=batch, sampler=order, num_workers=workers, collate_fn=collate,
+                            persistent_workers=workers > 0)
+    order.count = batch   # a first batch starts the workers, so neither timed pass pays for their start-up
+    for _ in loader:
         pass
     if CAN_DROP:
         drop_page_cache(paths)
     n, secs = timed_pass(loader, order, batch, batches)   # without DONTNEED this pass only warms up
     cold = n * batch / secs if CAN_DROP else None
     n, secs = timed_pass(loader, order, batch, n)
+    if isinstance(loader, WorkerLoader):
+        loader.close()
     del loader, ds
     gc.collect()   # unmap this setting's files (workers exit), or the next drop would skip mapped pages
     return cold, n * batch / secs
 
 
 def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) -> str:
-    ds = CacheDataset(cache, check_stale=False)
+    ds = CacheDataset(cache, check_stale=False, compact=True)
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
     paths = [p for f in ds.files for p in ds.manifest.format.stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
@@ -177,11 +184,12 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     near = [k for k, r in rate.items() if r >= (1 - NEAR_BEST) * best]
     w, b = min(near, key=lambda k: (k[0], -rate[k]))
     return "\n".join([
-        "workers 0: this process reads, one batch ahead in a thread (train.py's default); N: DataLoader processes.",
+        "workers 0: this process reads, one batch ahead in a thread; N: train.py's worker processes, which cut "
+        "batches into shared slots.",
         f"{cache}: {len(paths)} data files, {_size(paths) / 1e6:.1f} MB, {size / 1e6:.2f} MB per sample. "
         f"{platform.machine()}, {os.cpu_count()} cores.",
         f"Each setting: {f'{batches} batches' if batches else f'about {SECONDS:.0f} s'} cold, then the same batches "
-        f"warm; DataLoader workers are started before the clock.", note, "", table(header, rows), "",
+        f"warm; workers are started before the clock.", note, "", table(header, rows), "",
         f"Recommendation: train.py --workers {w} --batch-size {b} ({rate[(w, b)]:.1f} samples/s "
         f"{'cold' if use_cold else 'warm'}, within {NEAR_BEST:.0%} of the best {best:.1f} with the fewest workers)"])
 
