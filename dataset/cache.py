@@ -40,6 +40,7 @@ from preprocess.store.sidecar import load_sidecar, row_quads, row_words
 from preprocess.store.stale import check_stale
 
 PAGE_WORDS_BYTES = 256 << 20   # per process: what the pages' kept window draws (mostly cut counts) may take
+PATCH_BYTES = 128 << 20        # per process: what the pages' kept maps patches (crop.Patches) may take
 
 
 class StaleCacheError(CacheError):
@@ -75,6 +76,7 @@ class CacheDataset(Dataset):
         self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0
+        self._patch_budget = [PATCH_BYTES]   # bytes the kept maps patches of this process may still take
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -152,7 +154,7 @@ class CacheDataset(Dataset):
         c = self.config
         if self._words_bytes >= PAGE_WORDS_BYTES:
             return page_words(page, c.input_size, c.map_scale, draw=False)
-        words = self._words[key] = page_words(page, c.input_size, c.map_scale)
+        words = self._words[key] = page_words(page, c.input_size, c.map_scale, patches=self._patch_budget)
         self._words_bytes += words_bytes(words)
         return words
 
@@ -217,6 +219,7 @@ class CacheDataset(Dataset):
         state = self.__dict__.copy()
         state["_records"], state["_quads"] = self._closed(), {}
         state["_pages"], state["_words"], state["_words_bytes"] = {}, {}, 0   # made again by whoever reads
+        state["_patch_budget"] = [PATCH_BYTES]
         return state
 
     def _closed(self) -> list:

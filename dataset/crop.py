@@ -47,14 +47,34 @@ class PageWords(NamedTuple):
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
     draw: CropDraw | None         # the page's window draw (None: not asked for)
     table: np.ndarray             # float64 (L, 9) page px: word_table of the legible quads (a crop's is a shift of it)
+    patches: Patches | None = None   # the page's maps patches by set of cut words, kept (None: not kept)
 
 
-def page_words(page: Page, size: int, map_scale: float, draw: bool = True) -> PageWords:
-    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw."""
+class Patches(dict):
+    """A page's maps patches in page map px (page_patch), by the set of cut words (the bytes of their indices):
+    a page's crops cut the same few sets again and again, epoch after epoch, and a patch does not depend on
+    where the crop lies. Kept while the reader's shared budget (a one-item list of bytes left) allows."""
+
+    def __init__(self, budget: list[int]):
+        super().__init__()
+        self.budget = budget
+
+    def keep(self, key: bytes, patch) -> None:
+        size = 0 if patch is None else patch[2].nbytes + 64
+        if self.budget[0] >= size:
+            self[key] = patch
+            self.budget[0] -= size
+
+
+def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
+               patches: list[int] | None = None) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the budget (a
+    one-item list of bytes) of the Patches it keeps, None: it keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
                      CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight) if draw else None,
-                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)))
+                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)),
+                     None if patches is None else Patches(patches))
 
 
 # word_table's columns that move with a shift of the quads: ax, ay, then the box x0, x1, y0, y1 (rotated about
@@ -143,13 +163,8 @@ def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float
     """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m) is the
     page's maps in the window (a view where the window lies on the page), patch None or (x0, y0, values (h, w)),
     the rectangle of it that the cut words change, as it must read instead (apply_patch): so a reader copies
-    the window once, into its batch, and the patch over it.
-
-    Only the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them
-    (the last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the
-    page's canvas only; both within the box of the cut words' polygons (a shrunk quad's lies inside its quad's).
-    The polygons are the page's, shifted by the origin's map px (an even integer: np.around commutes with it),
-    so the redrawn words are those the page's owner map holds."""
+    the window once, into its batch, and the patch over it. The patch is the window's part of the page's patch
+    for these cut words (page_patch), a view of it."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
@@ -157,36 +172,53 @@ def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float
     maps = window(page.maps, mx, my, m, m, 0)
     if not cut.any():
         return maps, None
-    whole = words.whole[cut] - np.array([mx, my], np.int32)
-    (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, m)
+    patch = page_patch(page, cut, words)
+    if patch is None:
+        return maps, None
+    px, py, values = patch
+    h, w = values.shape
+    x0, y0, x1, y1 = max(px, mx), max(py, my), min(px + w, mx + m), min(py + h, my + m)
     if x1 <= x0 or y1 <= y0:
         return maps, None
-    region = np.array(maps[y0:y1, x0:x1])
-    was_cut = np.zeros(len(words.quads) + 1, bool)
-    was_cut[np.flatnonzero(cut) + 1] = True
-    hit = was_cut[region & OWNER_MASK]
-    if hit.any():
-        polys = words.shrunk - np.array([mx + x0, my + y0], np.int32)
-        near = ~cut & np.all((polys.max(axis=1) >= 0) & (polys.min(axis=1) < (x1 - x0, y1 - y0)), axis=1)
-        redrawn = np.zeros(hit.shape, MAPS_DTYPE)
-        for k in np.flatnonzero(near):
-            fill_polygon(redrawn, polys[k], int(k) + 1)
-        region[hit] = (region[hit] & (1 << DONT_CARE_BIT)) | redrawn[hit]
-    dont_care = np.zeros(hit.shape, np.uint8)
-    for poly in whole - (x0, y0):
-        fill_polygon(dont_care, poly, 1)
-    _off_page(dont_care, page, mx + x0, my + y0)
-    region |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
-    return maps, (int(x0), int(y0), region)
+    return maps, (x0 - mx, y0 - my, values[y0 - py:y1 - py, x0 - px:x1 - px])
 
 
-def _off_page(mask: np.ndarray, page: Page, x: int, y: int) -> None:
-    """Zero mask (h, w), whose [0, 0] is the page's map pixel (x, y), where it lies off the page's canvas."""
-    h, w = page.maps.shape
-    mask[:max(0, -y)] = 0
-    mask[max(0, h - y):] = 0
-    mask[:, :max(0, -x)] = 0
-    mask[:, max(0, w - x):] = 0
+def page_patch(page: Page, cut: np.ndarray, words: PageWords):
+    """None or (x0, y0, values uint16 (h, w)) in page map px: what the legible words `cut` (L,) change in the
+    page's maps, within the box of their polygons on the canvas. Kept in words.patches where it has them.
+
+    Only the pixels that a cut word owned are drawn again, from the uncut words whose shrunk quads reach them
+    (the last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the
+    page's canvas only. Polygons are drawn by fill_polygon, whose pixels move with an integer shift and do not
+    depend on where a buffer clips them, so the patch of a crop (whose origin is an even number of map px,
+    where np.around commutes with the shift) is its window of this one."""
+    key = np.flatnonzero(cut).tobytes()
+    if words.patches is not None and key in words.patches:
+        return words.patches[key]
+    mh, mw = page.maps.shape
+    whole = words.whole[cut]
+    (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, (mw, mh))
+    patch = None
+    if x1 > x0 and y1 > y0:
+        region = np.array(page.maps[y0:y1, x0:x1])
+        was_cut = np.zeros(len(words.quads) + 1, bool)
+        was_cut[np.flatnonzero(cut) + 1] = True
+        hit = was_cut[region & OWNER_MASK]
+        if hit.any():
+            polys = words.shrunk - np.array([x0, y0], np.int32)
+            near = ~cut & np.all((polys.max(axis=1) >= 0) & (polys.min(axis=1) < (x1 - x0, y1 - y0)), axis=1)
+            redrawn = np.zeros(hit.shape, MAPS_DTYPE)
+            for k in np.flatnonzero(near):
+                fill_polygon(redrawn, polys[k], int(k) + 1)
+            region[hit] = (region[hit] & (1 << DONT_CARE_BIT)) | redrawn[hit]
+        dont_care = np.zeros(hit.shape, np.uint8)
+        for poly in whole - np.array([x0, y0], np.int32):
+            fill_polygon(dont_care, poly, 1)
+        region |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
+        patch = (int(x0), int(y0), region)
+    if words.patches is not None:
+        words.patches.keep(key, patch)
+    return patch
 
 
 def crop_words(page: Page, origin, cut: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

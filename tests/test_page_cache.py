@@ -52,6 +52,31 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
                 assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
 
 
+def test_kept_maps_patches_give_the_crops_made_afresh(cache):
+    """A reader keeps each page's maps patch per set of cut words and cuts every later crop's patch out of it:
+    over many epochs, its crops (both item forms) equal those made from the page with nothing kept."""
+    ds, compact = CacheDataset(cache), CacheDataset(cache, compact=True)
+    c, reused = ds.config, 0
+    for epoch in range(12):
+        ds.set_epoch(epoch)
+        compact.set_epoch(epoch)
+        for i in range(len(ds)):
+            v = ds.variant(i)
+            page = ds.page(i, v)
+            origin, cut = ds.crop_origin(i, v)
+            kept = ds.page_words(i, v, page).patches
+            reused += cut.any() and np.flatnonzero(cut).tobytes() in kept
+            want = crop_page(page, origin, cut, c.input_size, c.map_scale)
+            got = ds[i]
+            for k in ("image", "score", "geo", "roi"):
+                assert got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
+            got = expand_batch(collate([compact[i]]))
+            for k in ("image", "score", "roi"):
+                assert got[k][0].numpy().tobytes() == want[k].tobytes(), (epoch, i, k)
+            assert torch.equal(got["geo"][0].half(), torch.from_numpy(want["geo"]))
+    assert reused > 5, "the test must see kept patches used again"
+
+
 def test_each_epoch_draws_its_own_crop_and_draws_it_again(cache):
     ds = CacheDataset(cache)
     seen = set()
