@@ -149,7 +149,9 @@ def main() -> None:
     ap.add_argument("--photos", type=int, default=10, help="photo-like images (default 10)")
     ap.add_argument("--epochs", default="1,5,20,50", help="epoch counts of the coverage table")
     ap.add_argument("--batch-size", type=int, default=8, help="batch size of the read-speed pass (default 8)")
-    ap.add_argument("--batches", type=int, default=40, help="batches timed per read-speed pass (default 40)")
+    ap.add_argument("--batches", type=int, default=160,
+                    help="batches timed per read-speed pass (default 160: 20 epochs of 64 images, so that each reading "
+                         "process has mapped in the pages it reads; the first epoch is timed apart)")
     ap.add_argument("--read-images", type=int, default=64,
                     help="images of the sets built for cost and read speed (default 64: 8 batches an epoch)")
     a = ap.parse_args()
