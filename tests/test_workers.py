@@ -175,3 +175,22 @@ def test_train_reads_through_worker_processes(cache, tmp_path):
          "--backbone-weights", "random", "--max-steps", "2", "--device", "cpu"])
     steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
     assert len(steps) == 2 and all(np.isfinite(r["loss"]) for r in steps)
+
+
+def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeypatch):
+    """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process (at most
+    AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the training process; a given
+    count is kept."""
+    from east import data
+    from east.config import TrainConfig
+    from east.runtime import Runtime
+    ds = CacheDataset(cache)
+    gpu = Runtime(device=torch.device("cuda"))
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert data.loader_workers(TrainConfig(workers=3), ds, gpu) == 3
+    assert data.loader_workers(TrainConfig(), ds, Runtime()) == 0
+    want = data.AUTO_WORKERS_MAX if ds.pages else 0
+    assert data.loader_workers(TrainConfig(), ds, gpu) == want
+    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=8)) == (2 if ds.pages else 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=2)) == (1 if ds.pages else 0)
