@@ -173,7 +173,7 @@ def span(values: list[float], fmt: str = ".2f") -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=96, help="records (sample pages) in every store (default 96)")
-    p.add_argument("--rounds", type=int, default=5, help="timed epochs per reader, interleaved (default 5)")
+    p.add_argument("--rounds", type=int, default=9, help="timed epochs per reader, interleaved (default 9)")
     p.add_argument("--batch-size", type=int, default=8, help="batch size (default 8)")
     p.add_argument("--input-size", type=int, default=1024, help="crop side, px (default 1024: ~6 MiB records)")
     a = p.parse_args()

@@ -9,26 +9,21 @@ from dataset.crop import apply_patch
 from dataset.expand import PATCH, TABLE, pad_tables
 
 
-def collate(batch, pin: bool = False, into: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
+def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
     """Copy each field once, from the page cache into one batch tensor per field; no float conversion here.
     The copies are torch's (Tensor.copy_): they run on torch's intra-op threads, and copy a strided window (a
     page-mode crop's rows) about twice as fast as numpy does on one core.
     pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
     non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed. Items are dicts
     of arrays by field name; a batch of adjacent rows (CacheDataset.__getitems__) also carries them as one
-    structured slice, copied in one read per field.
-    into (a worker of dataset/workers.py): the batch's fixed-size fields are copied into the first len(batch)
-    rows of these arrays (field -> (B, ...)) instead of new buffers."""
-
-    def buffer(k: str, shape: tuple, dtype) -> torch.Tensor:
-        return empty_batch(shape, dtype, pin) if into is None else torch.from_numpy(into[k][:shape[0]])
+    structured slice, copied in one read per field."""
     rows = getattr(batch, "rows", batch)
     if isinstance(rows, np.ndarray):
-        out = {k: buffer(k, rows[k].shape, rows[k].dtype) for k in rows.dtype.names}
+        out = {k: empty_batch(rows[k].shape, rows[k].dtype, pin) for k in rows.dtype.names}
         for k, t in out.items():
             copy(t, rows[k])
         return out
-    out = {k: buffer(k, (len(batch), *v.shape), v.dtype) for k, v in batch[0].items() if k not in (TABLE, PATCH)}
+    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k not in (TABLE, PATCH)}
     for k, t in out.items():
         for j, item in enumerate(batch):
             copy(t[j], item[k])

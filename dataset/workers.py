@@ -2,14 +2,17 @@
 
 DataLoader's worker processes hand every batch over in a new shared-memory segment: made and faulted in page
 by page in the worker, mapped again in the main process, freed after the step. With items of 3-6 MiB that
-costs more than the copy itself (2 DataLoader workers delivered 0.05-0.08x a memcpy of the same bytes). Here
+costs more than the copy itself (2 DataLoader workers read 0.05-0.12x a memcpy of the same bytes in this
+project's earlier measurements). Here
 the main process maps a few batch slots once, in anonymous shared memory that the forked workers inherit. A
 worker reads its batch's items (in a page-mode cache each is a crop: the window draw and the cut words' maps,
-Python that holds the GIL of its own process) and copies them into the slot it was given (collate(into=...));
+Python that holds the GIL of its own process) and copies them into their rows of the slot it was given;
 the main process hands the slot out as tensors, uncopied, and gives it to a later batch once nothing refers to
 it any more (a tensor of torch.from_numpy holds its array for as long as it, or a view of it, lives: the rule of
 dataset/buffers.py). So the per-item Python runs in N processes beside the training loop, which does no
-per-item work at all.
+per-item work at all. Items go to workers by image (owner()), each batch split among them: a worker reads the
+same pages every epoch, so each page's window draw is derived, its memory mapped in and its patches kept by
+one process, not by every worker.
 
 Batches come in the sampler's order whatever worker made them; a batch depends only on its keys (a page-mode
 crop on (seed, epoch, image, variant)), so the batches equal those of a DataLoader over the same sampler.
@@ -34,7 +37,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from dataset.collate import collate
+from dataset.collate import collate, copy
+from dataset.crop import apply_patch
 from dataset.expand import PATCH, TABLE, pad_tables
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
@@ -89,8 +93,8 @@ class _Failure:
 
 
 def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
-    """A worker's loop: (generation, seq, slot, start, keys) in: the items of `keys` go into the slot's rows from
-    `start` on; (generation, seq, slot, count, their word tables or None | _Failure) out."""
+    """A worker's loop: (generation, seq, slot, rows, keys) in: item keys[j] goes into the slot's row rows[j];
+    (generation, seq, slot, rows, their word tables or None | _Failure) out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
     while True:
@@ -102,14 +106,28 @@ def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
             continue
         if task is None:
             return
-        gen, seq, s, start, keys = task
+        gen, seq, s, rows, keys = task
         try:
             items = dataset.__getitems__(keys)
-            collate(items, into={k: a[start:] for k, a in slots[s].arrays.items()})
+            arrays = slots[s].arrays
+            for row, item in zip(rows, items):
+                for k, a in arrays.items():
+                    copy(torch.from_numpy(a[row]), item[k])
+                if item.get(PATCH) is not None:   # a page-mode crop's cut words, over its maps
+                    apply_patch(arrays["maps"][row], item[PATCH])
             tables = [item[TABLE] for item in items] if TABLE in items[0] else None
-            results.put((gen, seq, s, start, len(keys), tables))
+            results.put((gen, seq, s, rows, tables))
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
-            results.put((gen, seq, s, start, 0, _Failure(e)))
+            results.put((gen, seq, s, rows, _Failure(e)))
+
+
+def owner(key, workers: int) -> int:
+    """The worker that reads item `key`: by its image index (the last element of a tuple key such as
+    EpochSampler's (epoch, index)), so that a worker reads the same images every epoch and derives, maps in
+    and keeps each page's window draw, memory and patches once, not once per worker."""
+    while isinstance(key, tuple):
+        key = key[-1]
+    return int(key) % workers if isinstance(key, (int, np.integer)) else hash(key) % workers
 
 
 def batched(keys: Iterable, size: int, drop_last: bool) -> Iterator[list]:
@@ -149,9 +167,9 @@ class WorkerLoader:
         fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in items[0].items() if k not in (TABLE, PATCH)}
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
-        self._tasks, self._results = ctx.Queue(), ctx.Queue()
+        self._tasks, self._results = [ctx.Queue() for _ in range(self.num_workers)], ctx.Queue()
         for w in range(self.num_workers):
-            p = ctx.Process(target=_work, args=(self.dataset, self._slots, self._tasks, self._results, os.getpid()),
+            p = ctx.Process(target=_work, args=(self.dataset, self._slots, self._tasks[w], self._results, os.getpid()),
                             name=f"east-loader-{w}", daemon=True)
             p.start()
             self._procs.append(p)
@@ -190,7 +208,7 @@ class WorkerLoader:
             self._start(first)
         self._gen += 1
         gen, pending = self._gen, [first]
-        parts: dict[int, list] = {}   # seq -> [slot, parts not back, items, {start: word tables}]
+        parts: dict[int, list] = {}   # seq -> [slot, parts not back, items, {row: word table}]
         try:
             yield from self._epoch(gen, keys, pending, parts)
         finally:   # batches made and not handed out free their slots; those still with a worker, once back
@@ -213,8 +231,7 @@ class WorkerLoader:
                 sent += 1
             if next_seq in parts and parts[next_seq][1] == 0:
                 s, _, n, tables = parts.pop(next_seq)
-                batch = self._slots[s].batch(n, {} if not tables else
-                                             {TABLE: pad_tables([t for k in sorted(tables) for t in tables[k]])})
+                batch = self._slots[s].batch(n, {TABLE: pad_tables([tables[r] for r in range(n)])} if tables else {})
                 self._slots[s].pending = False   # from now on, the batch's tensors hold the slot
                 yield batch
                 next_seq += 1
@@ -230,7 +247,7 @@ class WorkerLoader:
                 next_seq += 1
                 sent += 1
                 continue
-            g, seq, s, start, n, tables = self._result()
+            g, seq, s, rows, tables = self._result()
             self._slots[s].busy -= 1
             if g != gen:   # an abandoned iteration's batch
                 self._slots[s].pending = self._slots[s].busy > 0
@@ -239,21 +256,23 @@ class WorkerLoader:
                 raise tables.error
             parts[seq][1] -= 1
             if tables is not None:
-                parts[seq][3][start] = tables
+                parts[seq][3].update(zip(rows, tables))
 
     def _send(self, gen: int, seq: int, s: int, batch: list) -> None:
-        """A batch into slot s, in as many parts as there are workers (at most one item each): the first batch
-        of an epoch, and the last, are made by all of them at once."""
-        n = min(self.num_workers, len(batch))
-        bounds = [len(batch) * k // n for k in range(n + 1)]
-        self._slots[s].busy, self._slots[s].pending = n, True
-        for a, b in zip(bounds, bounds[1:]):
-            self._tasks.put((gen, seq, s, a, batch[a:b]))
+        """A batch into slot s, each item by its owner worker, in one part per worker that has items in it."""
+        parts: dict[int, tuple[list, list]] = {}
+        for row, key in enumerate(batch):
+            rows, keys = parts.setdefault(owner(key, self.num_workers), ([], []))
+            rows.append(row)
+            keys.append(key)
+        self._slots[s].busy, self._slots[s].pending = len(parts), True
+        for w, (rows, keys) in parts.items():
+            self._tasks[w].put((gen, seq, s, rows, keys))
 
 
-def _shutdown(procs: list, tasks) -> None:
-    for _ in procs:
-        tasks.put(None)
+def _shutdown(procs: list, tasks: list) -> None:
+    for q in tasks:
+        q.put(None)
     for p in procs:
         p.join(JOIN_S)
         if p.is_alive():
