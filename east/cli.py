@@ -66,8 +66,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     data.add_argument("--workers", type=int,
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
-                           "measures the settings). Default: on a GPU, a page-mode cache (--crop read) gets one "
-                           "per core of this process, at most 4; otherwise 0")
+                           "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
+                           "per core of this process, at most 4; otherwise 0)")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
     length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
