@@ -16,8 +16,8 @@ one process, not by every worker.
 
 Batches come in the sampler's order whatever worker made them; a batch depends only on its keys (a page-mode
 crop on (seed, epoch, image, variant)), so the batches equal those of a DataLoader over the same sampler.
-Workers persist across epochs, ignore Ctrl-C (the main process stops the run at a step boundary) and leave
-when the loader is closed or collected, or when their parent is gone. A worker's exception is raised in the
+Workers persist across epochs, ignore Ctrl-C and SIGTERM (the main process stops the run at a step boundary,
+then ends them) and leave when the loader is closed or collected, or when their parent is gone. A worker's exception is raised in the
 main process with its message; a worker that dies (killed, out of memory) stops the epoch with an error that
 says so. Needs the fork start method (Linux, macOS): make_loader falls back to DataLoader workers elsewhere.
 """
@@ -95,7 +95,10 @@ class _Failure:
 def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
     """A worker's loop: (generation, seq, slot, rows, keys) in: item keys[j] goes into the slot's row rows[j];
     (generation, seq, slot, rows, their word tables or None | _Failure) out."""
+    # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the training process stops the run at a
+    # step boundary and then ends its workers, which must not die first (or inherit its SIGTERM handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
     while True:
         try:

@@ -154,6 +154,21 @@ def test_a_worker_that_dies_stops_the_epoch_with_an_error_that_says_so():
         list(it)
 
 
+def test_workers_leave_ctrl_c_and_sigterm_to_the_training_process():
+    """A signal to the whole process group reaches the workers too: they go on, so that the training process can
+    stop at a step boundary and save, then end them."""
+    loader = WorkerLoader(Slow(), range(4), 1, 1)
+    try:
+        it = iter(loader)
+        assert int(next(it)["image"][0, 0, 0]) == 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            os.kill(loader._procs[0].pid, sig)
+        assert [int(b["image"][0, 0, 0]) for b in it] == [1, 2, 3]
+        assert loader._procs[0].is_alive()
+    finally:
+        loader.close()
+
+
 def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
     loader = WorkerLoader(Failing(), range(3), 1, 2)
     assert [int(b["image"][0, 0, 0]) for b in loader] == [0, 1, 2]
