@@ -23,16 +23,17 @@ says so. Needs the fork start method (Linux, macOS): make_loader falls back to D
 """
 from __future__ import annotations
 
+import collections
 import mmap
 import multiprocessing as mp
 import os
 import pickle
-import queue
 import signal
 import sys
 import traceback
 import weakref
 from collections.abc import Iterable, Iterator
+from multiprocessing import connection
 
 import numpy as np
 import torch
@@ -92,21 +93,24 @@ class _Failure:
             self.error = RuntimeError("".join(traceback.format_exception(error)))
 
 
-def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
+def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
     """A worker's loop: (generation, seq, slot, rows, keys) in: item keys[j] goes into the slot's row rows[j];
-    (generation, seq, slot, rows, their word tables or None | _Failure) out."""
+    (generation, seq, slot, rows, their word tables or None | _Failure) out, over a pipe of its own (sent and
+    received in this thread: multiprocessing.Queue's feeder thread took an eighth of a worker's time)."""
     # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the training process stops the run at a
     # step boundary and then ends its workers, which must not die first (or inherit its SIGTERM handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
     while True:
-        try:
-            task = tasks.get(timeout=POLL_S)
-        except queue.Empty:
+        if not conn.poll(POLL_S):
             if os.getppid() != parent:   # the training process is gone (os._exit skips the cleanup)
                 return
             continue
+        try:
+            task = conn.recv()
+        except EOFError:   # the training process closed its end
+            return
         if task is None:
             return
         gen, seq, s, rows, keys = task
@@ -119,9 +123,13 @@ def _work(dataset, slots: list[Slot], tasks, results, parent: int) -> None:
                 if item.get(PATCH) is not None:   # a page-mode crop's cut words, over its maps
                     apply_patch(arrays["maps"][row], item[PATCH])
             tables = [item[TABLE] for item in items] if TABLE in items[0] else None
-            results.put((gen, seq, s, rows, tables))
+            result = (gen, seq, s, rows, tables)
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
-            results.put((gen, seq, s, rows, _Failure(e)))
+            result = (gen, seq, s, rows, _Failure(e))
+        try:
+            conn.send(result)
+        except OSError:   # the training process is gone
+            return
 
 
 def owner(key, workers: int) -> int:
@@ -157,6 +165,8 @@ class WorkerLoader:
         self.drop_last = drop_last
         self._slots: list[Slot] = []
         self._procs: list = []
+        self._conns: list = []                  # a pipe to each worker: tasks out, results in
+        self._received = collections.deque()    # results read, not yet taken
         self._gen = 0
         self._finalizer = None
 
@@ -170,37 +180,40 @@ class WorkerLoader:
         fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in items[0].items() if k not in (TABLE, PATCH)}
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
-        self._tasks, self._results = [ctx.Queue() for _ in range(self.num_workers)], ctx.Queue()
         for w in range(self.num_workers):
-            p = ctx.Process(target=_work, args=(self.dataset, self._slots, self._tasks[w], self._results, os.getpid()),
+            ours, theirs = ctx.Pipe()
+            p = ctx.Process(target=_work, args=(self.dataset, self._slots, theirs, os.getpid()),
                             name=f"east-loader-{w}", daemon=True)
             p.start()
+            theirs.close()
             self._procs.append(p)
-        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._tasks)
+            self._conns.append(ours)
+        self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns)
 
     def close(self) -> None:
         """End the workers (a later iteration starts new ones)."""
         if self._finalizer is not None:
             self._finalizer()
-        self._procs, self._slots, self._finalizer = [], [], None
+        for conn in self._conns:
+            conn.close()
+        self._received.clear()
+        self._procs, self._slots, self._conns, self._finalizer = [], [], [], None
 
     def _free_slot(self) -> int | None:
         return next((s for s, slot in enumerate(self._slots) if slot.free()), None)
 
     def _result(self):
         """The next result from any worker; an error naming the worker when one has died meanwhile."""
-        while True:
-            try:
-                return self._results.get(timeout=POLL_S)
-            except queue.Empty:
-                for p in self._procs:
-                    if not p.is_alive():
-                        how = (f"was killed by signal {-p.exitcode}" if p.exitcode < 0 else
-                               f"exited with status {p.exitcode}")
-                        self.close()
-                        raise RuntimeError(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the "
-                                           f"kernel's out-of-memory killer): run again with fewer --workers, or "
-                                           f"--workers 0 to read in this process") from None
+        while not self._received:
+            for conn in connection.wait(self._conns, timeout=POLL_S):
+                try:
+                    self._received.append(conn.recv())
+                except (EOFError, OSError):   # its worker is gone
+                    self._lost(self._procs[self._conns.index(conn)])
+            for p in self._procs if not self._received else ():
+                if not p.is_alive():
+                    self._lost(p)
+        return self._received.popleft()
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         keys = batched(self.sampler, self.batch_size, self.drop_last)
@@ -261,6 +274,16 @@ class WorkerLoader:
             if tables is not None:
                 parts[seq][3].update(zip(rows, tables))
 
+    def _lost(self, p) -> None:
+        """Stop: worker p has died (its pipe broke, or it is no longer alive)."""
+        p.join(JOIN_S)
+        code = p.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+        self.close()
+        raise RuntimeError(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the kernel's "
+                           f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
+                           f"process") from None
+
     def _send(self, gen: int, seq: int, s: int, batch: list) -> None:
         """A batch into slot s, each item by its owner worker, in one part per worker that has items in it."""
         parts: dict[int, tuple[list, list]] = {}
@@ -270,12 +293,18 @@ class WorkerLoader:
             keys.append(key)
         self._slots[s].busy, self._slots[s].pending = len(parts), True
         for w, (rows, keys) in parts.items():
-            self._tasks[w].put((gen, seq, s, rows, keys))
+            try:
+                self._conns[w].send((gen, seq, s, rows, keys))
+            except OSError:   # its worker is gone
+                self._lost(self._procs[w])
 
 
-def _shutdown(procs: list, tasks: list) -> None:
-    for q in tasks:
-        q.put(None)
+def _shutdown(procs: list, conns: list) -> None:
+    for conn in conns:
+        try:
+            conn.send(None)
+        except OSError:   # that worker is gone already
+            pass
     for p in procs:
         p.join(JOIN_S)
         if p.is_alive():
