@@ -43,6 +43,7 @@ from preprocess.tools.sampledata import DEFAULT_PAGE_SIZE
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
 WORKERS = 2            # train.py --workers of the worker-process rows
+LATE = "41,60"         # default epochs (first, last) of the late read-speed columns
 MEMCPY_TRIES = 3       # the memcpy reference is the best of these: a limit, which noise should not lower
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting of the issue's measurement
 
@@ -96,10 +97,11 @@ def built(data: Path, cfg: BuildConfig, out: Path) -> dict:
     return {"seconds": r.seconds / r.images, "bytes": disk / r.samples}
 
 
-def read_rate(out: Path, batch_size: int, count: int, compact: bool, workers: int = 0
-              ) -> tuple[float, float, float, float]:
-    """(samples/s through train.py's feeding path, the same in the first epoch, one core's memcpy of the bytes an
-    item delivers in samples/s, MiB an item delivers): a DataLoader in this process with collate, read one batch
+def read_rate(out: Path, batch_size: int, count: int, late: tuple[int, int], compact: bool, workers: int = 0
+              ) -> tuple[float, float, float, float, float]:
+    """(samples/s through train.py's feeding path, the same in the first epoch, the same in epochs late[0] to late[1] (once every
+    reading process has mapped in its pages and kept their patches), one core's memcpy of the bytes an item
+    delivers in samples/s, MiB an item delivers): a DataLoader in this process with collate, read one batch
     ahead by batches()'s thread, a new epoch each time round (new crops in page mode). The first epoch is timed
     apart: in it a page-mode reader derives each page's window draw on its first crop (kept for later epochs).
     compact: page-mode items as train.py reads them (image tiles, maps, word table; score and geometry are made
@@ -120,12 +122,19 @@ def read_rate(out: Path, batch_size: int, count: int, compact: bool, workers: in
         n += epoch(e)
         e += 1
     rate = n / (time.perf_counter() - t0)
+    while e < late[0]:
+        epoch(e)
+        e += 1
+    n, t0 = 0, time.perf_counter()
+    for e in range(max(e, late[0]), late[1] + 1):
+        n += epoch(e)
+    late_rate = n / (time.perf_counter() - t0)
     if workers:
         loader.close()
-    return rate, first, max(memcpy_rate(ds, 3) for _ in range(MEMCPY_TRIES)), ds.item_bytes / 2**20
+    return rate, first, late_rate, max(memcpy_rate(ds, 3) for _ in range(MEMCPY_TRIES)), ds.item_bytes / 2**20
 
 
-def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int) -> list[list]:
+def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late: tuple[int, int]) -> list[list]:
     rows = []
     with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
         for crop in ("read", "build"):
@@ -133,12 +142,13 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int) -> li
             out = Path(tmp) / crop
             b = built(data, c, out)
             for compact, workers in ((True, 0), (True, WORKERS), (False, 0)) if crop == "read" else ((False, 0),):
-                rate, first, copy, item_mb = read_rate(out, batch_size, batches, compact, workers)
+                rate, first, late_rate, copy, item_mb = read_rate(out, batch_size, batches, late, compact, workers)
                 label = f"--crop {crop}" + ((", train.py (targets made on the device)" if compact else
                                              ", targets made on the CPU") if crop == "read" else "")
                 label += f", {workers} worker processes" if workers else ""
                 rows.append([label, f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{item_mb:.2f}",
-                             f"{first:.1f}", f"{rate:.1f}", f"{rate * item_mb:.0f}", f"{copy:.0f}", f"{rate / copy:.2f}"])
+                             f"{first:.1f}", f"{rate:.1f}", f"{rate * item_mb:.0f}", f"{copy:.0f}", f"{rate / copy:.2f}",
+                             f"{late_rate:.1f}", f"{late_rate / copy:.2f}"])
     return rows
 
 
@@ -154,7 +164,10 @@ def main() -> None:
                          "process has mapped in the pages it reads; the first epoch is timed apart)")
     ap.add_argument("--read-images", type=int, default=64,
                     help="images of the sets built for cost and read speed (default 64: 8 batches an epoch)")
+    ap.add_argument("--late", default=LATE, help=f"first,last epoch of the late read-speed columns (default {LATE}: "
+                    "once every reading process has mapped in the pages it reads and kept their patches)")
     a = ap.parse_args()
+    late = tuple(int(e) for e in a.late.split(","))
     epochs = tuple(int(e) for e in a.epochs.split(","))
     print(f"# Crop modes\n\n{machine()}\n")
     for label, data, read_data, cfg in data_sets(a.images, a.photos, a.read_images):
@@ -168,8 +181,9 @@ def main() -> None:
               f"rows with worker processes: train.py --workers {WORKERS}, forked processes that cut the batches into "
               f"shared slots); memcpy: one core copying as many bytes as an item delivers, best of {MEMCPY_TRIES}.\n")
         header = ["mode", "MiB / image / variant on disk", "build s / image", "MiB / item delivered",
-                  "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s", "read / memcpy"]
-        print(table(header, cost_rows(read_data, cfg, a.batch_size, a.batches)), "\n")
+                  "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s", "read / memcpy",
+                  f"epochs {late[0]}-{late[1]} samples/s", f"epochs {late[0]}-{late[1]} read / memcpy"]
+        print(table(header, cost_rows(read_data, cfg, a.batch_size, a.batches, late)), "\n")
 
 
 if __name__ == "__main__":

@@ -75,15 +75,20 @@ def peers_line(results: dict) -> str:
 
 
 def page_reads(results: dict) -> str:
-    """bench_crops: page-mode reading as train.py does it, x memcpy of the bytes an item delivers, per set."""
+    """bench_crops: page-mode reading as train.py does it, x memcpy of the bytes an item delivers, per set: over
+    the first timed epochs, and over the late ones where the table has them."""
     cells = []
     for table, where in ((1, "sample set, 1024 px"), (3, "photo-like, 512 px")):
-        ratio = {r["mode"]: r["read / memcpy"] for r in rows(results, "crops", table)}
-        thread = ratio.get("--crop read, train.py (targets made on the device)")
-        workers = [(m.rsplit(", ", 1)[1], v) for m, v in ratio.items() if m.startswith("--crop read, train.py") and
-                   m.endswith("worker processes")]
+        found = rows(results, "crops", table)
+        late = next((k for k in (found[0] if found else {}) if k.startswith("epochs") and k.endswith("memcpy")), None)
+
+        def ratio(r: dict) -> str:
+            return r["read / memcpy"] + "x" + (f" ({late.removesuffix(' read / memcpy')}: {r[late]}x)" if late else "")
+        reads = {r["mode"]: r for r in found if r["mode"].startswith("--crop read, train.py")}
+        thread = reads.pop("--crop read, train.py (targets made on the device)", None)
         if thread:
-            cells.append(f"{where}: {thread}x in this process" + "".join(f", {v}x with {m}" for m, v in workers))
+            cells.append(f"{where}: {ratio(thread)} in this process" +
+                         "".join(f", {ratio(r)} with {m.rsplit(', ', 1)[1]}" for m, r in reads.items()))
     return "; ".join(cells) or "not measured"
 
 

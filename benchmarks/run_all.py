@@ -41,7 +41,7 @@ ORDER = ("targets", "sample", "crops", "loader", "peers", "rebuild", "build_memo
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
     "sample": ["--pages", "3", "--photos", "2", "--repeat", "1"],
-    "crops": ["--images", "4", "--photos", "4", "--batches", "4"],
+    "crops": ["--images", "4", "--photos", "4", "--batches", "4", "--late", "3,4"],
     "loader": ["--images", "8", "--epochs", "1"],
     "peers": ["--records", "8", "--rounds", "2", "--input-size", "256"],
     "rebuild": ["--sizes", "100,1000"],
