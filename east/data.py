@@ -85,7 +85,7 @@ def loader_workers(cfg: TrainConfig, ds: CacheDataset, rt: Runtime) -> int:
     """--workers, or when not given: for a page-mode cache read for a GPU, one worker process per core this
     process has (the cores over the processes of the run), 1 to AUTO_WORKERS_MAX, since every crop is Python that
     holds the GIL, which processes run side by side and out of the training loop's way (page-mode reading on 2
-    cores, README: 0.61x a memcpy with 2 workers, 0.35x in this process); else 0: a CPU run's cores train,
+    cores, README: 0.50-0.70x a memcpy with 2 workers, 0.35-0.45x in this process); else 0: a CPU run's cores train,
     and a --crop build batch is copies that release the GIL, which a thread of this process keeps up with."""
     if cfg.workers is not None:
         return cfg.workers
