@@ -23,18 +23,27 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
         for k, t in out.items():
             copy(t, rows[k])
         return out
-    out = {k: empty_batch((len(batch), *v.shape), v.dtype, pin) for k, v in batch[0].items() if k not in (TABLE, PATCH)}
-    for k, t in out.items():
-        for j, item in enumerate(batch):
-            copy(t[j], item[k])
+    out = {k: empty_batch((len(batch), *np.shape(v)), np.asarray(v).dtype, pin) for k, v in fixed_fields(batch[0])}
+    for j, item in enumerate(batch):
+        put(out, j, item)
     if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
         out[TABLE] = pad_tables([item[TABLE] for item in batch])
-    if PATCH in batch[0]:   # and what cut words change in their maps, over the maps copied from the page
-        maps = out["maps"].numpy()
-        for j, item in enumerate(batch):
-            if item[PATCH] is not None:
-                apply_patch(maps[j], item[PATCH])
     return out
+
+
+def fixed_fields(item: dict) -> list[tuple[str, object]]:
+    """An item's fields of the same shape in every item, those a batch tensor holds: all but a compact crop's
+    word table (its length varies) and maps patch (written over the maps by put)."""
+    return [(k, v) for k, v in item.items() if k not in (TABLE, PATCH)]
+
+
+def put(out: dict[str, torch.Tensor], j: int, item: dict) -> None:
+    """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
+    crop's cut words change, over the maps copied from the page) where it has one."""
+    for k, v in fixed_fields(item):
+        copy(out[k][j], v)
+    if item.get(PATCH) is not None:
+        apply_patch(out["maps"][j].numpy(), item[PATCH])
 
 
 # dtypes that torch stores but copies through a slow generic kernel (uint16: 1.8x the time of int16 for a

@@ -38,9 +38,8 @@ from multiprocessing import connection
 import numpy as np
 import torch
 
-from dataset.collate import collate, copy
-from dataset.crop import apply_patch
-from dataset.expand import PATCH, TABLE, pad_tables
+from dataset.collate import collate, fixed_fields, put
+from dataset.expand import TABLE, pad_tables
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
 SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
@@ -116,12 +115,9 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
         gen, seq, s, rows, keys = task
         try:
             items = dataset.__getitems__(keys)
-            arrays = slots[s].arrays
+            out = {k: torch.from_numpy(a) for k, a in slots[s].arrays.items()}
             for row, item in zip(rows, items):
-                for k, a in arrays.items():
-                    copy(torch.from_numpy(a[row]), item[k])
-                if item.get(PATCH) is not None:   # a page-mode crop's cut words, over its maps
-                    apply_patch(arrays["maps"][row], item[PATCH])
+                put(out, row, item)
             tables = [item[TABLE] for item in items] if TABLE in items[0] else None
             result = (gen, seq, s, rows, tables)
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
@@ -177,7 +173,7 @@ class WorkerLoader:
     def _start(self, probe: list) -> None:
         """Slots sized by one item of the first batch, then the workers, forked with them."""
         items = self.dataset.__getitems__(probe[:1])
-        fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in items[0].items() if k not in (TABLE, PATCH)}
+        fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fixed_fields(items[0])}
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
         for w in range(self.num_workers):
@@ -224,7 +220,7 @@ class WorkerLoader:
             self._start(first)
         self._gen += 1
         gen, pending = self._gen, [first]
-        parts: dict[int, list] = {}   # seq -> [slot, parts not back, items, {row: word table}]
+        parts: dict[int, tuple] = {}   # seq -> (slot, items, {row: word table}); ready when the slot is not busy
         try:
             yield from self._epoch(gen, keys, pending, parts)
         finally:   # batches made and not handed out free their slots; those still with a worker, once back
@@ -243,10 +239,10 @@ class WorkerLoader:
                     keys = None
                     break
                 self._send(gen, sent, s, batch)
-                parts[sent] = [s, self._slots[s].busy, len(batch), {}]
+                parts[sent] = (s, len(batch), {})
                 sent += 1
-            if next_seq in parts and parts[next_seq][1] == 0:
-                s, _, n, tables = parts.pop(next_seq)
+            if next_seq in parts and not self._slots[parts[next_seq][0]].busy:
+                s, n, tables = parts.pop(next_seq)
                 batch = self._slots[s].batch(n, {TABLE: pad_tables([tables[r] for r in range(n)])} if tables else {})
                 self._slots[s].pending = False   # from now on, the batch's tensors hold the slot
                 yield batch
@@ -270,9 +266,8 @@ class WorkerLoader:
                 continue
             if isinstance(tables, _Failure):
                 raise tables.error
-            parts[seq][1] -= 1
             if tables is not None:
-                parts[seq][3].update(zip(rows, tables))
+                parts[seq][2].update(zip(rows, tables))
 
     def _lost(self, p) -> None:
         """Stop: worker p has died (its pipe broke, or it is no longer alive)."""
