@@ -8,8 +8,9 @@ fresh make_sample every epoch). Prints markdown tables; asserts nothing.
 - distinct crops per image over 10 epochs, and the share of text-free crops;
 - bytes per image per variant and build time per image, both modes (a real build of each set);
 - read speed through train.py's feeding path (DataLoader + collate + the prefetch thread; page mode also with
-  train.py's worker processes), per mode, as a
-  ratio to one core's memcpy of the bytes a batch delivers.
+  train.py's worker processes), per mode, as a ratio to one core's memcpy of the bytes a batch delivers,
+  timed right after each epoch (this machine's speed drifts between minutes); and what memcpy by as many
+  processes as the workers reaches at once, the most those workers could deliver.
 
     python benchmarks/bench_crops.py [--images 12] [--photos 10] [--epochs 1,5,20,50] [--batch-size 8] [--batches 20]
 """
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing as mp
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -44,7 +47,6 @@ from preprocess.tools.sampledata import DEFAULT_PAGE_SIZE
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
 WORKERS = 2            # train.py --workers of the worker-process rows
 LATE = "41,60"         # default epochs (first, last) of the late read-speed columns
-MEMCPY_TRIES = 3       # the memcpy reference is the best of these: a limit, which noise should not lower
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting of the issue's measurement
 
 
@@ -97,41 +99,77 @@ def built(data: Path, cfg: BuildConfig, out: Path) -> dict:
     return {"seconds": r.seconds / r.images, "bytes": disk / r.samples}
 
 
+class Window(NamedTuple):
+    """Read speed over a run of epochs: samples/s over all of them, and each epoch's samples/s over a memcpy
+    of the same bytes measured right after it (this machine's speed drifts between minutes: a reference
+    measured apart, even the best of several, can fall in a faster minute than the epochs it is set against)."""
+    rate: float
+    ratios: np.ndarray
+    memcpy: np.ndarray
+
+    def ratio(self) -> str:
+        return f"{np.median(self.ratios):.2f}x [{self.ratios.min():.2f}-{self.ratios.max():.2f}]"
+
+
 def read_rate(out: Path, batch_size: int, count: int, late: tuple[int, int], compact: bool, workers: int = 0
-              ) -> tuple[float, float, float, float, float]:
-    """(samples/s through train.py's feeding path, the same in the first epoch, the same in epochs late[0] to late[1] (once every
-    reading process has mapped in its pages and kept their patches), one core's memcpy of the bytes an item
-    delivers in samples/s, MiB an item delivers): a DataLoader in this process with collate, read one batch
-    ahead by batches()'s thread, a new epoch each time round (new crops in page mode). The first epoch is timed
-    apart: in it a page-mode reader derives each page's window draw on its first crop (kept for later epochs).
+              ) -> tuple[float, Window, Window, float]:
+    """(first epoch samples/s, Window of the epochs after it until `count` batches are read, Window of epochs
+    late[0] to late[1] (once every reading process has mapped in its pages and kept their patches), MiB an item
+    delivers), through train.py's feeding path: a DataLoader in this process with collate, read one batch ahead
+    by batches()'s thread, a new epoch each time round (new crops in page mode). The first epoch is timed apart:
+    in it a page-mode reader derives each page's window draw on its first crop (kept for later epochs).
     compact: page-mode items as train.py reads them (image tiles, maps, word table; score and geometry are made
     on the device, not timed here). workers: train.py --workers N, processes that cut batches into shared slots
-    (their start is in the first epoch's time)."""
+    (their start is in the first epoch's time). The memcpy after each timed epoch: one core copying as many
+    bytes as an item delivers, for every item (the workers wait meanwhile)."""
     ds = CacheDataset(out, compact=compact)
     sampler = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0))
     loader = (WorkerLoader(EpochDataset(ds), sampler, batch_size, workers) if workers else
               DataLoader(EpochDataset(ds), batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate))
 
-    def epoch(e: int) -> int:
+    def epoch(e: int) -> tuple[int, float]:
         sampler.set_epoch(e)
-        return sum(batch_len(batch) for batch in batches(loader))
-    t0 = time.perf_counter()
-    first = epoch(0) / (time.perf_counter() - t0)
-    n, e, t0 = 0, 1, time.perf_counter()
-    while n < count * batch_size:
-        n += epoch(e)
-        e += 1
-    rate = n / (time.perf_counter() - t0)
-    while e < late[0]:
+        t0 = time.perf_counter()
+        n = sum(batch_len(batch) for batch in batches(loader))
+        return n, time.perf_counter() - t0
+
+    def window(epochs) -> Window:
+        n, seconds, rates, copies = 0, 0.0, [], []
+        for e in epochs:
+            k, dt = epoch(e)
+            n, seconds = n + k, seconds + dt
+            rates.append(k / dt)
+            copies.append(memcpy_rate(ds, 2))
+        return Window(n / seconds, np.array(rates) / copies, np.array(copies))
+    n, dt = epoch(0)
+    after = 1 + -(-count // len(loader))   # the first epoch after the main window
+    main = window(range(1, after))
+    for e in range(after, late[0]):
         epoch(e)
-        e += 1
-    n, t0 = 0, time.perf_counter()
-    for e in range(max(e, late[0]), late[1] + 1):
-        n += epoch(e)
-    late_rate = n / (time.perf_counter() - t0)
+    later = window(range(max(after, late[0]), late[1] + 1))
     if workers:
         loader.close()
-    return rate, first, late_rate, max(memcpy_rate(ds, 3) for _ in range(MEMCPY_TRIES)), ds.item_bytes / 2**20
+    return n / dt, main, later, ds.item_bytes / 2**20
+
+
+def memcpy_together(out: Path, processes: int) -> float:
+    """Samples/s of `processes` forked processes each running memcpy_rate over the page-mode cache at `out` at
+    the same time, summed: the most that many reading processes could deliver on this machine, whose cores
+    share one memory bus."""
+    ctx = mp.get_context("fork")
+    rates, start = ctx.Array("d", processes), ctx.Barrier(processes)
+
+    def copy(k: int) -> None:
+        ds = CacheDataset(out, compact=True)
+        memcpy_rate(ds, 1)   # map the pages in before the start
+        start.wait()
+        rates[k] = memcpy_rate(ds, 3)
+    procs = [ctx.Process(target=copy, args=(k,)) for k in range(processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return sum(rates)
 
 
 def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late: tuple[int, int]) -> list[list]:
@@ -142,13 +180,13 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late:
             out = Path(tmp) / crop
             b = built(data, c, out)
             for compact, workers in ((True, 0), (True, WORKERS), (False, 0)) if crop == "read" else ((False, 0),):
-                rate, first, late_rate, copy, item_mb = read_rate(out, batch_size, batches, late, compact, workers)
+                first, main, later, item_mb = read_rate(out, batch_size, batches, late, compact, workers)
                 label = f"--crop {crop}" + ((", train.py (targets made on the device)" if compact else
                                              ", targets made on the CPU") if crop == "read" else "")
                 label += f", {workers} worker processes" if workers else ""
                 rows.append([label, f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{item_mb:.2f}",
-                             f"{first:.1f}", f"{rate:.1f}", f"{rate * item_mb:.0f}", f"{copy:.0f}", f"{rate / copy:.2f}",
-                             f"{late_rate:.1f}", f"{late_rate / copy:.2f}"])
+                             f"{first:.1f}", f"{main.rate:.1f}", f"{main.rate * item_mb:.0f}",
+                             f"{np.median(main.memcpy):.0f}", main.ratio(), f"{later.rate:.1f}", later.ratio()])
     return rows
 
 
@@ -179,11 +217,19 @@ def main() -> None:
               f"through train.py's feeding path (DataLoader without workers, collate, batches read one ahead by "
               f"a thread of this process, batch {a.batch_size}, torch using {torch.get_num_threads()} threads; the "
               f"rows with worker processes: train.py --workers {WORKERS}, forked processes that cut the batches into "
-              f"shared slots); memcpy: one core copying as many bytes as an item delivers, best of {MEMCPY_TRIES}.\n")
+              f"shared slots); memcpy: one core copying as many bytes as an item delivers, measured after each timed "
+              f"epoch; read / memcpy: the median of the epochs' ratios [lowest-highest].\n")
         header = ["mode", "MiB / image / variant on disk", "build s / image", "MiB / item delivered",
-                  "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s", "read / memcpy",
+                  "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s (median)", "read / memcpy",
                   f"epochs {late[0]}-{late[1]} samples/s", f"epochs {late[0]}-{late[1]} read / memcpy"]
         print(table(header, cost_rows(read_data, cfg, a.batch_size, a.batches, late)), "\n")
+        with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
+            build_cache(cfg, [read_data], Path(tmp) / "c", jobs=1, quiet=True)
+            one = max(memcpy_together(Path(tmp) / "c", 1) for _ in range(2))
+            together = max(memcpy_together(Path(tmp) / "c", WORKERS) for _ in range(2))
+        print(f"memcpy of a page-mode item's bytes by {WORKERS} processes at once: {together:.0f} samples/s, "
+              f"{together / one:.2f}x one process's ({one:.0f}; best of 2 each): the most {WORKERS} reading "
+              f"processes could deliver here.\n")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def page_reads(results: dict) -> str:
         late = next((k for k in (found[0] if found else {}) if k.startswith("epochs") and k.endswith("memcpy")), None)
 
         def ratio(r: dict) -> str:
-            return r["read / memcpy"] + "x" + (f" ({late.removesuffix(' read / memcpy')}: {r[late]}x)" if late else "")
+            return r["read / memcpy"] + (f" ({late.removesuffix(' read / memcpy')}: {r[late]})" if late else "")
         reads = {r["mode"]: r for r in found if r["mode"].startswith("--crop read, train.py")}
         thread = reads.pop("--crop read, train.py (targets made on the device)", None)
         if thread:
