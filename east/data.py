@@ -66,7 +66,7 @@ def make_loader(ds: CacheDataset, cfg: TrainConfig, rt: Runtime, train: bool) ->
     sampler = EpochSampler(make_sampler(ds, cfg.batch_size, train, cfg.seed, rt.rank, rt.world))
     cuda, workers = rt.device.type == "cuda", loader_workers(cfg, ds, rt)
     drop_last = train and len(sampler) >= cfg.batch_size
-    if workers > 0 and fork_available():   # worker processes that write into reused shared slots
+    if uses_slots(workers):
         return WorkerLoader(EpochDataset(ds), sampler, cfg.batch_size, workers, drop_last)
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
@@ -85,7 +85,7 @@ def loader_workers(cfg: TrainConfig, ds: CacheDataset, rt: Runtime) -> int:
     """--workers, or when not given: for a page-mode cache read for a GPU, one worker process per core this
     process has (the cores over the processes of the run), 1 to AUTO_WORKERS_MAX, since every crop is Python that
     holds the GIL, which processes run side by side and out of the training loop's way (page-mode reading on 2
-    cores, README: 0.50-0.70x a memcpy with 2 workers, 0.35-0.45x in this process); else 0: a CPU run's cores train,
+    cores, README: about 1.5x as fast with 2 workers as in this process); else 0: a CPU run's cores train,
     and a --crop build batch is copies that release the GIL, which a thread of this process keeps up with."""
     if cfg.workers is not None:
         return cfg.workers
@@ -94,8 +94,14 @@ def loader_workers(cfg: TrainConfig, ds: CacheDataset, rt: Runtime) -> int:
     return max(1, min(AUTO_WORKERS_MAX, (os.cpu_count() or 1) // rt.world))
 
 
+def uses_slots(workers: int) -> bool:
+    """Whether `workers` loader processes are this project's (dataset/workers.py: forked, writing into reused
+    shared batch slots) rather than DataLoader's, which need no fork."""
+    return workers > 0 and fork_available()
+
+
 def describe_reading(workers: int) -> str:
-    return (f"read by {workers} worker process(es) into shared batch slots" if workers and fork_available() else
+    return (f"read by {workers} worker process(es) into shared batch slots" if uses_slots(workers) else
             f"read by {workers} DataLoader worker process(es)" if workers else "read in this process, a batch ahead")
 
 
