@@ -30,8 +30,8 @@ from preprocess.sample.targets import (
     map_polygon,
     word_table,
 )
+from preprocess.sample.draw import CropDraw
 from preprocess.sample.window import (
-    CropDraw,
     draw_crop,
     grid_step,
     window_rng,
@@ -84,19 +84,17 @@ TABLE_SHIFT_X, TABLE_SHIFT_Y = np.array([2, 4, 5]), np.array([3, 6, 7])
 
 def shifted_table(table: np.ndarray, origin) -> np.ndarray:
     """float32 word_table of quads shifted by -origin, from the unshifted quads' float64 table (the shift of a
-    float64 quad by integer px is exact, so this equals word_table of the shifted quads to within float32)."""
-    out = table.copy()
-    out[:, TABLE_SHIFT_X] -= origin[0]
-    out[:, TABLE_SHIFT_Y] -= origin[1]
-    return out.astype(np.float32)
+    float64 quad by integer px is exact, so this equals word_table of the shifted quads to within float32). One
+    subtraction of a row that is +0.0 in the columns that do not move (x - +0.0 is x, -0.0 included)."""
+    shift = np.zeros(table.shape[1])
+    shift[TABLE_SHIFT_X], shift[TABLE_SHIFT_Y] = origin[0], origin[1]
+    return (table - shift).astype(np.float32)
 
 
 def words_bytes(words: PageWords) -> int:
-    """Bytes a PageWords holds (its arrays; a CropDraw's counts)."""
+    """Bytes a PageWords holds (its arrays; what its CropDraw keeps)."""
     arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
-    if words.draw is not None and words.draw.counts is not None:
-        arrays.append(words.draw.counts)
-    return sum(a.nbytes for a in arrays)
+    return sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
 
 
 def legible_boxes(page: Page) -> np.ndarray:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from preprocess.sample import window
+from preprocess.sample import draw as draw_module
+from preprocess.sample.draw import CropDraw
 from preprocess.sample.window import (
-    CropDraw,
     choose_window,
     cut_counts,
     cuts_at,
@@ -137,18 +137,22 @@ def test_word_weights_raise_the_least_seen_word():
 
 @pytest.mark.parametrize("keep_counts", [True, False])
 def test_crop_draw_draws_what_draw_crop_draws(monkeypatch, keep_counts):
-    """A reader's per-page CropDraw (cut counts kept, or counted per draw on a page with too many origins)
-    makes the same generator calls as draw_crop: the same crops, epoch after epoch."""
+    """A reader's per-page CropDraw (cut counts and each word's best origins kept, or counted per draw on a page
+    with too many origins) makes the same generator calls as draw_crop: the same crops, epoch after epoch, and
+    the same cut words, whether or not the kept count at the origin spares counting them."""
     if not keep_counts:
-        monkeypatch.setattr(window, "COUNTS_CELLS_MAX", 0)
+        monkeypatch.setattr(draw_module, "COUNTS_CELLS_MAX", 0)
     boxes = random_boxes(5, 12)
     weights = np.random.default_rng(0).uniform(0.1, 1, 12).astype(np.float32)
+    cut_or_not = set()
     for b, page, w in ((boxes, (300, 200), weights), (boxes, (300, 200), None), (np.zeros((0, 4)), (200, 120), None),
                        (random_boxes(6, 3, extent=(48, 40), big=8, inside=True), (48, 40), None)):
         draw = CropDraw(b, page, SIZE, STEP, w)
         assert (draw.counts is not None) == (keep_counts and len(b) > 0)
-        for epoch in range(30):
+        for epoch in range(60):
             want = draw_crop(window_rng(2, epoch, "p.jpg", 0), b, page, SIZE, STEP, w)
             got = draw(window_rng(2, epoch, "p.jpg", 0))
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
+            cut_or_not.add(bool(want[1].any()))
+    assert cut_or_not == {False, True}

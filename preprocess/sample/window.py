@@ -27,7 +27,6 @@ import numpy as np
 WINDOW_STREAM = 0x57494E44   # "WIND": keeps window draws apart from sample_rng's for the same key
 WEIGHT_ROUNDS = 200          # multiplicative-weights rounds
 WEIGHT_RATE = 0.5            # multiplicative-weights learning rate
-COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts CropDraw keeps per page (uint16: 8 MiB); beyond, counted per draw
 
 
 def grid_step(map_scale: float) -> int:
@@ -133,7 +132,7 @@ def _candidates(boxes: np.ndarray, w: int, bounds: np.ndarray, size: int, step: 
 
 def page_counts(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
     """(ny, nx): cut_counts at every allowed origin of a page (origin_bounds): computed once per page, it
-    turns each later draw's count into a slice (CropDraw). uint16 where the counts fit (a page holds fewer
+    turns each later draw's count into a slice (draw.CropDraw). uint16 where the counts fit (a page holds fewer
     legible words than that), so that a draw reads half as many bytes."""
     counts = cut_counts(boxes, origin_bounds(page_size, size, step), size, step)
     return counts.astype(np.uint16) if len(boxes) <= np.iinfo(np.uint16).max else counts
@@ -208,36 +207,7 @@ def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int,
               step: int, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(origin int64 (x, y) page px, cut bool (L,)): one crop of a page of page_size (W, H) whose legible
     words have boxes (L, 4) and draw weights (word_weights), and the legible words it cuts (to become don't-care).
-    CropDraw draws the same crops faster from a page drawn from again and again."""
+    draw.CropDraw draws the same crops faster from a page drawn from again and again."""
     bounds = origin_bounds(page_size, size, step)
     origin = choose_window(rng, boxes, bounds, size, step, weights) * step
     return origin, cuts_at(boxes, origin, size)
-
-
-class CropDraw:
-    """draw_crop for one page, again and again (a reader, every epoch): what no draw changes is computed once,
-    the cut counts at every origin (unless there are more than COUNTS_CELLS_MAX), each word's region and the
-    draw probabilities. The same generator calls as draw_crop, so the same crops."""
-
-    def __init__(self, boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
-                 weights: np.ndarray | None = None):
-        self.boxes, self.size, self.step = boxes, size, step
-        self.bounds = origin_bounds(page_size, size, step)
-        cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
-        self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
-        self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
-        # Generator.choice(n, p=p) without its checks of p: it draws one double u and takes the first index
-        # whose normalised cumulative sum exceeds u; the same numbers, so the same crops as draw_crop
-        self.cdf = None if weights is None or not len(boxes) else np.cumsum(_draw_probabilities(weights))
-        if self.cdf is not None:
-            self.cdf /= self.cdf[-1]
-    def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """(origin, cut) as draw_crop(rng, boxes, page_size, size, step, weights)."""
-        n = len(self.boxes)
-        if not n:
-            origin = _uniform(rng, self.bounds) * self.step
-        else:
-            w = int(rng.integers(n)) if self.cdf is None else int(self.cdf.searchsorted(rng.random(), side="right"))
-            region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
-            origin = _pick(rng, region, ok) * self.step
-        return origin, cuts_at(self.boxes, origin, self.size)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocess.sample.window import CropDraw, window_rng
+from preprocess.sample.draw import CropDraw
+from preprocess.sample.window import window_rng
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for

@@ -1,0 +1,76 @@
+"""CropDraw: a reader's per-page crop draw, the same crops as window.draw_crop, faster.
+
+The draw's rule (window.py: a word by the page's weights, then an origin uniformly among those whose crop
+holds it and cuts the fewest legible words) is part of what a build computes (the weights assume it), so
+window.py counts in the build fingerprint. This module only draws by that rule again and again, and a cache
+does not depend on how: it is left out of the fingerprint, so making it faster rebuilds no cache.
+
+What no draw changes is computed once per page: the cut counts at every origin (unless there are more than
+COUNTS_CELLS_MAX), each word's region of origins, its best origins there (those with the fewest cuts, in
+the row-major order draw_crop picks from) and the cumulative draw probabilities. A draw is then two
+generator calls, the same as draw_crop's, and an index; the cut words are counted only where the count at
+the drawn origin is not 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from preprocess.sample.window import (
+    _candidates,
+    _draw_probabilities,
+    _region,
+    _uniform,
+    cuts_at,
+    origin_bounds,
+    page_counts,
+)
+
+COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts a CropDraw keeps per page (uint16: 8 MiB); beyond, counted per draw
+
+
+class CropDraw:
+    """draw_crop for one page, again and again (a reader, every epoch)."""
+
+    def __init__(self, boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
+                 weights: np.ndarray | None = None):
+        self.boxes, self.size, self.step = boxes, size, step
+        self.bounds = origin_bounds(page_size, size, step)
+        cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
+        self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
+        self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
+        # per word, with the counts kept: (first origin of its region, flat indices of its best origins in the
+        # region, the region's width), so that a draw picks best[k] as draw_crop's np.flatnonzero(ok)[k]
+        self.best = None if self.counts is None else [self._best(w) for w in range(len(boxes))]
+        # Generator.choice(n, p=p) without its checks of p: it draws one double u and takes the first index
+        # whose normalised cumulative sum exceeds u; the same numbers, so the same crops as draw_crop
+        self.cdf = None if weights is None or not len(boxes) else np.cumsum(_draw_probabilities(weights))
+        if self.cdf is not None:
+            self.cdf /= self.cdf[-1]
+
+    def _best(self, w: int) -> tuple[np.ndarray, np.ndarray, int]:
+        region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
+        return region[0], np.flatnonzero(ok.ravel()).astype(np.int32), ok.shape[1]
+
+    def nbytes(self) -> int:
+        """Bytes of what the draw keeps that grows with the page: the counts and the best origins."""
+        return ((0 if self.counts is None else self.counts.nbytes) +
+                sum(best.nbytes for _, best, _ in self.best or ()))
+
+    def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(origin, cut) as window.draw_crop(rng, boxes, page_size, size, step, weights)."""
+        n = len(self.boxes)
+        if not n:
+            origin = _uniform(rng, self.bounds) * self.step
+            return origin, cuts_at(self.boxes, origin, self.size)
+        w = int(rng.integers(n)) if self.cdf is None else int(self.cdf.searchsorted(rng.random(), side="right"))
+        if self.best is None:
+            region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, None, self.regions[w])
+            first, best, width = region[0], np.flatnonzero(ok.ravel()), ok.shape[1]
+        else:
+            first, best, width = self.best[w]
+        iy, ix = divmod(int(best[rng.integers(len(best))]), width)
+        cell = first + (ix, iy)
+        origin = cell * self.step
+        if self.counts is not None and self.counts[cell[1] - self.bounds[0, 1], cell[0] - self.bounds[0, 0]] == 0:
+            return origin, np.zeros(n, bool)
+        return origin, cuts_at(self.boxes, origin, self.size)
