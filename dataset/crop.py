@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dataset.expand import AT, PATCH, TILES
+from preprocess.sample.draw import CropDraw
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import (
     DONT_CARE_BIT,
@@ -30,7 +31,6 @@ from preprocess.sample.targets import (
     map_polygon,
     word_table,
 )
-from preprocess.sample.draw import CropDraw
 from preprocess.sample.window import (
     draw_crop,
     grid_step,
