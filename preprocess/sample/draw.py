@@ -6,8 +6,9 @@ window.py counts in the build fingerprint. This module only draws by that rule a
 does not depend on how: it is left out of the fingerprint, so making it faster rebuilds no cache.
 
 What no draw changes is computed once per page: the cut counts at every origin (unless there are more than
-COUNTS_CELLS_MAX), each word's region of origins, its best origins there (those with the fewest cuts, in
-the row-major order draw_crop picks from) and the cumulative draw probabilities. A draw is then two
+COUNTS_CELLS_MAX), each word's region of origins and the cumulative draw probabilities; and on a word's
+first draw, its best origins (those with the fewest cuts, in the row-major order draw_crop picks from),
+kept while all words' kept best origins number no more than the page's origins. A draw is then two
 generator calls, the same as draw_crop's, and an index; the cut words are counted only where the count at
 the drawn origin is not 0.
 """
@@ -38,23 +39,32 @@ class CropDraw:
         cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
         self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
         self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
-        # per word, with the counts kept: (first origin of its region, flat indices of its best origins in the
-        # region, the region's width), so that a draw picks best[k] as draw_crop's np.flatnonzero(ok)[k]
-        self.best = None if self.counts is None else [self._best(w) for w in range(len(boxes))]
+        # by word, once drawn, with the counts kept: (first origin of its region, flat indices of its best origins
+        # in the region, the region's width): a draw picks best[k] as draw_crop picks np.flatnonzero(ok)[k]
+        self.best: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        # bytes the kept best origins may take: 4 per origin, as many origins as the counts have
+        self.best_room = 0 if self.counts is None else 4 * self.counts.size
         # Generator.choice(n, p=p) without its checks of p: it draws one double u and takes the first index
         # whose normalised cumulative sum exceeds u; the same numbers, so the same crops as draw_crop
         self.cdf = None if weights is None or not len(boxes) else np.cumsum(_draw_probabilities(weights))
         if self.cdf is not None:
             self.cdf /= self.cdf[-1]
 
-    def _best(self, w: int) -> tuple[np.ndarray, np.ndarray, int]:
-        region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
-        return region[0], np.flatnonzero(ok.ravel()).astype(np.int32), ok.shape[1]
-
     def nbytes(self) -> int:
-        """Bytes of what the draw keeps that grows with the page: the counts and the best origins."""
-        return ((0 if self.counts is None else self.counts.nbytes) +
-                sum(best.nbytes for _, best, _ in self.best or ()))
+        """Bytes that the draw may keep and that grow with the page: the counts and the best origins' room."""
+        return 0 if self.counts is None else self.counts.nbytes + 4 * self.counts.size
+
+    def _best(self, w: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """(first origin of word w's region, flat indices of its best origins there, the region's width)."""
+        kept = self.best.get(w)
+        if kept is not None:
+            return kept
+        region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
+        best = np.flatnonzero(ok.ravel())
+        if 4 * best.size <= self.best_room:   # int32 holds them: the counts, whose cells they are, fit in memory
+            self.best[w] = region[0], best.astype(np.int32), ok.shape[1]
+            self.best_room -= 4 * best.size
+        return region[0], best, ok.shape[1]
 
     def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(origin, cut) as window.draw_crop(rng, boxes, page_size, size, step, weights)."""
@@ -63,11 +73,7 @@ class CropDraw:
             origin = _uniform(rng, self.bounds) * self.step
             return origin, cuts_at(self.boxes, origin, self.size)
         w = int(rng.integers(n)) if self.cdf is None else int(self.cdf.searchsorted(rng.random(), side="right"))
-        if self.best is None:
-            region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, None, self.regions[w])
-            first, best, width = region[0], np.flatnonzero(ok.ravel()), ok.shape[1]
-        else:
-            first, best, width = self.best[w]
+        first, best, width = self._best(w)
         iy, ix = divmod(int(best[rng.integers(len(best))]), width)
         cell = first + (ix, iy)
         origin = cell * self.step
