@@ -67,12 +67,13 @@ class Patches(dict):
 
 
 def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
-               patches: list[int] | None = None) -> PageWords:
+               patches: list[int] | None = None, best: list[int] | None = None) -> PageWords:
     """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the budget (a
-    one-item list of bytes) of the Patches it keeps, None: it keeps none."""
+    one-item list of bytes) of the Patches it keeps, None: it keeps none; best: the budget of its draw's kept
+    best origins (draw.CropDraw's room), None: it keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
-                     CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight) if draw else None,
+                     CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight, best) if draw else None,
                      word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)),
                      None if patches is None else Patches(patches))
 

@@ -135,32 +135,29 @@ def test_word_weights_raise_the_least_seen_word():
     assert (weights @ seen).min() > 0.4
 
 
-@pytest.mark.parametrize("keep", ["all", "counts only", "nothing"])
+@pytest.mark.parametrize("keep", ["all", "tight room", "no counts", "nothing"])
 def test_crop_draw_draws_what_draw_crop_draws(monkeypatch, keep):
-    """A reader's per-page CropDraw (cut counts and each word's best origins kept; the counts and the best origins
-    of the words that fit a tight budget; nothing, counted per draw on a page with too many origins) makes the
-    same generator calls as draw_crop: the same crops, epoch after epoch, and the same cut words, whether or not
-    the kept count at the origin spares counting them."""
-    keep_counts = keep != "nothing"
-    if not keep_counts:
+    """A reader's per-page CropDraw makes the same generator calls as draw_crop: the same crops, epoch after
+    epoch, and the same cut words, whether or not the kept count at the origin spares counting them. Kept: the
+    cut counts and each drawn word's best origins; the counts and the best origins of the words a tight room
+    holds; best origins only (a page with too many origins to keep their counts); nothing (no room)."""
+    if keep == "no counts":
         monkeypatch.setattr(draw_module, "COUNTS_CELLS_MAX", 0)
     boxes = random_boxes(5, 12)
     weights = np.random.default_rng(0).uniform(0.1, 1, 12).astype(np.float32)
     cut_or_not = set()
     for b, page, w in ((boxes, (300, 200), weights), (boxes, (300, 200), None), (np.zeros((0, 4)), (200, 120), None),
                        (random_boxes(6, 3, extent=(48, 40), big=8, inside=True), (48, 40), None)):
-        draw = CropDraw(b, page, SIZE, STEP, w)
-        assert (draw.counts is not None) == (keep_counts and len(b) > 0)
-        if keep == "counts only":
-            draw.best_room = 4 * 40   # room for the best origins of a word or two
+        room = None if keep == "nothing" else [4 * 40] if keep == "tight room" else [1 << 30]
+        draw = CropDraw(b, page, SIZE, STEP, w, room)
+        assert (draw.counts is not None) == (keep != "no counts" and len(b) > 0)
         for epoch in range(60):
             want = draw_crop(window_rng(2, epoch, "p.jpg", 0), b, page, SIZE, STEP, w)
             got = draw(window_rng(2, epoch, "p.jpg", 0))
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
             cut_or_not.add(bool(want[1].any()))
-        if keep == "all" and len(b) > 3:
-            assert len(draw.best) > 1
-        if keep == "counts only" and len(b) > 3:
-            assert 0 < len(draw.best) < len(b)
+        if len(b) > 3:
+            kept = len(draw.best)
+            assert (kept == 0 if keep == "nothing" else 0 < kept < len(b) if keep == "tight room" else kept > 3), kept
     assert cut_or_not == {False, True}

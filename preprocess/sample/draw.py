@@ -8,9 +8,8 @@ does not depend on how: it is left out of the fingerprint, so making it faster r
 What no draw changes is computed once per page: the cut counts at every origin (unless there are more than
 COUNTS_CELLS_MAX), each word's region of origins and the cumulative draw probabilities; and on a word's
 first draw, its best origins (those with the fewest cuts, in the row-major order draw_crop picks from),
-kept while all words' kept best origins number no more than the page's origins. A draw is then two
-generator calls, the same as draw_crop's, and an index; the cut words are counted only where the count at
-the drawn origin is not 0.
+kept while the reader's room for them lasts. A draw is then two generator calls, the same as draw_crop's,
+and an index; the cut words are counted only where the kept count at the drawn origin is not 0.
 """
 from __future__ import annotations
 
@@ -27,23 +26,24 @@ from preprocess.sample.window import (
 )
 
 COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts a CropDraw keeps per page (uint16: 8 MiB); beyond, counted per draw
+BEST_BYTES = 64 << 20        # a reader's room for its pages' kept best origins (per process)
 
 
 class CropDraw:
     """draw_crop for one page, again and again (a reader, every epoch)."""
 
     def __init__(self, boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
-                 weights: np.ndarray | None = None):
-        self.boxes, self.size, self.step = boxes, size, step
+                 weights: np.ndarray | None = None, room: list[int] | None = None):
+        """room: the bytes (a one-item list, shared by a reader's pages) that kept best origins may still take;
+        None: keep none."""
+        self.boxes, self.size, self.step, self.room = boxes, size, step, room
         self.bounds = origin_bounds(page_size, size, step)
         cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
         self.counts = page_counts(boxes, page_size, size, step) if len(boxes) and cells <= COUNTS_CELLS_MAX else None
         self.regions = [_region(boxes, w, self.bounds, size, step) for w in range(len(boxes))]
-        # by word, once drawn, with the counts kept: (first origin of its region, flat indices of its best origins
-        # in the region, the region's width): a draw picks best[k] as draw_crop picks np.flatnonzero(ok)[k]
+        # by word, once drawn: (first origin of its region, flat indices of its best origins in the region, the
+        # region's width): a draw picks best[k] as draw_crop picks np.flatnonzero(ok)[k]
         self.best: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
-        # bytes the kept best origins may take: 4 per origin, as many origins as the counts have
-        self.best_room = 0 if self.counts is None else 4 * self.counts.size
         # Generator.choice(n, p=p) without its checks of p: it draws one double u and takes the first index
         # whose normalised cumulative sum exceeds u; the same numbers, so the same crops as draw_crop
         self.cdf = None if weights is None or not len(boxes) else np.cumsum(_draw_probabilities(weights))
@@ -51,8 +51,8 @@ class CropDraw:
             self.cdf /= self.cdf[-1]
 
     def nbytes(self) -> int:
-        """Bytes that the draw may keep and that grow with the page: the counts and the best origins' room."""
-        return 0 if self.counts is None else self.counts.nbytes + 4 * self.counts.size
+        """Bytes of the counts (the best origins are charged to the room)."""
+        return 0 if self.counts is None else self.counts.nbytes
 
     def _best(self, w: int) -> tuple[np.ndarray, np.ndarray, int]:
         """(first origin of word w's region, flat indices of its best origins there, the region's width)."""
@@ -61,9 +61,9 @@ class CropDraw:
             return kept
         region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
         best = np.flatnonzero(ok.ravel())
-        if 4 * best.size <= self.best_room:   # int32 holds them: the counts, whose cells they are, fit in memory
+        if self.room is not None and 4 * best.size <= self.room[0]:   # int32: a region has far fewer origins
             self.best[w] = region[0], best.astype(np.int32), ok.shape[1]
-            self.best_room -= 4 * best.size
+            self.room[0] -= 4 * best.size
         return region[0], best, ok.shape[1]
 
     def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

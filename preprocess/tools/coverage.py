@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocess.sample.draw import CropDraw
+from preprocess.sample.draw import BEST_BYTES, CropDraw
 from preprocess.sample.window import window_rng
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
@@ -77,12 +77,13 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
     """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H), word weights (L,)) of
     image i, variant v. Each page's CropDraw is made on its first epoch: the same crops as draw_crop, faster."""
     draws: dict[tuple[int, int], CropDraw] = {}
+    room = [BEST_BYTES]
 
     def whole(i: int, e: int):
         v = (e + int(offsets[i])) % len(pages[i])
         boxes, page_size, weights = pages[i][v]
         if (i, v) not in draws:
-            draws[(i, v)] = CropDraw(boxes, page_size, size, step, weights)
+            draws[(i, v)] = CropDraw(boxes, page_size, size, step, weights, room)
         origin, _ = draws[(i, v)](window_rng(seed, e, names[i], v))
         return (v, *origin.tolist()), whole_in(boxes, origin, size)
     return whole
