@@ -198,12 +198,14 @@ class WorkerLoader:
     def _free_slot(self) -> int | None:
         return next((s for s, slot in enumerate(self._slots) if slot.free()), None)
 
-    def _result(self):
-        """The next result from any worker; an error naming the worker when one has died meanwhile."""
+    def _result(self, workers):
+        """The next result from one of `workers` (those that owe the batch to be handed out next: a wait on all
+        of them would wake this process, and take a core from a worker, for results not needed yet); an error
+        naming the worker when one has died meanwhile."""
         while not self._received:
-            for conn in connection.wait(self._conns, timeout=POLL_S):
+            for conn in connection.wait([self._conns[w] for w in workers], timeout=POLL_S):
                 try:
-                    self._received.append(conn.recv())
+                    self._received.append((self._conns.index(conn), conn.recv()))
                 except (EOFError, OSError):   # its worker is gone
                     self._lost(self._procs[self._conns.index(conn)])
             for p in self._procs if not self._received else ():
@@ -220,7 +222,8 @@ class WorkerLoader:
             self._start(first)
         self._gen += 1
         gen, pending = self._gen, [first]
-        parts: dict[int, tuple] = {}   # seq -> (slot, items, {row: word table}); ready when the slot is not busy
+        # seq -> (slot, items, {row: word table}, workers that owe a part); ready when the slot is not busy
+        parts: dict[int, tuple] = {}
         try:
             yield from self._epoch(gen, keys, pending, parts)
         finally:   # batches made and not handed out free their slots; those still with a worker, once back
@@ -238,11 +241,10 @@ class WorkerLoader:
                 if batch is None:
                     keys = None
                     break
-                self._send(gen, sent, s, batch)
-                parts[sent] = (s, len(batch), {})
+                parts[sent] = (s, len(batch), {}, self._send(gen, sent, s, batch))
                 sent += 1
             if next_seq in parts and not self._slots[parts[next_seq][0]].busy:
-                s, n, tables = parts.pop(next_seq)
+                s, n, tables, _ = parts.pop(next_seq)
                 batch = self._slots[s].batch(n, {TABLE: pad_tables([tables[r] for r in range(n)])} if tables else {})
                 self._slots[s].pending = False   # from now on, the batch's tensors hold the slot
                 yield batch
@@ -259,13 +261,15 @@ class WorkerLoader:
                 next_seq += 1
                 sent += 1
                 continue
-            g, seq, s, rows, tables = self._result()
+            owing = parts[next_seq][3] if next_seq in parts else range(self.num_workers)
+            w, (g, seq, s, rows, tables) = self._result(owing)
             self._slots[s].busy -= 1
             if g != gen:   # an abandoned iteration's batch
                 self._slots[s].pending = self._slots[s].busy > 0
                 continue
             if isinstance(tables, _Failure):
                 raise tables.error
+            parts[seq][3].discard(w)
             if tables is not None:
                 parts[seq][2].update(zip(rows, tables))
 
@@ -279,8 +283,9 @@ class WorkerLoader:
                            f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
                            f"process") from None
 
-    def _send(self, gen: int, seq: int, s: int, batch: list) -> None:
-        """A batch into slot s, each item by its owner worker, in one part per worker that has items in it."""
+    def _send(self, gen: int, seq: int, s: int, batch: list) -> set[int]:
+        """A batch into slot s, each item by its owner worker, in one part per worker that has items in it; the
+        workers it went to."""
         parts: dict[int, tuple[list, list]] = {}
         for row, key in enumerate(batch):
             rows, keys = parts.setdefault(owner(key, self.num_workers), ([], []))
@@ -292,6 +297,7 @@ class WorkerLoader:
                 self._conns[w].send((gen, seq, s, rows, keys))
             except OSError:   # its worker is gone
                 self._lost(self._procs[w])
+        return set(parts)
 
 
 def _shutdown(procs: list, conns: list) -> None:
