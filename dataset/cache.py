@@ -85,6 +85,7 @@ class CacheDataset(Dataset):
         self._format = self.manifest.format
         self._records: list = [None] * len(self.files)
         self._quads: dict[int, dict] = {}
+        self._table_rows: int | None = None
         self._pid = os.getpid()
         if in_memory:  # read every file into RAM once; forked workers share the pages copy-on-write
             self._records = [self._format.open(self._path(f), self.spec, in_memory=True) for f in range(len(self.files))]
@@ -173,6 +174,21 @@ class CacheDataset(Dataset):
             rows = self.file_records(f0)[r0:r0 + len(indices)]
             return Rows([{k: rec[k] for k in self.fields} for rec in rows], rows)
         return [self[i] for i in indices]
+
+    def table_rows(self) -> int:
+        """The most legible words any page of the cache holds: the rows a compact crop's word table can have
+        (0 for a cache of crops). Read from the word sidecars once per process."""
+        if not self.compact:
+            return 0
+        if self._table_rows is None:
+            most = 0
+            for f in range(len(self.files)):
+                sidecar = self._sidecar(f)
+                legible = np.concatenate([[0], np.cumsum(sidecar["care"] > 0)])
+                starts = sidecar["sample_offsets"]
+                most = max(most, int((legible[starts[1:]] - legible[starts[:-1]]).max(initial=0)))
+            self._table_rows = most
+        return self._table_rows
 
     def quads(self, i: int, variant: int | None = None):
         """(points (P,2) float32, offsets (N+1,) int64, care (N,) uint8) of a sample's words, in crop pixels."""

@@ -39,11 +39,19 @@ def fixed_fields(item: dict) -> list[tuple[str, object]]:
 
 def put(out: dict[str, torch.Tensor], j: int, item: dict) -> None:
     """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
-    crop's cut words change, over the maps copied from the page) where it has one."""
+    crop's cut words change, over the maps copied from the page) where it has one; and its word table, zero rows
+    after its own, where out has a table of fixed rows (a loader worker's batch slot)."""
     for k, v in fixed_fields(item):
         copy(out[k][j], v)
     if item.get(PATCH) is not None:
         apply_patch(out["maps"][j].numpy(), item[PATCH])
+    if TABLE in out and TABLE in item:
+        table, rows = out[TABLE][j].numpy(), len(item[TABLE])
+        if rows > len(table):
+            raise ValueError(f"a crop's word table has {rows} rows, its batch slot {len(table)}: the dataset's "
+                             f"table_rows() is not the most legible words of its pages")
+        table[:rows] = item[TABLE]
+        table[rows:] = 0
 
 
 # dtypes that torch stores but copies through a slow generic kernel (uint16: 1.8x the time of int16 for a

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from dataset.collate import collate, fixed_fields, put
-from dataset.expand import TABLE, pad_tables
+from dataset.expand import TABLE, TABLE_COLUMNS
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
 SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
@@ -76,9 +76,9 @@ class Slot:
         """Neither with a worker nor referred to by a batch handed out (or a view of one of its tensors)."""
         return not self.busy and not self.pending and self._refs() == self._free_refs
 
-    def batch(self, n: int, small: dict) -> dict[str, torch.Tensor]:
-        """The first n items of the slot as tensors over its memory, with the fields sent apart (word tables)."""
-        return {**{k: torch.from_numpy(a[:n]) for k, a in self.arrays.items()}, **small}
+    def batch(self, n: int) -> dict[str, torch.Tensor]:
+        """The first n items of the slot as tensors over its memory."""
+        return {k: torch.from_numpy(a[:n]) for k, a in self.arrays.items()}
 
 
 class _Failure:
@@ -94,8 +94,8 @@ class _Failure:
 
 def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
     """A worker's loop: (generation, seq, slot, rows, keys) in: item keys[j] goes into the slot's row rows[j];
-    (generation, seq, slot, rows, their word tables or None | _Failure) out, over a pipe of its own (sent and
-    received in this thread: multiprocessing.Queue's feeder thread took an eighth of a worker's time)."""
+    (generation, seq, slot, None | _Failure) out, over a pipe of its own (sent and received in this thread:
+    multiprocessing.Queue's feeder thread took an eighth of a worker's time)."""
     # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the training process stops the run at a
     # step boundary and then ends its workers, which must not die first (or inherit its SIGTERM handler)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -118,10 +118,9 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
             out = {k: torch.from_numpy(a) for k, a in slots[s].arrays.items()}
             for row, item in zip(rows, items):
                 put(out, row, item)
-            tables = [item[TABLE] for item in items] if TABLE in items[0] else None
-            result = (gen, seq, s, rows, tables)
+            result = (gen, seq, s, None)
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
-            result = (gen, seq, s, rows, _Failure(e))
+            result = (gen, seq, s, _Failure(e))
         try:
             conn.send(result)
         except OSError:   # the training process is gone
@@ -171,9 +170,13 @@ class WorkerLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _start(self, probe: list) -> None:
-        """Slots sized by one item of the first batch, then the workers, forked with them."""
+        """Slots sized by one item of the first batch (a word table: by the dataset's table_rows(), the longest any
+        item has, so that it is written in the slot, not pickled to this process), then the workers, forked
+        with them."""
         items = self.dataset.__getitems__(probe[:1])
         fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fixed_fields(items[0])}
+        if TABLE in items[0]:
+            fields[TABLE] = ((max(1, self.dataset.table_rows()), TABLE_COLUMNS), np.dtype(np.float32))
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
         for w in range(self.num_workers):
@@ -222,7 +225,7 @@ class WorkerLoader:
             self._start(first)
         self._gen += 1
         gen, pending = self._gen, [first]
-        # seq -> (slot, items, {row: word table}, workers that owe a part); ready when the slot is not busy
+        # seq -> (slot, items, workers that owe a part); ready when the slot is not busy
         parts: dict[int, tuple] = {}
         try:
             yield from self._epoch(gen, keys, pending, parts)
@@ -241,11 +244,11 @@ class WorkerLoader:
                 if batch is None:
                     keys = None
                     break
-                parts[sent] = (s, len(batch), {}, self._send(gen, sent, s, batch))
+                parts[sent] = (s, len(batch), self._send(gen, sent, s, batch))
                 sent += 1
             if next_seq in parts and not self._slots[parts[next_seq][0]].busy:
-                s, n, tables, _ = parts.pop(next_seq)
-                batch = self._slots[s].batch(n, {TABLE: pad_tables([tables[r] for r in range(n)])} if tables else {})
+                s, n, _ = parts.pop(next_seq)
+                batch = self._slots[s].batch(n)
                 self._slots[s].pending = False   # from now on, the batch's tensors hold the slot
                 yield batch
                 next_seq += 1
@@ -261,17 +264,15 @@ class WorkerLoader:
                 next_seq += 1
                 sent += 1
                 continue
-            owing = parts[next_seq][3] if next_seq in parts else range(self.num_workers)
-            w, (g, seq, s, rows, tables) = self._result(owing)
+            owing = parts[next_seq][2] if next_seq in parts else range(self.num_workers)
+            w, (g, seq, s, failure) = self._result(owing)
             self._slots[s].busy -= 1
             if g != gen:   # an abandoned iteration's batch
                 self._slots[s].pending = self._slots[s].busy > 0
                 continue
-            if isinstance(tables, _Failure):
-                raise tables.error
-            parts[seq][3].discard(w)
-            if tables is not None:
-                parts[seq][2].update(zip(rows, tables))
+            if failure is not None:
+                raise failure.error
+            parts[seq][2].discard(w)
 
     def _lost(self, p) -> None:
         """Stop: worker p has died (its pipe broke, or it is no longer alive)."""

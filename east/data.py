@@ -56,6 +56,9 @@ class EpochDataset(Dataset):
         self.ds.set_epoch(key[0])
         return self.ds[key[1]]
 
+    def table_rows(self) -> int:
+        return self.ds.table_rows()
+
     def __getitems__(self, keys):
         self.ds.set_epoch(keys[0][0])
         return self.ds.__getitems__([i for _, i in keys])

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, collate, make_sampler
 from dataset import workers as workers_module
+from dataset.expand import TABLE
 from dataset.workers import WorkerLoader, fork_available
 from east.data import EpochDataset, EpochSampler
 from preprocess.errors import CacheError
@@ -41,7 +42,15 @@ def loaders(cache, workers: int, drop_last: bool, batch: int = 2, compact: bool 
 
 
 def as_bytes(batch: dict) -> dict:
-    return {k: (v.dtype, tuple(v.shape), v.numpy().tobytes()) for k, v in batch.items()}
+    """A batch's fields as bytes, word tables without the zero rows after the batch's longest (a worker's slot
+    holds as many rows as the cache's densest page, collate as the batch's)."""
+    out = {}
+    for k, v in batch.items():
+        if k == TABLE:
+            used = v.reshape(-1, v.shape[-1]).any(dim=-1).reshape(v.shape[:2]).any(dim=0)
+            v = v[:, :int(torch.nonzero(used).max()) + 1 if used.any() else 0]
+        out[k] = (v.dtype, tuple(v.shape), v.numpy().tobytes())
+    return out
 
 
 def epoch(loader, e: int) -> list:
@@ -57,6 +66,25 @@ def test_batches_equal_a_dataloaders_over_the_same_sampler(cache, workers, drop_
             got, want = epoch(ours, e), epoch(theirs, e)   # every batch of the epoch kept: slots run out
             assert len(got) == len(want) == len(ours) == len(theirs)
             assert [as_bytes(b) for b in got] == [as_bytes(b) for b in want], e
+    finally:
+        ours.close()
+
+
+def test_word_tables_are_written_in_the_slot_as_long_as_the_densest_page(cache):
+    """A compact crop's word table has a row per legible word of its page: a worker writes it into a slot of
+    table_rows() rows (the most any page has), zeros after its own, instead of sending it to this process."""
+    ds = CacheDataset(cache, compact=True)
+    if not ds.pages:
+        assert ds.table_rows() == 0
+        return
+    lengths = [len(ds[i]["table"]) for i in range(len(ds))]
+    assert ds.table_rows() == max(lengths) > min(lengths)
+    ours, theirs = loaders(cache, 2, False, batch=2)
+    try:
+        for got, want in zip(epoch(ours, 0), epoch(theirs, 0)):
+            assert got[TABLE].shape[1] == ds.table_rows() >= want[TABLE].shape[1]
+            assert torch.equal(got[TABLE][:, :want[TABLE].shape[1]], want[TABLE])
+            assert not got[TABLE][:, want[TABLE].shape[1]:].any()
     finally:
         ours.close()
 
