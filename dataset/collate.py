@@ -56,7 +56,8 @@ def put(out: dict[str, torch.Tensor], j: int, item: dict) -> None:
 
 # dtypes that torch stores but copies through a slow generic kernel (uint16: 1.8x the time of int16 for a
 # page-mode crop's maps window, measured): copied as the signed type of the same size, bit for bit
-COPY_AS = {np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
+COPY_AS = {np.dtype(u): (np.dtype(i), torch_dtype(i))
+           for u, i in ((np.uint16, np.int16), (np.uint32, np.int32), (np.uint64, np.int64))}
 
 
 def copy(dst: torch.Tensor, src) -> None:
@@ -66,4 +67,4 @@ def copy(dst: torch.Tensor, src) -> None:
     if as_ is None:
         dst.copy_(torch.from_numpy(src))
     else:
-        dst.view(torch_dtype(as_)).copy_(torch.from_numpy(src.view(as_)))
+        dst.view(as_[1]).copy_(torch.from_numpy(src.view(as_[0])))
