@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dataset.expand import AT, PATCH, TILES
-from preprocess.sample.draw import CropDraw
+from preprocess.sample.draw import CropDraw, window_rng
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import (
     DONT_CARE_BIT,
@@ -34,7 +34,6 @@ from preprocess.sample.targets import (
 from preprocess.sample.window import (
     draw_crop,
     grid_step,
-    window_rng,
     word_boxes,
 )
 

@@ -1,11 +1,16 @@
 """Crop windows: difference-array counts against a plain per-origin test, and the word-balanced draw."""
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+import threading
+
 import numpy as np
 import pytest
 
 from preprocess.sample import draw as draw_module
-from preprocess.sample.draw import CropDraw
+from preprocess.sample.draw import CropDraw, window_rng
 from preprocess.sample.window import (
     choose_window,
     cut_counts,
@@ -15,7 +20,6 @@ from preprocess.sample.window import (
     origin_bounds,
     overlap_span,
     seen_matrix,
-    window_rng,
     word_weights,
 )
 
@@ -105,6 +109,36 @@ def test_window_rng_keys():
     draw = lambda *key: window_rng(*key).integers(0, 2**62)  # noqa: E731
     keys = [(0, 0, "a", 0), (1, 0, "a", 0), (0, 1, "a", 0), (0, 0, "b", 0), (0, 0, "a", 1)]
     assert len({draw(*k) for k in keys}) == len(keys) and draw(*keys[0]) == draw(*keys[0])
+
+
+def test_window_rng_is_each_threads_own_and_the_same_everywhere():
+    """A key's numbers do not depend on the thread that draws them, nor on draws made meanwhile in another
+    thread (each thread reseeds a generator of its own), nor on the process (a digest of the key, not hash())."""
+    want = window_rng(3, 7, "photo é.jpg", 1).random(4)
+    got, stop = [], threading.Event()
+
+    def other() -> None:   # draws for other keys all the time
+        k = 0
+        while not stop.is_set():
+            window_rng(0, k, "x", 0).random(8)
+            k += 1
+    t = threading.Thread(target=other)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # the threads take turns between any two bytecodes
+    t.start()
+    try:
+        for _ in range(2000):
+            got.append(window_rng(3, 7, "photo é.jpg", 1).random(4))
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(interval)
+    assert all(np.array_equal(g, want) for g in got)
+    # the same numbers from a fresh interpreter, whose str hashes are salted differently
+    code = ("from preprocess.sample.draw import window_rng; "
+            "print(repr(window_rng(3, 7, 'photo \\u00e9.jpg', 1).random(4).tolist()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert ast.literal_eval(out) == want.tolist()
 
 
 def test_seen_matrix_is_the_share_of_draws_holding_each_word():

@@ -19,12 +19,8 @@ not depend on DataLoader workers, batch order or ranks.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-
 import numpy as np
 
-WINDOW_STREAM = 0x57494E44   # "WIND": keeps window draws apart from sample_rng's for the same key
 WEIGHT_ROUNDS = 200          # multiplicative-weights rounds
 WEIGHT_RATE = 0.5            # multiplicative-weights learning rate
 
@@ -32,19 +28,6 @@ WEIGHT_RATE = 0.5            # multiplicative-weights learning rate
 def grid_step(map_scale: float) -> int:
     """Crop origins' grid in page px: 4 at map scale 0.5, 8 at 0.25 (origin x s an even integer)."""
     return int(round(2 / map_scale))
-
-
-def window_rng(seed: int, epoch: int, name: str, variant: int) -> np.random.Generator:
-    """The generator of the crop of (image name, variant) at an epoch."""
-    return np.random.default_rng(np.random.SeedSequence([WINDOW_STREAM, seed, epoch, variant, *name_words(name)]))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def name_words(name: str) -> tuple[int, ...]:
-    """An image name as four 32-bit words of entropy (blake2b), the same in every process; kept, as every epoch
-    asks again."""
-    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=16).digest()
-    return tuple(np.frombuffer(digest, dtype="<u4").tolist())
 
 
 def word_boxes(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:

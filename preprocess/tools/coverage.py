@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocess.sample.draw import BEST_BYTES, CropDraw
-from preprocess.sample.window import window_rng
+from preprocess.sample.draw import BEST_BYTES, CropDraw, window_rng
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
