@@ -177,7 +177,7 @@ class CacheDataset(Dataset):
 
     def table_rows(self) -> int:
         """The most legible words any page of the cache holds: the rows a compact crop's word table can have
-        (0 for a cache of crops). Read from the word sidecars once per process."""
+        (0 where items carry no word table: not compact). Read from the word sidecars once per process."""
         if not self.compact:
             return 0
         if self._table_rows is None:

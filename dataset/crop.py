@@ -92,7 +92,7 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
 
 
 def words_bytes(words: PageWords) -> int:
-    """Bytes a PageWords holds (its arrays; what its CropDraw keeps)."""
+    """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins take the reader's own room)."""
     arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
     return sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
 

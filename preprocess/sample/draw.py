@@ -1,4 +1,4 @@
-"""CropDraw: a reader's per-page crop draw, the same crops as window.draw_crop, faster.
+"""A reader's crop draw: window_rng, each crop's generator, and CropDraw, the same crops as window.draw_crop, faster.
 
 The draw's rule (window.py: a word by the page's weights, then an origin uniformly among those whose crop
 holds it and cuts the fewest legible words) is part of what a build computes (the weights assume it), so
