@@ -26,13 +26,10 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from common import BENCH_DATA, machine, memcpy_rate, table, write_sample_dataset
-from torch.utils.data import DataLoader
+from common import BENCH_DATA, machine, memcpy_rate, table, train_loader, write_sample_dataset
 
-from dataset import CacheDataset, batches, collate, make_sampler
+from dataset import CacheDataset, batches
 from dataset.expand import batch_len
-from dataset.workers import WorkerLoader
-from east.data import EpochDataset, EpochSampler
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, load_splits
 from preprocess.sample.make import choose_sample_crop
@@ -123,9 +120,7 @@ def read_rate(out: Path, batch_size: int, count: int, late: tuple[int, int], com
     (their start is in the first epoch's time). The memcpy after each timed epoch: one core copying as many
     bytes as an item delivers, for every item (the workers wait meanwhile)."""
     ds = CacheDataset(out, compact=compact)
-    sampler = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0))
-    loader = (WorkerLoader(EpochDataset(ds), sampler, batch_size, workers) if workers else
-              DataLoader(EpochDataset(ds), batch_size=batch_size, sampler=sampler, num_workers=0, collate_fn=collate))
+    sampler, loader = train_loader(ds, batch_size, workers)
 
     def epoch(e: int) -> tuple[int, float]:
         sampler.set_epoch(e)

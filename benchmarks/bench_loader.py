@@ -16,12 +16,10 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-from common import bench_pages, machine, memcpy_rate, table
+from common import bench_pages, machine, memcpy_rate, table, train_loader
 from torch.utils.data import DataLoader
 
 from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
-from dataset.workers import WorkerLoader
-from east.data import EpochDataset, EpochSampler
 from preprocess.config import STRATEGIES, BuildConfig
 from preprocess.ingest.ufo import load_splits
 from preprocess.sample.make import make_sample
@@ -37,9 +35,7 @@ def batches(ds, workers: int, batch_size: int, threaded: bool):
     workers=0 read ahead by dataset.prefetch's thread, train.py's default for these caches. Worker processes: for a
     cache, train.py's (dataset/workers.py, batches cut into shared slots); for the on-the-fly Dataset, DataLoader's."""
     if isinstance(ds, CacheDataset):
-        sampler = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0))
-        loader = (WorkerLoader(EpochDataset(ds), sampler, batch_size, workers) if workers else
-                  DataLoader(EpochDataset(ds), batch_size=batch_size, collate_fn=collate, sampler=sampler))
+        sampler, loader = train_loader(ds, batch_size, workers)
     else:
         sampler = make_sampler(ds, batch_size, shuffle=True, seed=0)
         loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate,

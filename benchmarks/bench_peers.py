@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import REPO, bench_pages, machine, memcpy_rate, table
+from common import REPO, bench_pages, machine, memcpy_rate, table, train_loader
 
 PAGE = 4096   # bytes; a touch reads one byte per page
 # (label, format name, how it is read)
@@ -99,15 +99,9 @@ def disk_mib(path: Path) -> float:
 def open_ours(cache: Path, batch: int, compact: bool = False, workers: int = 0):
     """This project's reader as train.py feeds from it (compact: a page-mode cache's items as train.py reads them,
     a fresh crop per epoch whose score and geometry the device rebuilds; workers: train.py --workers N)."""
-    from torch.utils.data import DataLoader
-
-    from dataset import CacheDataset, batches, collate, make_sampler
-    from dataset.workers import WorkerLoader
-    from east.data import EpochDataset, EpochSampler
+    from dataset import CacheDataset, batches
     ds = CacheDataset(cache, compact=compact)
-    sampler = EpochSampler(make_sampler(ds, batch, shuffle=True, seed=0))
-    loader = (WorkerLoader(EpochDataset(ds), sampler, batch, workers) if workers else
-              DataLoader(EpochDataset(ds), batch_size=batch, sampler=sampler, num_workers=0, collate_fn=collate))
+    sampler, loader = train_loader(ds, batch, workers)
 
     def epoch(e: int):
         sampler.set_epoch(e)

@@ -21,6 +21,11 @@ from PIL import Image, ImageOps
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path]
 
+from torch.utils.data import DataLoader
+
+from dataset import collate, make_sampler
+from dataset.workers import WorkerLoader
+from east.data import EpochDataset, EpochSampler
 from preprocess.tools.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
 from preprocess.tools.sampledata import write_sample_dataset  # noqa: E402
 
@@ -117,6 +122,15 @@ def median_time(fn, repeat: int) -> float:
 def median_over(pages: list, fn, repeat: int) -> float:
     """Median over pages of each page's median_time of fn(page): one slow page does not sway it."""
     return statistics.median(median_time(lambda p=p: fn(p), repeat) for p in pages)
+
+
+def train_loader(ds, batch_size: int, workers: int = 0) -> tuple[EpochSampler, object]:
+    """(sampler, loader): a CacheDataset read as train.py reads it, shuffled with seed 0, a new epoch at each
+    sampler.set_epoch: in this process (a DataLoader with collate, for batches()'s thread), or by train.py's
+    `workers` worker processes (dataset/workers.py)."""
+    sampler, items = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0)), EpochDataset(ds)
+    return sampler, (WorkerLoader(items, sampler, batch_size, workers) if workers else
+                     DataLoader(items, batch_size=batch_size, sampler=sampler, collate_fn=collate))
 
 
 def machine() -> str:
