@@ -30,7 +30,7 @@ from dataset.crop import (
 )
 from dataset.expand import AT, TABLE, TILES
 from preprocess.errors import CacheError
-from preprocess.sample.draw import BEST_BYTES
+from preprocess.sample.draw import BEST_BYTES, Room
 from preprocess.sample.page import TILE_PX, Page, block_tiles
 from preprocess.sample.window import grid_step
 from preprocess.store.fingerprint import build_fingerprint
@@ -77,8 +77,8 @@ class CacheDataset(Dataset):
         self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0
-        self._patch_budget = [PATCH_BYTES]   # bytes the kept maps patches of this process may still take
-        self._best_budget = [BEST_BYTES]     # bytes the draws' kept best origins of this process may still take
+        self._patch_room = Room(PATCH_BYTES)   # what the pages' kept maps patches of this process may still take
+        self._best_room = Room(BEST_BYTES)     # what the draws' kept best origins of this process may still take
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -157,8 +157,8 @@ class CacheDataset(Dataset):
         c = self.config
         if self._words_bytes >= PAGE_WORDS_BYTES:
             return page_words(page, c.input_size, c.map_scale, draw=False)
-        words = self._words[key] = page_words(page, c.input_size, c.map_scale, patches=self._patch_budget,
-                                              best=self._best_budget)
+        words = self._words[key] = page_words(page, c.input_size, c.map_scale, patches=self._patch_room,
+                                              best=self._best_room)
         self._words_bytes += words_bytes(words)
         return words
 
@@ -238,7 +238,7 @@ class CacheDataset(Dataset):
         state = self.__dict__.copy()
         state["_records"], state["_quads"] = self._closed(), {}
         state["_pages"], state["_words"], state["_words_bytes"] = {}, {}, 0   # made again by whoever reads
-        state["_patch_budget"], state["_best_budget"] = [PATCH_BYTES], [BEST_BYTES]
+        state["_patch_room"], state["_best_room"] = Room(PATCH_BYTES), Room(BEST_BYTES)
         return state
 
     def _closed(self) -> list:

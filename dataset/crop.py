@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dataset.expand import AT, PATCH, TILES
-from preprocess.sample.draw import CropDraw, window_rng
+from preprocess.sample.draw import CropDraw, Room, window_rng
 from preprocess.sample.geometry import shrink_quads
 from preprocess.sample.page import (
     DONT_CARE_BIT,
@@ -52,24 +52,22 @@ class PageWords(NamedTuple):
 class Patches(dict):
     """A page's maps patches in page map px (page_patch), by the set of cut words (the bytes of their indices):
     a page's crops cut the same few sets again and again, epoch after epoch, and a patch does not depend on
-    where the crop lies. Kept while the reader's shared budget (a one-item list of bytes left) allows."""
+    where the crop lies. Kept while the reader's room lasts."""
 
-    def __init__(self, budget: list[int]):
+    def __init__(self, room: Room):
         super().__init__()
-        self.budget = budget
+        self.room = room
 
     def keep(self, key: bytes, patch) -> None:
-        size = 0 if patch is None else patch[2].nbytes + 64
-        if self.budget[0] >= size:
+        if self.room.take(0 if patch is None else patch[2].nbytes + 64):
             self[key] = patch
-            self.budget[0] -= size
 
 
 def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
-               patches: list[int] | None = None, best: list[int] | None = None) -> PageWords:
-    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the budget (a
-    one-item list of bytes) of the Patches it keeps, None: it keeps none; best: the budget of its draw's kept
-    best origins (draw.CropDraw's room), None: it keeps none."""
+               patches: Room | None = None, best: Room | None = None) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the reader's room
+    for the maps patches the page keeps, None: it keeps none; best: its room for the draw's best origins, None:
+    the draw keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
                      CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight, best) if draw else None,

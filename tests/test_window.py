@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from preprocess.sample import draw as draw_module
-from preprocess.sample.draw import CropDraw, window_rng
+from preprocess.sample.draw import CropDraw, Room, window_rng
 from preprocess.sample.window import (
     choose_window,
     cut_counts,
@@ -182,7 +182,7 @@ def test_crop_draw_draws_what_draw_crop_draws(monkeypatch, keep):
     cut_or_not = set()
     for b, page, w in ((boxes, (300, 200), weights), (boxes, (300, 200), None), (np.zeros((0, 4)), (200, 120), None),
                        (random_boxes(6, 3, extent=(48, 40), big=8, inside=True), (48, 40), None)):
-        room = None if keep == "nothing" else [4 * 40] if keep == "tight room" else [1 << 30]
+        room = None if keep == "nothing" else Room(4 * 40) if keep == "tight room" else Room(1 << 30)
         draw = CropDraw(b, page, SIZE, STEP, w, room)
         assert (draw.counts is not None) == (keep != "no counts" and len(b) > 0)
         for epoch in range(60):

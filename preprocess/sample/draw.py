@@ -50,13 +50,27 @@ COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts a CropDraw keeps per pag
 BEST_BYTES = 64 << 20        # a reader's room for its pages' kept best origins (per process)
 
 
+class Room:
+    """Bytes a reader may still keep of something its pages derive again and again (their draws' best origins,
+    their maps patches), shared by all its pages in a process."""
+
+    def __init__(self, nbytes: int):
+        self.left = nbytes
+
+    def take(self, nbytes: int) -> bool:
+        """Whether nbytes more fit; if so, they are taken."""
+        if nbytes > self.left:
+            return False
+        self.left -= nbytes
+        return True
+
+
 class CropDraw:
     """draw_crop for one page, again and again (a reader, every epoch)."""
 
     def __init__(self, boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
-                 weights: np.ndarray | None = None, room: list[int] | None = None):
-        """room: the bytes (a one-item list, shared by a reader's pages) that kept best origins may still take;
-        None: keep none."""
+                 weights: np.ndarray | None = None, room: Room | None = None):
+        """room: what kept best origins may still take (the reader's, shared by its pages); None: keep none."""
         self.boxes, self.size, self.step, self.room = boxes, size, step, room
         self.bounds = origin_bounds(page_size, size, step)
         cells = np.prod(self.bounds[1] - self.bounds[0] + 1)
@@ -82,9 +96,8 @@ class CropDraw:
             return kept
         region, ok = _candidates(self.boxes, w, self.bounds, self.size, self.step, self.counts, self.regions[w])
         best = np.flatnonzero(ok.ravel())
-        if self.room is not None and 4 * best.size <= self.room[0]:   # int32: a region has far fewer origins
+        if self.room is not None and self.room.take(4 * best.size):   # int32: a region has far fewer origins
             self.best[w] = region[0], best.astype(np.int32), ok.shape[1]
-            self.room[0] -= 4 * best.size
         return region[0], best, ok.shape[1]
 
     def __call__(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from preprocess.sample.draw import BEST_BYTES, CropDraw, window_rng
+from preprocess.sample.draw import BEST_BYTES, CropDraw, Room, window_rng
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
@@ -76,7 +76,7 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
     """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H), word weights (L,)) of
     image i, variant v. Each page's CropDraw is made on its first epoch: the same crops as draw_crop, faster."""
     draws: dict[tuple[int, int], CropDraw] = {}
-    room = [BEST_BYTES]
+    room = Room(BEST_BYTES)
 
     def whole(i: int, e: int):
         v = (e + int(offsets[i])) % len(pages[i])
