@@ -207,10 +207,11 @@ class WorkerLoader:
         naming the worker when one has died meanwhile."""
         while not self._received:
             for conn in connection.wait([self._conns[w] for w in workers], timeout=POLL_S):
+                w = self._conns.index(conn)
                 try:
-                    self._received.append((self._conns.index(conn), conn.recv()))
+                    self._received.append((w, conn.recv()))
                 except (EOFError, OSError):   # its worker is gone
-                    self._lost(self._procs[self._conns.index(conn)])
+                    self._lost(self._procs[w])
             for p in self._procs if not self._received else ():
                 if not p.is_alive():
                     self._lost(p)
