@@ -167,7 +167,10 @@ def memcpy_together(out: Path, processes: int) -> float:
     return sum(rates)
 
 
-def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late: tuple[int, int]) -> list[list]:
+def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late: tuple[int, int]
+              ) -> tuple[list[list], tuple[float, float]]:
+    """(the cost and read-speed rows, (memcpy_together of WORKERS processes, of 1; best of 2 each) on the page-mode
+    cache)."""
     rows = []
     with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
         for crop in ("read", "build"):
@@ -182,7 +185,9 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late:
                 rows.append([label, f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{item_mb:.2f}",
                              f"{first:.1f}", f"{main.rate:.1f}", f"{main.rate * item_mb:.0f}",
                              f"{np.median(main.memcpy):.0f}", main.ratio(), f"{later.rate:.1f}", later.ratio()])
-    return rows
+            if crop == "read":
+                together = tuple(max(memcpy_together(out, n) for _ in range(2)) for n in (WORKERS, 1))
+    return rows, together
 
 
 def main() -> None:
@@ -217,11 +222,8 @@ def main() -> None:
         header = ["mode", "MiB / image / variant on disk", "build s / image", "MiB / item delivered",
                   "first epoch samples/s", "read samples/s", "read MiB/s", "memcpy samples/s (median)", "read / memcpy",
                   f"epochs {late[0]}-{late[1]} samples/s", f"epochs {late[0]}-{late[1]} read / memcpy"]
-        print(table(header, cost_rows(read_data, cfg, a.batch_size, a.batches, late)), "\n")
-        with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
-            build_cache(cfg, [read_data], Path(tmp) / "c", jobs=1, quiet=True)
-            one = max(memcpy_together(Path(tmp) / "c", 1) for _ in range(2))
-            together = max(memcpy_together(Path(tmp) / "c", WORKERS) for _ in range(2))
+        rows, (together, one) = cost_rows(read_data, cfg, a.batch_size, a.batches, late)
+        print(table(header, rows), "\n")
         print(f"memcpy of a page-mode item's bytes by {WORKERS} processes at once: {together:.0f} samples/s, "
               f"{together / one:.2f}x one process's ({one:.0f}; best of 2 each): the most {WORKERS} reading "
               f"processes could deliver here.\n")
