@@ -31,7 +31,7 @@ from dataset.crop import (
 from dataset.expand import AT, TABLE, TILES
 from preprocess.errors import CacheError
 from preprocess.sample.draw import BEST_BYTES, Room
-from preprocess.sample.page import TILE_PX, Page, block_tiles
+from preprocess.sample.page import Page, block_bytes
 from preprocess.sample.window import grid_step
 from preprocess.store.fingerprint import build_fingerprint
 from preprocess.store.format import CROP, MANIFEST, PAGE, record_spec
@@ -70,10 +70,9 @@ class CacheDataset(Dataset):
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
         self.compact = compact and self.pages
         self.fields = (TILES, AT, "maps", TABLE) if self.compact else self.item_dtype.names
-        # bytes an item delivers (a compact crop: its block of image tiles and its maps; its word table is a few
+        # bytes an item delivers (a compact crop: its blocks of image and maps tiles; its word table is a few
         # hundred more)
-        tiles = 3 * (block_tiles(self.config.input_size) * TILE_PX) ** 2
-        self.item_bytes = (tiles + self.item_dtype["score"].itemsize * 2 if self.compact else self.item_dtype.itemsize)
+        self.item_bytes = block_bytes(self.config) if self.compact else self.item_dtype.itemsize
         self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
         self._words_bytes = 0

@@ -5,8 +5,8 @@ import numpy as np
 import torch
 
 from dataset.buffers import empty_batch, torch_dtype
-from dataset.crop import apply_patch
 from dataset.expand import PATCH, TABLE, pad_tables
+from preprocess.sample.page import put_rect
 
 
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -39,12 +39,12 @@ def fixed_fields(item: dict) -> list[tuple[str, object]]:
 
 def put(out: dict[str, torch.Tensor], j: int, item: dict) -> None:
     """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
-    crop's cut words change, over the maps copied from the page) where it has one; and its word table, zero rows
+    crop's cut words change, over the maps tiles copied from the page) where it has one; and its word table, zero rows
     after its own, where out has a table of fixed rows (a loader worker's batch slot)."""
     for k, v in fixed_fields(item):
         copy(out[k][j], v)
     if item.get(PATCH) is not None:
-        apply_patch(out["maps"][j].numpy(), item[PATCH])
+        put_rect(out["maps"][j].numpy(), *item[PATCH])
     if TABLE in out and TABLE in item:
         table, rows = out[TABLE][j].numpy(), len(item[TABLE])
         if rows > len(table):

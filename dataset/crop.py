@@ -23,7 +23,6 @@ from preprocess.sample.page import (
     OWNER_MASK,
     Page,
     unpack_maps,
-    window,
 )
 from preprocess.sample.targets import (
     fill_geometry,
@@ -127,14 +126,21 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
                       words: PageWords | None = None) -> dict[str, np.ndarray]:
     """The crop for dataset/expand.py: tiles uint8 (n, n, 3, T, T), the block of the page's image tiles that holds
-    it (PageImage.block), at int32 (3,): the crop's (dx, dy) in that block and its side S; maps uint16 (1, m, m)
-    (owner | don't-care bit, as a page stores them) with patch, None or what the cut words change in them
-    (maps_window: collate writes it over the copied maps), and table float32 (L, 9), row k the word of owner value
-    k + 1 (targets.word_table)."""
+    it (Tiled.block), at int32 (3,): the crop's (dx, dy) in that block and its side S; maps uint16 (n, n, t, t),
+    the same block of the page's maps tiles (owner | don't-care bit, as a page stores them; the crop's maps begin
+    at (dx, dy) x s in it) with patch, None or what the cut words change in that block (page.put_rect: collate
+    writes it over the copied tiles), and table float32 (L, 9), row k the word of owner value k + 1
+    (targets.word_table)."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
-    maps, patch = maps_window(page, origin, cut, size, map_scale, words)
-    tiles, (dx, dy) = page.image.block(int(origin[0]), int(origin[1]), size)
-    return {TILES: tiles, AT: np.array([dx, dy, size], np.int32), "maps": maps[None], PATCH: patch,
+    ox, oy = int(origin[0]), int(origin[1])
+    tiles, (dx, dy) = page.image.block(ox, oy, size)
+    m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
+    maps, (mdx, mdy) = page.maps.block(mx, my, m)
+    if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
+        maps = np.full(maps.shape, 1 << DONT_CARE_BIT, MAPS_DTYPE)
+    side = len(maps) * page.maps.tile
+    patch = rect_patch(page, cut, words, mx - mdx, my - mdy, side, side)
+    return {TILES: tiles, AT: np.array([dx, dy, size], np.int32), "maps": maps, PATCH: patch,
             "table": shifted_table(words.table, origin)}
 
 
@@ -144,7 +150,6 @@ def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, 
     words = page_words(page, size, map_scale, draw=False) if words is None else words
     maps, patch = maps_window(page, origin, cut, size, map_scale, words)
     if patch is not None:
-        maps = np.array(maps)
         apply_patch(maps, patch)
     return maps, words.quads - np.array([int(origin[0]), int(origin[1])], np.float64), page.theta
 
@@ -156,27 +161,31 @@ def apply_patch(maps: np.ndarray, patch: tuple) -> None:
 
 
 def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
-    """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m) is the
-    page's maps in the window (a view where the window lies on the page), patch None or (x0, y0, values (h, w)),
-    the rectangle of it that the cut words change, as it must read instead (apply_patch): so a reader copies
-    the window once, into its batch, and the patch over it. The patch is the window's part of the page's patch
-    for these cut words (page_patch), a view of it."""
+    """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m), a copy of
+    the page's maps in the window, patch None or (x0, y0, values (h, w)), the rectangle of it that the cut words
+    change, as it must read instead (apply_patch)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), None
-    maps = window(page.maps, mx, my, m, m, 0)
-    if not cut.any():
-        return maps, None
+    return page.maps.window(mx, my, m, m), rect_patch(page, cut, words, mx, my, m, m)
+
+
+def rect_patch(page: Page, cut: np.ndarray, words: PageWords, x: int, y: int, w: int, h: int):
+    """None or (x0, y0, values (h', w')): the part of the page's patch for the legible words `cut` (page_patch)
+    in the rectangle [x, x + w) x [y, y + h) page map px, (x0, y0) from its corner; a view of the patch. A reader
+    copies a crop's maps once, into its batch, and this over them."""
+    if not cut.any() or not page.maps.size:
+        return None
     patch = page_patch(page, cut, words)
     if patch is None:
-        return maps, None
+        return None
     px, py, values = patch
-    h, w = values.shape
-    x0, y0, x1, y1 = max(px, mx), max(py, my), min(px + w, mx + m), min(py + h, my + m)
+    ph, pw = values.shape
+    x0, y0, x1, y1 = max(px, x), max(py, y), min(px + pw, x + w), min(py + ph, y + h)
     if x1 <= x0 or y1 <= y0:
-        return maps, None
-    return maps, (x0 - mx, y0 - my, values[y0 - py:y1 - py, x0 - px:x1 - px])
+        return None
+    return x0 - x, y0 - y, values[y0 - py:y1 - py, x0 - px:x1 - px]
 
 
 def page_patch(page: Page, cut: np.ndarray, words: PageWords):
@@ -196,7 +205,7 @@ def page_patch(page: Page, cut: np.ndarray, words: PageWords):
     (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, (mw, mh))
     patch = None
     if x1 > x0 and y1 > y0:
-        region = np.array(page.maps[y0:y1, x0:x1])
+        region = page.maps.window(int(x0), int(y0), int(x1 - x0), int(y1 - y0))
         was_cut = np.zeros(len(words.quads) + 1, bool)
         was_cut[np.flatnonzero(cut) + 1] = True
         hit = was_cut[region & OWNER_MASK]

@@ -45,11 +45,18 @@ def batch_len(batch: dict) -> int:
 
 
 def untile(tiles: torch.Tensor, at: list) -> torch.Tensor:
-    """uint8 (B, 3, S, S) crops from their blocks of page tiles (B, n, n, 3, T, T) and, per item, (dx, dy, S):
-    where each crop begins in its block (a list, so that no device value is waited for)."""
+    """(B, C, S, S) crops from their blocks of page tiles (B, n, n, C, T, T) and, per item, (dx, dy, S): where each
+    crop begins in its block (a list, so that no device value is waited for)."""
     b, n, _, c, t, _ = tiles.shape
     pixels = tiles.permute(0, 3, 1, 4, 2, 5).reshape(b, c, n * t, n * t)
     return torch.stack([pixels[k, :, dy:dy + side, dx:dx + side] for k, (dx, dy, side) in enumerate(at)])
+
+
+def untile_maps(maps: torch.Tensor, tiles: torch.Tensor, at: list) -> torch.Tensor:
+    """(B, 1, m, m) maps of crops from their blocks of page maps tiles (B, n, n, t, t), the same page px as the
+    image's blocks of tiles (B, n, n, 3, T, T), at the crops' (dx, dy, S) in page px (scaled by t / T here)."""
+    r = tiles.shape[-1] // maps.shape[-1]   # page px per map px: 2 at map scale 0.5, 4 at 0.25
+    return untile(maps[:, :, :, None], [(dx // r, dy // r, side // r) for dx, dy, side in at])
 
 
 def _on(t: torch.Tensor, device) -> torch.Tensor:
@@ -65,6 +72,12 @@ def batch_images(batch: dict, device=None) -> torch.Tensor:
     return untile(_on(batch[TILES], device), batch[AT].tolist())
 
 
+def batch_maps(batch: dict, device=None) -> torch.Tensor:
+    """A compact page-mode batch's maps (B, 1, m, m) on the device (default: where they are), cut out of their
+    blocks of maps tiles."""
+    return untile_maps(_on(batch["maps"], device), batch[TILES], batch[AT].tolist())
+
+
 def expand_batch(batch: dict, device=None) -> dict:
     """A batch on the device (default: where it is) with the fields the loss takes. A batch of compact page-mode
     crops (tiles, at, maps, table: dataset/crop.py crop_page_compact) becomes image, score uint8, geo float32
@@ -72,7 +85,7 @@ def expand_batch(batch: dict, device=None) -> dict:
     side over the crop's."""
     if "maps" not in batch:
         return {k: _on(v, device) for k, v in batch.items()}
-    image, maps, table = batch_images(batch, device), _on(batch["maps"], device), _on(batch[TABLE], device)
+    image, maps, table = batch_images(batch, device), batch_maps(batch, device), _on(batch[TABLE], device)
     map_scale = maps.shape[-1] / image.shape[-1]
     maps = maps.int()   # uint16 has few kernels on devices; int32 holds it
     score, geo = expand_targets(maps & OWNER_MASK, table, map_scale)

@@ -16,7 +16,7 @@ from east.decode import decode_maps
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import CARE, ImageRecord
 from preprocess.sample.geometry import min_rect_angles
-from preprocess.sample.page import Page, PageImage, pack_maps
+from preprocess.sample.page import TILE_PX, Page, Tiled, map_tile, pack_maps
 from preprocess.sample.targets import make_targets, owner_map, roi_map
 from preprocess.store.build import build_cache
 from preprocess.store.manifest import Manifest, data_path
@@ -175,5 +175,5 @@ def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float 
     shape = (round(size[1] * map_scale), round(size[0] * map_scale))
     quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
     image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
-    return Page(PageImage.from_chw(image), pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape)),
-                points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))
+    maps = pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape))
+    return Page(Tiled.from_array(image, TILE_PX), Tiled.from_array(maps, map_tile(map_scale)), points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))

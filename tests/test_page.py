@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import page_record, random_page
 
-from dataset.crop import choose, crop_page, crop_words, legible_boxes, window
+from dataset.crop import choose, crop_page, crop_words, legible_boxes
 from dataset.expand import untile
 from preprocess.config import BuildConfig
 from preprocess.ingest.ufo import ILLEGIBLE
@@ -21,14 +21,17 @@ from preprocess.sample.page import (
     MAX_BLEED_PX,
     TILE_PX,
     Page,
-    PageImage,
+    Tiled,
     block_tiles,
     expected_page_size,
     image_values,
     make_page,
+    map_values,
     max_page_size,
     page_bytes,
     page_frame,
+    put_rect,
+    window,
 )
 from preprocess.sample.targets import make_targets
 from preprocess.sample.window import cuts_at, grid_step
@@ -92,7 +95,7 @@ def test_crop_exact_at_origins_that_graze_words():
 def test_make_page_crops_equal_make_targets(tmp_path):
     page = make_page(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
     w, h = page.size
-    assert w % 4 == 0 and h % 4 == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.dtype == np.uint16
+    assert w % 4 == 0 and h % 4 == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
     assert page.owner.max() == 7 and 0 < page.roi.mean() < 1
     assert page.care.tolist() == [1, 1, 1, 1, 1, 1, 0, 1] and len(page.theta) == 7
     rng = np.random.default_rng(0)
@@ -118,24 +121,43 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
 
 
 @pytest.mark.parametrize("w, h", [(130, 97), (64, 64), (31, 200)])
-def test_page_image_tiles_give_every_window_of_the_image(w, h):
-    """PageImage: a window or a block of tiles cut anywhere, on the page, across its edges or off it, holds the
-    image's pixels and zeros beyond it, bit for bit."""
+@pytest.mark.parametrize("channels, tile, dtype", [((3,), TILE_PX, np.uint8), ((), 16, np.uint16), ((), 8, np.uint16)])
+def test_tiles_give_every_window_of_the_array(w, h, channels, tile, dtype):
+    """Tiled (a page's image, its maps at map scale 0.5 and 0.25): a window or a block of tiles cut anywhere, on
+    the array, across its edges or off it, holds the array's values and zeros beyond it, bit for bit."""
     rng = np.random.default_rng(w)
-    image = rng.integers(1, 256, (3, h, w), np.uint8)
-    tiles = PageImage.from_chw(image)
-    assert tiles.shape == image.shape and tiles.tiles.shape[2:] == (3, TILE_PX, TILE_PX)
-    np.testing.assert_array_equal(tiles.chw(), image)
+    arr = rng.integers(1, 256 if dtype == np.uint8 else 1 << 16, (*channels, h, w)).astype(dtype)
+    tiles = Tiled.from_array(arr, tile)
+    assert tiles.shape == arr.shape and tiles.tiles.shape[2:] == (*channels, tile, tile) and tiles.tile == tile
+    np.testing.assert_array_equal(tiles.array(), arr)
     for _ in range(40):
         x, y = (int(v) for v in rng.integers(-80, [w + 40, h + 40]))
         side = int(rng.integers(1, 100))
-        want = window(image, x, y, side, side, 0)
+        want = window(arr, x, y, side, side, 0)
         np.testing.assert_array_equal(tiles.window(x, y, side, side), want, err_msg=str((x, y, side)))
         block, (dx, dy) = tiles.block(x, y, side)
-        n = block_tiles(side)
-        assert block.shape == (n, n, 3, TILE_PX, TILE_PX) and 0 <= dx < TILE_PX and 0 <= dy < TILE_PX
-        got = untile(torch.from_numpy(np.ascontiguousarray(block))[None], [(dx, dy, side)])[0]
-        np.testing.assert_array_equal(got.numpy(), want, err_msg=str((x, y, side)))
+        n = block_tiles(side, tile)
+        assert block.shape == (n, n, *channels, tile, tile) and 0 <= dx < tile and 0 <= dy < tile
+        block = np.ascontiguousarray(block).view(np.int16 if dtype == np.uint16 else dtype)
+        block = torch.from_numpy(block if channels else block[:, :, None])   # untile takes (n, n, C, T, T)
+        got = untile(block[None], [(dx, dy, side)])[0].numpy()
+        np.testing.assert_array_equal(got.view(dtype).reshape(want.shape), want, err_msg=str((x, y, side)))
+
+
+@pytest.mark.parametrize("tile", [16, 8])
+def test_put_rect_writes_any_rectangle_into_tiles(tile):
+    """put_rect (how a crop's maps patch is written into its block of tiles): inside one tile, along tile edges,
+    across many tiles, touching the block's edges; nothing outside the rectangle changes."""
+    rng = np.random.default_rng(tile)
+    arr = rng.integers(0, 1 << 16, (5 * tile, 5 * tile)).astype(np.uint16)
+    for x, y, w, h in [(1, 2, 3, 4), (0, 0, tile, tile), (tile - 1, tile - 1, 2, 2), (3, 5, 4 * tile, 2 * tile + 3),
+                       (tile, 2 * tile, 3 * tile, tile), (0, 0, 5 * tile, 5 * tile), (2, 0, 5 * tile - 2, 1)]:
+        tiles = Tiled.from_array(arr, tile).tiles
+        values = rng.integers(0, 1 << 16, (h, w)).astype(np.uint16)
+        put_rect(tiles, x, y, values)
+        want = arr.copy()
+        want[y:y + h, x:x + w] = values
+        np.testing.assert_array_equal(Tiled(tiles, 5 * tile, 5 * tile).array(), want, err_msg=str((x, y, w, h)))
 
 
 def test_page_canvas_keeps_the_rotated_corners(tmp_path):
@@ -143,7 +165,7 @@ def test_page_canvas_keeps_the_rotated_corners(tmp_path):
     rec = page_record(tmp_path, [[[0, 0], [320, 0], [320, 240], [0, 240]]], size=(320, 240))
     for variant in range(4):
         page = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant)
-        img = page.image.chw().max(axis=0)
+        img = page.image.array().max(axis=0)
         assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
         ys, xs = np.nonzero(img > 128)
         assert xs.max() - xs.min() > 200 and ys.max() - ys.min() > 150
@@ -164,14 +186,16 @@ def test_a_page_round_trips_through_flat_record_fields(tmp_path):
     rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
     page = make_page(rec, cfg, 2)
     w, h = max_page_size(cfg)
-    image, maps, size = np.zeros(image_values((w, h)), np.uint8), np.zeros(w * h // 4, np.uint16), np.zeros(2, np.int32)
+    image, maps = np.zeros(image_values((w, h)), np.uint8), np.zeros(map_values((w, h), 0.5), np.uint16)
+    size = np.zeros(2, np.int32)
     page.write_into(image, maps, size)
     back = Page.from_fields(image, maps, size, page.points, page.offsets, page.care, page.weight, cfg.map_scale)
-    assert back.size == page.size
-    np.testing.assert_array_equal(back.image.chw(), page.image.chw())
-    for name in ("maps", "theta", "weight"):
+    assert back.size == page.size and back.maps.shape == page.maps.shape
+    np.testing.assert_array_equal(back.image.array(), page.image.array())
+    np.testing.assert_array_equal(back.maps.array(), page.maps.array())
+    for name in ("theta", "weight"):
         np.testing.assert_array_equal(getattr(back, name), getattr(page, name), err_msg=name)
-    assert page_bytes(page.size, 0.5) == page.image.tiles.nbytes + page.maps.nbytes
+    assert page_bytes(page.size, 0.5) == page.image.tiles.nbytes + page.maps.tiles.nbytes
     inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
     for v in range(3):
         expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size

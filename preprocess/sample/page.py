@@ -15,11 +15,13 @@ The canvas sides are multiples of window.grid_step(s) px, so map side = page sid
 The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
 
-The image is kept in square tiles of TILE_PX (PageImage): a crop's pixels are then a block of whole
+The image is kept in square tiles of TILE_PX (Tiled): a crop's pixels are then a block of whole
 tiles whose rows of tiles lie contiguous in memory, copied at memcpy speed, whereas the crop's rows
 of a plain (3, H, W) page are 3 x S short runs, each at another place, which a core copies at about
-half that speed. The block holds a few more pixels than the crop (its side is whole tiles); the
-device cuts the crop out of it (dataset/expand.py), the CPU paths through PageImage.window.
+half that speed. The maps are kept in tiles of the same page px (map_tile(s) map px; a crop's map
+rows, 2 x S x s bytes each, copied at 0.6x the speed of the same bytes in tiles, measured). A
+block holds a few more pixels than the crop (its side is whole tiles); the device cuts the crop out
+of it (dataset/expand.py), the CPU paths through Tiled.window.
 """
 from __future__ import annotations
 
@@ -53,9 +55,15 @@ WORD_REACH_PX = 32.0         # page px past the image that the canvas grows to h
 TILE_PX = 32                 # side of the square tiles a page image is stored in
 
 
-def tile_grid(size: tuple[int, int]) -> tuple[int, int]:
-    """(columns, rows) of tiles that cover a page of size (W, H) px."""
-    return -(-size[0] // TILE_PX), -(-size[1] // TILE_PX)
+def tile_grid(size: tuple[int, int], tile: int = TILE_PX) -> tuple[int, int]:
+    """(columns, rows) of tiles of side `tile` that cover an array of size (W, H)."""
+    return -(-size[0] // tile), -(-size[1] // tile)
+
+
+def map_tile(map_scale: float) -> int:
+    """Side of a page's maps tiles: TILE_PX page px at map scale s (16 at 0.5, 8 at 0.25), so that the maps'
+    tiles cover the same page px as the image's and a crop's block of either is the same tiles."""
+    return round(TILE_PX * map_scale)
 
 
 def image_values(size: tuple[int, int]) -> int:
@@ -64,53 +72,106 @@ def image_values(size: tuple[int, int]) -> int:
     return 3 * TILE_PX * TILE_PX * tx * ty
 
 
-def block_tiles(side: int) -> int:
-    """Tiles per side of the block that holds any crop of `side` px, wherever in a tile the crop begins."""
-    return (side + TILE_PX - 1) // TILE_PX + 1
+def map_values(size: tuple[int, int], map_scale: float) -> int:
+    """uint16 values the maps of a page of size (W, H) page px take as tiles (one per map pixel of the tiles
+    that cover the page: the same tiles as its image's)."""
+    tx, ty = tile_grid(size)
+    return map_tile(map_scale) ** 2 * tx * ty
 
 
-class PageImage(NamedTuple):
-    """A page's RGB pixels as tiles: tiles[ty, tx] is the (3, TILE_PX, TILE_PX) CHW square whose top left is
-    page px (tx, ty) x TILE_PX; pixels past (width, height) are 0."""
-    tiles: np.ndarray   # uint8 (rows, columns, 3, TILE_PX, TILE_PX)
+def block_tiles(side: int, tile: int = TILE_PX) -> int:
+    """Tiles per side of the block that holds any window of `side` px, wherever in a tile the window begins."""
+    return (side + tile - 1) // tile + 1
+
+
+def block_bytes(cfg: BuildConfig) -> int:
+    """Bytes of a crop's blocks of image and maps tiles (what a reader copies per crop, crop_page_compact)."""
+    n = block_tiles(cfg.input_size)
+    return n * n * (3 * TILE_PX ** 2 + MAPS_DTYPE().itemsize * map_tile(cfg.map_scale) ** 2)
+
+
+class Tiled(NamedTuple):
+    """A 2-D array (with leading channels, or none) of width x height px, stored as square tiles:
+    tiles[ty, tx] is the (*channels, T, T) square whose top left is px (tx, ty) x T; values past (width, height)
+    are 0. A page's image is one (channels (3,), T = TILE_PX), its maps another (no channels, T = map_tile)."""
+    tiles: np.ndarray   # (rows, columns, *channels, T, T)
     width: int
     height: int
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        """(3, H, W): the page as a CHW image."""
-        return 3, self.height, self.width
+    def tile(self) -> int:
+        return self.tiles.shape[-1]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(*channels, H, W): the array it holds."""
+        return (*self.tiles.shape[2:-2], self.height, self.width)
+
+    @property
+    def size(self) -> int:
+        return self.width * self.height
 
     @classmethod
-    def from_chw(cls, image: np.ndarray) -> "PageImage":
-        """The tiles of a uint8 (3, H, W) image."""
-        _, h, w = image.shape
-        tx, ty = tile_grid((w, h))
-        padded = np.zeros((3, ty * TILE_PX, tx * TILE_PX), np.uint8)
-        padded[:, :h, :w] = image
-        tiles = padded.reshape(3, ty, TILE_PX, tx, TILE_PX).transpose(1, 3, 0, 2, 4)
+    def from_array(cls, arr: np.ndarray, tile: int) -> "Tiled":
+        """The tiles of an array (*channels, H, W)."""
+        *c, h, w = arr.shape
+        tx, ty = tile_grid((w, h), tile)
+        padded = np.zeros((*c, ty * tile, tx * tile), arr.dtype)
+        padded[..., :h, :w] = arr
+        nc = len(c)
+        tiles = padded.reshape(*c, ty, tile, tx, tile).transpose(nc, nc + 2, *range(nc), nc + 1, nc + 3)
         return cls(np.ascontiguousarray(tiles), w, h)
 
     def block(self, x: int, y: int, side: int) -> tuple[np.ndarray, tuple[int, int]]:
-        """(tiles (n, n, 3, T, T), (dx, dy)): the block of n = block_tiles(side) tiles per side whose pixel
-        (dx, dy) is page px (x, y), so that it holds the crop [x, x + side) x [y, y + side); a view of the
-        page's tiles where the block lies on them, zero tiles beyond."""
-        n = block_tiles(side)
-        tx, ty = x // TILE_PX, y // TILE_PX   # floor: a crop may begin left of or above the page
-        return window(self.tiles, tx, ty, n, n, axis=0), (x - tx * TILE_PX, y - ty * TILE_PX)
+        """(tiles (n, n, *channels, T, T), (dx, dy)): the block of n = block_tiles(side, T) tiles per side whose
+        px (dx, dy) is px (x, y), so that it holds the window [x, x + side) x [y, y + side); a view of the tiles
+        where the block lies on them, zero tiles beyond."""
+        t = self.tile
+        n = block_tiles(side, t)
+        tx, ty = x // t, y // t   # floor: a window may begin left of or above the array
+        return window(self.tiles, tx, ty, n, n, 0, axis=0), (x - tx * t, y - ty * t)
 
     def window(self, x: int, y: int, w: int, h: int) -> np.ndarray:
-        """uint8 (3, h, w): the page's pixels [x, x + w) x [y, y + h), 0 off the page (a copy)."""
-        tx0, ty0 = x // TILE_PX, y // TILE_PX
-        nx, ny = (x + w - 1) // TILE_PX - tx0 + 1, (y + h - 1) // TILE_PX - ty0 + 1
-        block = window(self.tiles, tx0, ty0, nx, ny, axis=0)
-        pixels = block.transpose(2, 0, 3, 1, 4).reshape(3, ny * TILE_PX, nx * TILE_PX)
-        dx, dy = x - tx0 * TILE_PX, y - ty0 * TILE_PX
-        return np.ascontiguousarray(pixels[:, dy:dy + h, dx:dx + w])
+        """(*channels, h, w): the values [x, x + w) x [y, y + h), 0 off the array (a copy)."""
+        t = self.tile
+        tx0, ty0 = x // t, y // t
+        nx, ny = (x + w - 1) // t - tx0 + 1, (y + h - 1) // t - ty0 + 1
+        block = window(self.tiles, tx0, ty0, nx, ny, 0, axis=0)
+        nc = block.ndim - 4
+        values = block.transpose(*range(2, 2 + nc), 0, nc + 2, 1, nc + 3).reshape(*block.shape[2:2 + nc],
+                                                                                    ny * t, nx * t)
+        dx, dy = x - tx0 * t, y - ty0 * t
+        return np.ascontiguousarray(values[..., dy:dy + h, dx:dx + w])
 
-    def chw(self) -> np.ndarray:
-        """uint8 (3, H, W): the whole page (a copy)."""
+    def array(self) -> np.ndarray:
+        """(*channels, H, W): all of it (a copy)."""
         return self.window(0, 0, self.width, self.height)
+
+
+def _runs(a: int, b: int, t: int) -> list[tuple[int, int, int, int, int]]:
+    """[a, b) cut where tiles of side t begin: (first tile, end tile, first px in a tile, end px in a tile,
+    offset in [a, b)) per run of whole tiles or part of one tile."""
+    if a // t == (b - 1) // t:
+        return [(a // t, a // t + 1, a % t, (b - 1) % t + 1, 0)]
+    head, tail = -(-a // t), b // t
+    runs = [(a // t, head, a % t, t, 0)] if a % t else []
+    if tail > head:
+        runs.append((head, tail, 0, t, head * t - a))
+    if b % t:
+        runs.append((tail, tail + 1, 0, b % t, tail * t - a))
+    return runs
+
+
+def put_rect(tiles: np.ndarray, x: int, y: int, values: np.ndarray) -> None:
+    """Write values (h, w) at px (x, y) of tiles (rows, columns, T, T) (a Tiled's tiles, or a block of them): at
+    most 9 slice assignments, whatever the rectangle's size."""
+    t, (h, w) = tiles.shape[-1], values.shape
+    by_rows = tiles.transpose(0, 2, 1, 3)   # (rows, T, columns, T): a view
+    for ty0, ty1, r0, r1, sy in _runs(y, y + h, t):
+        rows = values[sy:sy + (ty1 - ty0) * (r1 - r0)]
+        for tx0, tx1, c0, c1, sx in _runs(x, x + w, t):
+            part = rows[:, sx:sx + (tx1 - tx0) * (c1 - c0)]
+            by_rows[ty0:ty1, r0:r1, tx0:tx1, c0:c1] = part.reshape(ty1 - ty0, r1 - r0, tx1 - tx0, c1 - c0)
 
 
 def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill=0, axis: int = -2) -> np.ndarray:
@@ -129,8 +190,8 @@ def window(arr: np.ndarray, x: int, y: int, w: int, h: int, fill=0, axis: int = 
 
 
 class Page(NamedTuple):
-    image: PageImage       # RGB, page px, in tiles
-    maps: np.ndarray       # uint16 (H * s, W * s): owner | (1 - roi) << 15 (pack_maps)
+    image: Tiled           # uint8 RGB (3, H, W), page px, in tiles of TILE_PX
+    maps: Tiled            # uint16 (H * s, W * s): owner | (1 - roi) << 15 (pack_maps), in tiles of map_tile(s)
     points: np.ndarray     # float32 (P, 2): every word's vertices, page px
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
     care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
@@ -145,12 +206,12 @@ class Page(NamedTuple):
         return self.image.width, self.image.height
 
     def write_into(self, image: np.ndarray, maps: np.ndarray, size: np.ndarray) -> None:
-        """Store the page in flat fields of a fixed-size record (max_page_size): the image's tiles and the maps
-        at the start of their fields, the rest left untouched (a hole in a sparse file costs no disk), and
-        (W, H) in size."""
+        """Store the page in flat fields of a fixed-size record (max_page_size): the image's and the maps'
+        tiles at the start of their fields, the rest left untouched (a hole in a sparse file costs no disk),
+        and (W, H) in size."""
         w, h = self.size
-        image[:image_values((w, h))] = self.image.tiles.ravel()
-        maps[:self.maps.size] = self.maps.ravel()
+        image[:self.image.tiles.size] = self.image.tiles.ravel()
+        maps[:self.maps.tiles.size] = self.maps.tiles.ravel()
         size[:] = (w, h)
 
     @classmethod
@@ -158,22 +219,24 @@ class Page(NamedTuple):
                     care: np.ndarray, weight: np.ndarray, map_scale: float, theta: np.ndarray | None = None) -> "Page":
         """A page over flat record fields (views, nothing copied) and its words; theta computed when not given."""
         w, h = (int(v) for v in size)
-        mw, mh = round(w * map_scale), round(h * map_scale)
         if theta is None:
             theta = min_rect_angles(gather_quads(points, offsets, care > 0))
         tx, ty = tile_grid((w, h))
-        tiles = image[:image_values((w, h))].reshape(ty, tx, 3, TILE_PX, TILE_PX)
-        return cls(PageImage(tiles, w, h), maps[:mw * mh].reshape(mh, mw), points, offsets, care, theta, weight)
+        t = map_tile(map_scale)
+        return cls(Tiled(image[:image_values((w, h))].reshape(ty, tx, 3, TILE_PX, TILE_PX), w, h),
+                   Tiled(maps[:map_values((w, h), map_scale)].reshape(ty, tx, t, t),
+                         round(w * map_scale), round(h * map_scale)),
+                   points, offsets, care, theta, weight)
 
     @property
     def owner(self) -> np.ndarray:
         """(H * s, W * s): 1 + legible word index (order of the care == 1 words), 0 = none."""
-        return unpack_maps(self.maps)[0]
+        return unpack_maps(self.maps.array())[0]
 
     @property
     def roi(self) -> np.ndarray:
         """uint8 (H * s, W * s): 0 inside don't-care words, 1 elsewhere."""
-        return unpack_maps(self.maps)[1]
+        return unpack_maps(self.maps.array())[1]
 
     def legible_quads(self) -> np.ndarray:
         """float64 (L, 4, 2) page px, in owner order."""
@@ -181,9 +244,8 @@ class Page(NamedTuple):
 
 
 def page_bytes(size: tuple[int, int], map_scale: float) -> int:
-    """Bytes a page of size (W, H) page px holds: 3 per pixel of its image's tiles and 2 per map pixel."""
-    w, h = size
-    return image_values(size) + MAPS_DTYPE().itemsize * round(w * map_scale) * round(h * map_scale)
+    """Bytes a page of size (W, H) page px holds: 3 per pixel of its image's tiles and 2 per map pixel of them."""
+    return image_values(size) + MAPS_DTYPE().itemsize * map_values(size, map_scale)
 
 
 def expected_page_size(frame_w: int, frame_h: int, cfg: BuildConfig, name: str, variant: int) -> tuple[int, int]:
@@ -259,5 +321,5 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Page:
     owner = owner_map(quads, cfg.map_scale, shape, MAPS_DTYPE)
     maps = pack_maps(owner, roi_map(points, offsets, care, cfg.map_scale, shape))
     weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
-    return Page(PageImage.from_chw(image.transpose(2, 0, 1)), maps, points, offsets, care,
-                min_rect_angles(quads), weight, d.warning, d.exif_applied)
+    return Page(Tiled.from_array(image.transpose(2, 0, 1), TILE_PX), Tiled.from_array(maps, map_tile(cfg.map_scale)),
+                points, offsets, care, min_rect_angles(quads), weight, d.warning, d.exif_applied)

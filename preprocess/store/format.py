@@ -20,7 +20,7 @@ import numpy as np
 from preprocess.config import BuildConfig
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: a page record's maps in tiles (page.map_tile), like its image
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
@@ -104,16 +104,14 @@ CROP = RecordKind("crop", (
 class PageShape:
     """A flat field as long as the largest page under the config (page.max_page_size) needs: a page is written
     at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
-    (page.image_values) or, with map=True, one value per map pixel."""
+    (page.image_values) or, with map=True, its maps' tiles (page.map_values)."""
     map: bool = False
 
     def __call__(self, c: BuildConfig) -> tuple[int, ...]:
         # sample code (cv2) loads where pages are made or read
-        from preprocess.sample.page import image_values, max_page_size
-        w, h = max_page_size(c)
-        if self.map:
-            return (round(w * c.map_scale) * round(h * c.map_scale),)
-        return (image_values((w, h)),)
+        from preprocess.sample.page import image_values, map_values, max_page_size
+        size = max_page_size(c)
+        return (map_values(size, c.map_scale),) if self.map else (image_values(size),)
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,8 @@ PAGE = RecordKind("page", (
               "(W, H): the first page.image_values(W, H) values"),
     Field("maps", np.dtype(np.uint16), PageShape(map=True),
           doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
-              "words (top bit); flat: the first (W x s) x (H x s) values"),
+              "words (top bit); in square tiles of page.map_tile(s) map px, the same page px as the image's, "
+              "row after row of tiles: the first page.map_values((W, H), s) values"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ))
 RECORD_KINDS = {k.name: k for k in (CROP, PAGE)}

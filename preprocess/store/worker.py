@@ -133,9 +133,8 @@ def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -
 def copy_page(src, dst, map_scale: float) -> None:
     """The used prefix of a page record's fields, and its size."""
     w, h = (int(v) for v in src["size"])
-    n_maps = round(w * map_scale) * round(h * map_scale)
-    from preprocess.sample.page import image_values   # sample code (cv2) loads where pages are made
-    n_image = image_values((w, h))
+    from preprocess.sample.page import image_values, map_values   # sample code (cv2) loads where pages are made
+    n_image, n_maps = image_values((w, h)), map_values((w, h), map_scale)
     dst["image"][:n_image] = src["image"][:n_image]
     dst["maps"][:n_maps] = src["maps"][:n_maps]
     dst["size"] = src["size"]
