@@ -101,7 +101,6 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
-    outs = [{k: torch.from_numpy(a) for k, a in slot.arrays.items()} for slot in slots]   # each slot's tensors
     while True:
         if not conn.poll(POLL_S):
             if os.getppid() != parent:   # the training process is gone (os._exit skips the cleanup)
@@ -117,7 +116,7 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
         try:
             items = dataset.__getitems__(keys)
             for row, item in zip(rows, items):
-                put(outs[s], row, item)
+                put(slots[s].arrays, row, item)
             result = (gen, seq, s, None)
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
             result = (gen, seq, s, _Failure(e))
