@@ -68,6 +68,16 @@ class Slot:
         self.busy = 0          # parts of a batch given to workers and not back yet
         self.pending = False   # holds a batch not handed out yet (its tensors are made when it is)
         self._free_refs = self._refs()
+        self.map_in()
+
+    def map_in(self) -> None:
+        """Fault every page of the slot into this process's page table, reading a byte of each (which changes
+        nothing another process may be writing; the kernel maps the neighbouring pages with it). Each process
+        maps a shared page on its first touch (a fork does not copy these entries), and a worker writes some
+        rows of each slot, other rows another time: without this, the faults went on for epochs (two workers
+        of 1024-px crops: 28 800 page faults in their second epoch, 2 200 with it; that epoch read 0.32-0.39x
+        a memcpy without, 0.49-0.70x with)."""
+        np.frombuffer(self.buffer, np.uint8)[::mmap.PAGESIZE].max()
 
     def _refs(self) -> list[int]:
         return [sys.getrefcount(r) for r in self.roots.values()]
@@ -101,6 +111,8 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
+    for slot in slots:
+        slot.map_in()
     while True:
         if not conn.poll(POLL_S):
             if os.getppid() != parent:   # the training process is gone (os._exit skips the cleanup)
