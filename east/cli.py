@@ -61,8 +61,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "DetEval), else on --val-cache's crops (polygon DetEval against its words); 0: off "
                            "(default: 1 with --val-data or --val-cache, else 0)")
     data.add_argument("--rebuild", action="store_true",
-                      help="update a stale cache (train or val) before training (default: off; a stale cache stops the "
-                           "run with the command that updates it)")
+                      help="update a stale cache (train or val) before training, or rebuild one that other sample code "
+                           "or another cache format version made (default: off; such a cache stops the run with the "
+                           "command that updates it)")
     data.add_argument("--workers", type=int,
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "

@@ -20,7 +20,7 @@ from preprocess.errors import CacheError
 from preprocess.store.build import rebuild as rebuild_cache
 from preprocess.store.manifest import Manifest
 from preprocess.store.outdir import build_holder
-from preprocess.store.stale import check_stale
+from preprocess.store.stale import out_of_date
 
 
 class EpochSampler(Sampler):
@@ -115,13 +115,14 @@ def ignore_interrupts(worker_id: int) -> None:
 
 
 def open_cache(path: Path, rebuild: bool, rt: Runtime) -> CacheDataset:
-    """Open a cache; with `rebuild`, rank 0 first brings a stale one up to date while the others wait.
-    Without it a stale cache raises StaleCacheError, whose message says what to run."""
+    """Open a cache; with `rebuild`, rank 0 first brings it up to date while the others wait (a changed
+    source, or a cache of another format version or made by other sample code: stale.out_of_date). Without it
+    such a cache raises a CacheError (StaleCacheError), whose message says what to run."""
     try:
         if rebuild and rt.rank == 0:
-            changes = check_stale(Manifest.load(path))
-            if changes.stale:
-                print(f"{path}: {changes.describe()}; updating the cache (--rebuild)", flush=True)
+            why = out_of_date(Manifest.load(path, any_version=True))
+            if why is not None:
+                print(f"{path}: {why}; updating the cache (--rebuild)", flush=True)
                 rebuild_cache(path, quiet=True)
         if rebuild and rt.world > 1:
             dist.barrier()

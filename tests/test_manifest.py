@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers import small_config
+from helpers import make_tiny_cache, small_config
 
 from dataset import CacheDataset
 from preprocess.cli import main
@@ -75,6 +75,28 @@ def test_another_format_version_is_refused_with_the_build_command(cache):
     edit_manifest(cache, lambda d: d.update(format_version=0))
     with pytest.raises(CacheError, match=r"format version 0.*python -m preprocess build --data .* --strategy batch"):
         Manifest.load(cache)
+
+
+@pytest.mark.parametrize("edit", ["format version", "build fingerprint"])
+def test_train_rebuild_makes_a_cache_of_another_version_or_other_code_anew(edit, tiny_data, tmp_path, capsys):
+    """train.py --rebuild (east.data.open_cache) rebuilds a cache that another format version or other sample code
+    made, with the settings it records, where a plain open refuses it and names --rebuild."""
+    from types import SimpleNamespace
+
+    from east.data import open_cache
+    from preprocess.store.fingerprint import build_fingerprint
+    cache = make_tiny_cache(tiny_data, tmp_path / "c")
+    built = Manifest.load(cache).config
+    edit_manifest(cache, lambda d: d.update(format_version=FORMAT_VERSION - 1) if edit == "format version" else
+                  d.update(build_fingerprint="0" * 16))
+    with pytest.raises(CacheError, match="pass --rebuild to train.py"):
+        CacheDataset(cache)
+    ds = open_cache(cache, True, SimpleNamespace(rank=0, world=1))
+    assert f"{cache}: it " in capsys.readouterr().out
+    m = Manifest.load(cache)
+    assert m.format_version == FORMAT_VERSION and m.build_fingerprint == build_fingerprint(m.config) == ds.fingerprint
+    assert m.config == built and CacheDataset(cache)[0]["image"].any()   # (data files named by this code's
+    # build fingerprint are its own, and kept: a cache of another version has files of another fingerprint)
 
 
 def test_a_data_file_of_another_dtype_is_refused_by_name(cache):

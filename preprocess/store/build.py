@@ -182,8 +182,9 @@ def _committed(out: Path, manifest: Manifest) -> bool:
 
 
 def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
-    """Bring a cache up to date with the source and the config it was built with."""
-    m = Manifest.load(cache_dir)
+    """Bring a cache up to date with the source and the config it was built with (also one of another format
+    version, or made by other sample code: made anew)."""
+    m = Manifest.load(cache_dir, any_version=True)
     return build_cache(m.config, m.source.data_dirs, cache_dir, split=m.source.split, jobs=jobs, quiet=quiet,
                        check_content=m.source.check_content, skip_bad=m.source.skip_bad, file_format=m.file_format)
 

@@ -106,7 +106,9 @@ class Manifest:
         write_atomic(Path(cache_dir) / MANIFEST, json.dumps(self.to_dict(), indent=1, sort_keys=True))
 
     @classmethod
-    def load(cls, cache_dir: str | os.PathLike) -> "Manifest":
+    def load(cls, cache_dir: str | os.PathLike, any_version: bool = False) -> "Manifest":
+        """The cache's manifest, checked; any_version: also one of another format version, as recorded (what a
+        rebuild needs: its source and settings), checked only as far as its keys' types."""
         path = Path(cache_dir) / MANIFEST
         if not path.exists():
             raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
@@ -116,12 +118,13 @@ class Manifest:
                 d = json.loads(f.read())
         except (ValueError, OSError) as e:   # ValueError: not JSON, not UTF-8, not a regular file
             raise CacheError(f"{path}: unreadable manifest ({e}). {repair_hint(cache_dir, None)}") from e
-        if not isinstance(d, dict) or d.get("format_version") != FORMAT_VERSION:
+        if not isinstance(d, dict) or (d.get("format_version") != FORMAT_VERSION and not any_version):
             found = d.get("format_version") if isinstance(d, dict) else None
             raise CacheError(f"{cache_dir}: cache format version {found}, this code reads version {FORMAT_VERSION}. "
-                             f"Rebuild it with: {_lenient_command(d, cache_dir)}")
+                             f"Rebuild it with: {_lenient_command(d, cache_dir)}, or pass --rebuild to train.py")
         m = cls.from_dict(d, path)
-        m.validate(path)
+        if m.format_version == FORMAT_VERSION:
+            m.validate(path)
         return m
 
     @classmethod

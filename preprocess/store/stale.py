@@ -6,7 +6,14 @@ from pathlib import Path
 
 from preprocess.errors import DataError
 from preprocess.ingest.ufo import load_splits
-from preprocess.store.fingerprint import ImageSource, file_fingerprint, json_fingerprints, source_fingerprints
+from preprocess.store.fingerprint import (
+    ImageSource,
+    build_fingerprint,
+    file_fingerprint,
+    json_fingerprints,
+    source_fingerprints,
+)
+from preprocess.store.format import FORMAT_VERSION
 from preprocess.store.manifest import Manifest
 
 
@@ -68,3 +75,15 @@ def check_stale(m: Manifest) -> Staleness:
     except (DataError, OSError) as e:
         return Staleness(error=f"the source data cannot be read: {e}")
     return compare_sources(m.images, fps)
+
+
+def out_of_date(m: Manifest) -> str | None:
+    """Why the cache of manifest m (Manifest.load(any_version=True)) must be rebuilt before this code reads it,
+    or None: another format version, another build fingerprint (made by other sample-making code, or with a
+    config this code reads otherwise), or a source that changed since the build."""
+    if m.format_version != FORMAT_VERSION:
+        return f"it is of cache format version {m.format_version}, this code reads version {FORMAT_VERSION}"
+    if m.build_fingerprint != build_fingerprint(m.config):
+        return "it was made by other sample-making code (its build fingerprint is not this code's)"
+    changes = check_stale(m)
+    return changes.describe() if changes.stale else None
