@@ -12,6 +12,7 @@ inode); one first opened after the manifest was replaced stops the run with a me
 """
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class CacheDataset(Dataset):
         self._records: list = [None] * len(self.files)
         self._quads: dict[int, dict] = {}
         self._table_rows: int | None = None
+        self._fits: bool | None = None   # the data files fit in half the memory (_fits_in_memory), once asked
         self._pid = os.getpid()
         if in_memory:  # read every file into RAM once; forked workers share the pages copy-on-write
             self._records = [self._format.open(self._path(f), self.spec, in_memory=True) for f in range(len(self.files))]
@@ -135,7 +137,21 @@ class CacheDataset(Dataset):
                                 self.config.map_scale)
         if isinstance(self._records[f], np.ndarray):
             self._pages[(f, r)] = page
+            if self._fits_in_memory():
+                map_in(self._records[f], [page.image.tiles, page.maps.tiles])
         return page
+
+    def _fits_in_memory(self) -> bool:
+        """Whether the cache's data files take at most half of this machine's memory (blocks on disk: page files
+        are sparse), so that its pages stay in the page cache once read."""
+        if self._fits is None:
+            try:
+                memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+                data = sum(os.stat(self._path(f)).st_blocks * 512 for f in range(len(self.files)))
+                self._fits = data <= memory // 2
+            except (OSError, ValueError, AttributeError):   # no such sysconf name, or st_blocks, here
+                self._fits = False
+        return self._fits
 
     def crop_origin(self, i: int, variant: int, page: Page | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(origin (x, y) page px, legible words cut) of image i's crop at this epoch (page-mode caches): drawn
@@ -260,6 +276,29 @@ def _manifest_stamp(cache_dir: Path) -> tuple | None:
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+MADV_POPULATE_READ = 22   # madvise(2), Linux 5.14 and later (Python's mmap module does not name it)
+
+
+def map_in(records, arrays: list[np.ndarray]) -> None:
+    """Map the pages of the file that hold `arrays` (views of the memory-mapped `records`) into this process's
+    page table now, one call per array, instead of fault by fault as crops first touch them, epoch after epoch
+    (a page's crops cover it over its first epochs: with two workers, 1024-px crops read 0.49-0.72x a memcpy
+    over epochs 1-8 without this, 0.67-0.76x with it, in six alternating runs, five of them ahead). Reads what is not in the page cache yet. Nothing where
+    the records are not a memory map or the kernel does not know the call."""
+    mm = getattr(records, "_mmap", None)
+    if mm is None:
+        return
+    try:
+        base = np.frombuffer(mm, np.uint8, 1).ctypes.data
+        for a in arrays:
+            if a.nbytes:
+                start = a.ctypes.data - base
+                aligned = start - start % mmap.PAGESIZE
+                mm.madvise(MADV_POPULATE_READ, aligned, start + a.nbytes - aligned)
+    except (OSError, ValueError):   # an older kernel (EINVAL), a closed map
+        return
 
 
 def _raise_if_stale(cache_dir: Path, manifest: Manifest) -> None:

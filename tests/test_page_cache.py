@@ -177,3 +177,31 @@ def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
         a, b = collate([a]), collate([b])   # a compact crop's maps patch is applied by collate
         assert all(torch.equal(a[k], b[k]) for k in a)
     assert kept._words and not fresh._words
+
+
+def test_a_reader_maps_a_page_in_when_it_first_reads_it(cache):
+    """The first crop of a page maps all of the page's stored bytes into the reading process (cache.map_in), so
+    that later crops of it take no page faults; with the call left out (or where the kernel lacks it), reading
+    the page's tiles faults."""
+    import mmap
+    import resource
+
+    def faults_reading(page) -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for a in (page.image.tiles, page.maps.tiles):
+            np.frombuffer(a.data, np.uint8)[::mmap.PAGESIZE].max()   # a byte of every page
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    probe = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        probe.madvise(cache_module.MADV_POPULATE_READ, 0, mmap.PAGESIZE)
+    except OSError:
+        pytest.skip("this kernel has no MADV_POPULATE_READ (Linux < 5.14)")
+    ds = CacheDataset(cache)
+    assert ds._fits_in_memory()
+    page = ds.page(0, 0)
+    pages = (page.image.tiles.nbytes + page.maps.tiles.nbytes) // mmap.PAGESIZE
+    assert pages >= 32 and faults_reading(page) <= 1, "the page was mapped in on its first read"
+    ds = CacheDataset(cache)
+    ds._fits = False   # as for a cache larger than half the memory: pages are faulted in as crops touch them
+    assert faults_reading(ds.page(0, 0)) >= 2   # (the kernel maps up to 16 neighbouring pages per fault)
