@@ -1,7 +1,7 @@
 """Read batches ahead in a thread of the training process.
 
-A cached batch is one copy per field out of the page cache, and those copies release the GIL (collate
-copies with torch, on its intra-op threads). So one thread keeps up with a GPU, and its batches need no
+A cached batch is one copy per field out of the page cache, and those copies release the GIL (collate's
+copies, torch's of a batch of rows, numpy's of a list of items). So one thread keeps up with a GPU, and its batches need no
 inter-process hand-off, whereas DataLoader worker processes pay for a fresh shared-memory segment per
 batch (page faults in both processes). `prefetch(loader)` overlaps that work with the training step,
 which spends its time waiting on the device. (A second thread making alternate batches was tried for
