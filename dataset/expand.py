@@ -74,8 +74,12 @@ def batch_images(batch: dict, device=None) -> torch.Tensor:
 
 def batch_maps(batch: dict, device=None) -> torch.Tensor:
     """A compact page-mode batch's maps (B, 1, m, m) on the device (default: where they are), cut out of their
-    blocks of maps tiles."""
-    return untile_maps(_on(batch["maps"], device), batch[TILES], batch[AT].tolist())
+    blocks of maps tiles: int16 holding the stored uint16 bits (torch's uint16 has few kernels on devices;
+    int16 has all of them, and `& 0xFFFF` of its int32 gives the unsigned value back)."""
+    maps = batch["maps"]
+    if maps.dtype == torch.uint16:
+        maps = maps.view(torch.int16)
+    return untile_maps(_on(maps, device), batch[TILES], batch[AT].tolist())
 
 
 def expand_batch(batch: dict, device=None) -> dict:
@@ -87,7 +91,7 @@ def expand_batch(batch: dict, device=None) -> dict:
         return {k: _on(v, device) for k, v in batch.items()}
     image, maps, table = batch_images(batch, device), batch_maps(batch, device), _on(batch[TABLE], device)
     map_scale = maps.shape[-1] / image.shape[-1]
-    maps = maps.int()   # uint16 has few kernels on devices; int32 holds it
+    maps = maps.int() & 0xFFFF   # the stored uint16 value (batch_maps hands over its bits as int16)
     score, geo = expand_targets(maps & OWNER_MASK, table, map_scale)
     roi = (1 - (maps >> DONT_CARE_BIT)).to(torch.uint8)
     return {"image": image, "score": score, "geo": geo, "roi": roi}
