@@ -285,8 +285,9 @@ def map_in(records, arrays: list[np.ndarray]) -> None:
     """Map the pages of the file that hold `arrays` (views of the memory-mapped `records`) into this process's
     page table now, one call per array, instead of fault by fault as crops first touch them, epoch after epoch
     (a page's crops cover it over its first epochs: with two workers, 1024-px crops read 0.49-0.72x a memcpy
-    over epochs 1-8 without this, 0.67-0.76x with it, in six alternating runs, five of them ahead). Reads what is not in the page cache yet. Nothing where
-    the records are not a memory map or the kernel does not know the call."""
+    over epochs 1-8 without this, 0.67-0.76x with it, in six alternating runs, five of them ahead). Reads what
+    is not in the page cache yet. Nothing where the records are not a memory map or the kernel does not know
+    the call."""
     mm = getattr(records, "_mmap", None)
     if mm is None:
         return

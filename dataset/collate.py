@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dataset.buffers import empty_batch, torch_dtype
+from dataset.buffers import empty_batch
 from dataset.expand import PATCH, TABLE, pad_tables
 from preprocess.sample.page import put_rect
 
@@ -39,17 +39,18 @@ def fixed_fields(item: dict) -> list[tuple[str, object]]:
     return [(k, v) for k, v in item.items() if k not in (TABLE, PATCH)]
 
 
-def put(out: dict[str, torch.Tensor | np.ndarray], j: int, item: dict) -> None:
+def put(out: dict[str, np.ndarray], j: int, item: dict) -> None:
     """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
     crop's cut words change, over the maps tiles copied from the page) where it has one; and its word table, zero rows
-    after its own, where out has a table of fixed rows (a loader worker's batch slot). out: arrays (numpy's copies,
-    which cost a 512-px crop 20% less time than torch's dispatch per field on one thread), or tensors."""
+    after its own, where out has a table of fixed rows (a loader worker's batch slot). out: arrays (a slot's, or
+    a batch tensor's memory): numpy's copies, which cost a 512-px crop 20% less time than torch's dispatch per
+    field on one thread."""
     for k, v in fixed_fields(item):
-        copy(out[k][j], v)
+        np.copyto(out[k][j], v)
     if item.get(PATCH) is not None:
-        put_rect(as_array(out["maps"][j]), *item[PATCH])
+        put_rect(out["maps"][j], *item[PATCH])
     if TABLE in out and TABLE in item:
-        table, rows = as_array(out[TABLE][j]), len(item[TABLE])
+        table, rows = out[TABLE][j], len(item[TABLE])
         if rows > len(table):
             raise ValueError(f"a crop's word table has {rows} rows, its batch slot {len(table)}: the dataset's "
                              f"table_rows() is not the most legible words of its pages")
@@ -57,25 +58,6 @@ def put(out: dict[str, torch.Tensor | np.ndarray], j: int, item: dict) -> None:
         table[rows:] = 0
 
 
-# dtypes that torch stores but copies through a slow generic kernel (uint16: 1.8x the time of int16 for a
-# page-mode crop's maps window, measured): copied as the signed type of the same size, bit for bit
-COPY_AS = {np.dtype(u): (np.dtype(i), torch_dtype(i))
-           for u, i in ((np.uint16, np.int16), (np.uint32, np.int32), (np.uint64, np.int64))}
-
-
-def as_array(a: torch.Tensor | np.ndarray) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) else a.numpy()
-
-
-def copy(dst: torch.Tensor | np.ndarray, src) -> None:
-    """dst[...] = src (an array or a view of the cache): numpy's copy into an array, torch's into a tensor (on
-    torch's intra-op threads, where this process has several)."""
-    if isinstance(dst, np.ndarray):
-        np.copyto(dst, src)
-        return
-    src = np.asarray(src)
-    as_ = COPY_AS.get(src.dtype)
-    if as_ is None:
-        dst.copy_(torch.from_numpy(src))
-    else:
-        dst.view(as_[1]).copy_(torch.from_numpy(src.view(as_[0])))
+def copy(dst: torch.Tensor, src) -> None:
+    """dst[...] = src (a field of a slice of records), with torch's copy (on its intra-op threads)."""
+    dst.copy_(torch.from_numpy(np.asarray(src)))

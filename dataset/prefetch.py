@@ -1,10 +1,10 @@
 """Read batches ahead in a thread of the training process.
 
 A cached batch is one copy per field out of the page cache, and those copies release the GIL (collate's
-copies, torch's of a batch of rows, numpy's of a list of items). So one thread keeps up with a GPU, and its batches need no
-inter-process hand-off, whereas DataLoader worker processes pay for a fresh shared-memory segment per
-batch (page faults in both processes). `prefetch(loader)` overlaps that work with the training step,
-which spends its time waiting on the device. (A second thread making alternate batches was tried for
+copies, torch's of a batch of rows, numpy's of a list of items). So one thread keeps up with a GPU, and its
+batches need no inter-process hand-off, whereas DataLoader worker processes pay for a fresh shared-memory
+segment per batch (page faults in both processes). `prefetch(loader)` overlaps that work with the training
+step, which spends its time waiting on the device. (A second thread making alternate batches was tried for
 page-mode crops, whose window draw and maps are Python that holds the GIL: it read no faster, 0.81-0.91
 against 0.78-0.80 ms per 1024-px crop on 2 cores, and would take the GIL from the training loop more.)
 """

@@ -176,4 +176,5 @@ def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float 
     quads = points.astype(np.float64)[np.repeat(care > 0, np.diff(offsets))].reshape(-1, 4, 2)
     image = rng.integers(0, 256, (3, size[1], size[0]), np.uint8)
     maps = pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape))
-    return Page(Tiled.from_array(image, TILE_PX), Tiled.from_array(maps, map_tile(map_scale)), points, offsets, care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))
+    return Page(Tiled.from_array(image, TILE_PX), Tiled.from_array(maps, map_tile(map_scale)), points, offsets,
+                care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))

@@ -46,7 +46,7 @@ def window_rng(seed: int, epoch: int, name: str, variant: int) -> np.random.Gene
     return rng
 
 
-COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts a CropDraw keeps per page (uint16: 8 MiB); beyond, counted per draw
+COUNTS_CELLS_MAX = 1 << 22   # origins whose cut counts a CropDraw keeps per page (uint16: 8 MiB); beyond: per draw
 BEST_BYTES = 64 << 20        # a reader's room for its pages' kept best origins (per process)
 
 
