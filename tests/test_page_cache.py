@@ -179,29 +179,32 @@ def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
     assert kept._words and not fresh._words
 
 
-def test_a_reader_maps_a_page_in_when_it_first_reads_it(cache):
-    """The first crop of a page maps all of the page's stored bytes into the reading process (cache.map_in), so
-    that later crops of it take no page faults; with the call left out (or where the kernel lacks it), reading
-    the page's tiles faults."""
+def test_a_reader_asks_to_map_a_page_in_when_it_first_reads_it(cache, monkeypatch):
+    """The first read of a page asks the kernel to map all of the page's stored bytes in (cache.map_in: one
+    madvise range per field, covering it exactly from its memory page's start), once per page and process, and
+    only where the cache fits in half the memory. What the kernel then does (page faults) is the benchmark's to
+    count: a shared machine reclaims pages on its own."""
     import mmap
-    import resource
-
-    def faults_reading(page) -> int:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for a in (page.image.tiles, page.maps.tiles):
-            np.frombuffer(a.data, np.uint8)[::mmap.PAGESIZE].max()   # a byte of every page
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-    probe = mmap.mmap(-1, mmap.PAGESIZE)
-    try:
-        probe.madvise(cache_module.MADV_POPULATE_READ, 0, mmap.PAGESIZE)
-    except OSError:
-        pytest.skip("this kernel has no MADV_POPULATE_READ (Linux < 5.14)")
+    calls = []
+    monkeypatch.setattr(cache_module, "map_in", lambda records, arrays: calls.append((records, arrays)))
     ds = CacheDataset(cache)
-    assert ds._fits_in_memory()
+    ds._fits = True
     page = ds.page(0, 0)
-    pages = (page.image.tiles.nbytes + page.maps.tiles.nbytes) // mmap.PAGESIZE
-    assert pages >= 32 and faults_reading(page) <= 1, "the page was mapped in on its first read"
+    ds.page(0, 0)
+    assert len(calls) == 1
+    records, arrays = calls[0]
+    assert records is ds.file_records(ds.locate(0, 0)[0])
+    assert [a.ctypes.data for a in arrays] == [page.image.tiles.ctypes.data, page.maps.tiles.ctypes.data]
+    assert [a.nbytes for a in arrays] == [page.image.tiles.nbytes, page.maps.tiles.nbytes]
+    ds.page(1, 0)
+    assert len(calls) == 2
     ds = CacheDataset(cache)
-    ds._fits = False   # as for a cache larger than half the memory: pages are faulted in as crops touch them
-    assert faults_reading(ds.page(0, 0)) >= 2   # (the kernel maps up to 16 neighbouring pages per fault)
+    ds._fits = False   # a cache larger than half the memory: pages are faulted in as crops touch them
+    ds.page(0, 0)
+    assert len(calls) == 2
+
+    page_size = mmap.PAGESIZE
+    buf = np.frombuffer(mmap.mmap(-1, 8 * page_size), np.uint8)   # a map: its first byte is page-aligned
+    base = buf.ctypes.data
+    arrays = [buf[100:100 + 3 * page_size], buf[5 * page_size:6 * page_size], buf[7:7]]
+    assert cache_module.populate_ranges(base, arrays) == [(0, 100 + 3 * page_size), (5 * page_size, page_size)]
