@@ -19,7 +19,7 @@ from common import bench_pages, machine, table
 REPO = Path(__file__).resolve().parents[1]
 PARENT = """
 import resource, sys
-from preprocess.cli import main
+from east_cache.cli import main
 rc = main(sys.argv[1:])
 print("parent_maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 sys.exit(rc)

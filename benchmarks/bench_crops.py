@@ -1,5 +1,5 @@
 """What training sees and what it costs, per crop mode: page mode (--crop read, a new crop every epoch), frozen
-build-time crops (--crop build, K = 1 and 4 variants) and the on-the-fly reference (dataset/onthefly.py, a
+build-time crops (--crop build, K = 1 and 4 variants) and the on-the-fly reference (east_cache/reader/onthefly.py, a
 fresh make_sample every epoch). Prints markdown tables; asserts nothing.
 
 - word coverage: the share of legible words seen whole in at least one training crop after N epochs, on the
@@ -28,18 +28,18 @@ import numpy as np
 import torch
 from common import BENCH_DATA, machine, memcpy_rate, table, train_loader, write_sample_dataset
 
-from dataset import CacheDataset, batches
-from dataset.expand import batch_len
-from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import CARE, load_splits
-from preprocess.sample.make import choose_sample_crop
-from preprocess.sample.page import make_page
-from preprocess.sample.window import grid_step, word_boxes
-from preprocess.store.build import build_cache
-from preprocess.store.layout import Layout
-from preprocess.tools.coverage import build_mode, coverage, page_mode
-from preprocess.tools.info import disk_bytes
-from preprocess.tools.sampledata import DEFAULT_PAGE_SIZE
+from east_cache.reader import CacheDataset, batches
+from east_cache.reader.expand import batch_len
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample.make import choose_sample_crop
+from east_cache.sample.page import make_page
+from east_cache.sample.window import grid_step, word_boxes
+from east_cache.store.build import build_cache
+from east_cache.store.layout import Layout
+from east_cache.tools.coverage import build_mode, coverage, page_mode
+from east_cache.tools.info import disk_bytes
+from east_cache.tools.sampledata import DEFAULT_PAGE_SIZE
 
 DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
 WORKERS = 2            # train.py --workers of the worker-process rows

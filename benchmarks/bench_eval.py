@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 from common import machine, table
 
-from east.scoring import load_ground_truth, load_predictions, score
-from preprocess.config import BuildConfig
+from east_cache.model.scoring import load_ground_truth, load_predictions, score
+from east_cache.config import BuildConfig
 
 PAGE = (2000, 2000)          # px, page width and height; words sit on a grid of cells
 DONT_CARE_SHARE = 0.1        # words marked illegible

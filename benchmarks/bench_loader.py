@@ -19,11 +19,11 @@ from pathlib import Path
 from common import bench_pages, machine, memcpy_rate, table, train_loader
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
-from preprocess.config import STRATEGIES, BuildConfig
-from preprocess.ingest.ufo import load_splits
-from preprocess.sample.make import make_sample
-from preprocess.store.build import build_cache
+from east_cache.reader import CacheDataset, OnTheFlyDataset, collate, make_sampler, prefetch
+from east_cache.config import STRATEGIES, BuildConfig
+from east_cache.ingest.ufo import load_splits
+from east_cache.sample.make import make_sample
+from east_cache.store.build import build_cache
 
 MEMCPY_TRIES = 3     # the reference is the best of these: a limit, so noise from other processes should not lower it
 WARM_SECONDS = 1.0   # s of untimed epochs first: the first reads in a process run several times slower
@@ -32,8 +32,8 @@ MIN_SECONDS = 2.0    # s; each loader figure covers at least this long
 
 def batches(ds, workers: int, batch_size: int, threaded: bool):
     """A loader over ds, shuffled as train.py shuffles it (whole batch files for the batch strategy); threaded:
-    workers=0 read ahead by dataset.prefetch's thread, train.py's default for these caches. Worker processes: for a
-    cache, train.py's (dataset/workers.py, batches cut into shared slots); for the on-the-fly Dataset, DataLoader's."""
+    workers=0 read ahead by east_cache.reader.prefetch's thread, train.py's default for these caches. Worker processes: for a
+    cache, train.py's (east_cache/reader/workers.py, batches cut into shared slots); for the on-the-fly Dataset, DataLoader's."""
     if isinstance(ds, CacheDataset):
         sampler, loader = train_loader(ds, batch_size, workers)
     else:

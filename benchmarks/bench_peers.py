@@ -6,7 +6,7 @@ batches one ahead from a thread). Prints markdown tables; asserts nothing.
 Warm page cache, reading in the main process (no DataLoader workers), batches of --batch-size. Every reader
 materialises its batch: contiguous arrays or tensors of its own (peers.py), each touched once per page. One
 warm-up epoch per reader, then --rounds rounds; in each, a memcpy of the same records into a batch buffer
-(preprocess.tools.bench.memcpy_rate, the physical limit) and one epoch per reader, in an order that rotates
+(east_cache.tools.bench.memcpy_rate, the physical limit) and one epoch per reader, in an order that rotates
 from round to round. A reader's figure is its epochs' samples/s over its round's memcpy: median [min-max].
 
 Needs the optional extra, in an environment of its own (see peers.py for why Mosaic Streaming runs without
@@ -99,7 +99,7 @@ def disk_mib(path: Path) -> float:
 def open_ours(cache: Path, batch: int, compact: bool = False, workers: int = 0):
     """This project's reader as train.py feeds from it (compact: a page-mode cache's items as train.py reads them,
     a fresh crop per epoch whose score and geometry the device rebuilds; workers: train.py --workers N)."""
-    from dataset import CacheDataset, batches
+    from east_cache.reader import CacheDataset, batches
     ds = CacheDataset(cache, compact=compact)
     sampler, loader = train_loader(ds, batch, workers)
 
@@ -178,9 +178,9 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # LitData's workers
     from peers import Records
 
-    from dataset import CacheDataset
-    from preprocess.config import BuildConfig
-    from preprocess.store.build import build_cache
+    from east_cache.reader import CacheDataset
+    from east_cache.config import BuildConfig
+    from east_cache.store.build import build_cache
 
     data = bench_pages(a.records)
     cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size, crop="build")  # the fixed records

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common import BENCH_DATA, machine, table
 
-from preprocess.tools.sampledata import write_sample_dataset
+from east_cache.tools.sampledata import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 DISTINCT_PAGES = 40

@@ -1,4 +1,4 @@
-"""Whole-sample speed on document pages and camera photos: preprocess.sample.make_sample (decode at reduced
+"""Whole-sample speed on document pages and camera photos: east_cache.sample.make_sample (decode at reduced
 size -> one affine warp -> targets) per stage, against its floor, the build, the decode it replaced, and a plain
 sequential pipeline built the way the common baseline builds a sample on the fly (PIL open, resize the long side,
 height jitter, rotate, crop retry loop, then the plain reference targets of tests/reference.py). Prints markdown
@@ -37,15 +37,15 @@ from common import (
 from PIL import Image, ImageOps
 from reference import reference_targets
 
-from preprocess.config import BuildConfig
-from preprocess.ingest import imageio
-from preprocess.ingest.ufo import CARE, load_splits
-from preprocess.sample import make
-from preprocess.sample.make import make_sample
-from preprocess.sample.targets import make_targets
-from preprocess.store.build import build_cache
-from preprocess.store.fingerprint import record_crc
-from preprocess.store.format import record_spec
+from east_cache.config import BuildConfig
+from east_cache.ingest import imageio
+from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample import make
+from east_cache.sample.make import make_sample
+from east_cache.sample.targets import make_targets
+from east_cache.store.build import build_cache
+from east_cache.store.fingerprint import record_crc
+from east_cache.store.format import record_spec
 
 STAGES = ("decode", "warp", "targets")
 FLOOR_GOAL, BASELINE_GOAL = 1.3, 30   # the issue's goals: build <= 1.3x its floor, >= 30x the baseline on photos

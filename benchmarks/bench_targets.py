@@ -1,4 +1,4 @@
-"""Target-map speed: preprocess.targets.make_targets against the plain reference in tests/reference.py,
+"""Target-map speed: east_cache.targets.make_targets against the plain reference in tests/reference.py,
 on document-like crops of ~120 random words. Prints a markdown table; asserts nothing.
 
     python benchmarks/bench_targets.py [--pages 3] [--words 120] [--input-size 1024] [--repeat 3]
@@ -11,7 +11,7 @@ import numpy as np
 from common import FAST_REPEATS, machine, median_over, table
 from reference import reference_targets
 
-from preprocess.sample.targets import make_targets
+from east_cache.sample.targets import make_targets
 
 DONT_CARE_SHARE = 0.15   # illegible or ignore-tagged words on a typical page
 

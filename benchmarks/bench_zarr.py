@@ -15,12 +15,12 @@ from pathlib import Path
 from bench_loader import loader_rate
 from common import bench_pages, machine, table
 
-from dataset import CacheDataset
-from preprocess.config import BuildConfig
-from preprocess.store.build import build_cache
-from preprocess.store.formats import FILE_FORMATS
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.store.sidecar import quads_path
+from east_cache.reader import CacheDataset
+from east_cache.config import BuildConfig
+from east_cache.store.build import build_cache
+from east_cache.store.formats import FILE_FORMATS
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.sidecar import quads_path
 
 MIB = 2**20
 

@@ -23,11 +23,11 @@ sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path
 
 from torch.utils.data import DataLoader
 
-from dataset import collate, make_sampler
-from dataset.workers import WorkerLoader
-from east.data import EpochDataset, EpochSampler
-from preprocess.tools.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
-from preprocess.tools.sampledata import write_sample_dataset  # noqa: E402
+from east_cache.reader import collate, make_sampler
+from east_cache.reader.workers import WorkerLoader
+from east_cache.model.data import EpochDataset, EpochSampler
+from east_cache.tools.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from east_cache.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))
 FAST_REPEATS = 10   # timed runs of fast code per run of its slow reference: they are cheap, and steady the median
@@ -127,7 +127,7 @@ def median_over(pages: list, fn, repeat: int) -> float:
 def train_loader(ds, batch_size: int, workers: int = 0) -> tuple[EpochSampler, object]:
     """(sampler, loader): a CacheDataset read as train.py reads it, shuffled with seed 0, a new epoch at each
     sampler.set_epoch: in this process (a DataLoader with collate, for batches()'s thread), or by train.py's
-    `workers` worker processes (dataset/workers.py)."""
+    `workers` worker processes (east_cache/reader/workers.py)."""
     sampler, items = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0)), EpochDataset(ds)
     return sampler, (WorkerLoader(items, sampler, batch_size, workers) if workers else
                      DataLoader(items, batch_size=batch_size, sampler=sampler, collate_fn=collate))

@@ -85,7 +85,7 @@ def _per_sample(n: int, batch: int, spec: dict, load):
 
 @functools.lru_cache(maxsize=1)
 def _cache_records(cache_dir: str) -> Records:
-    from dataset import CacheDataset
+    from east_cache.reader import CacheDataset
     return Records(CacheDataset(cache_dir, check_stale=False))
 
 

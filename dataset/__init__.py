@@ -1,10 +1,7 @@
-"""A thin mmap-backed torch Dataset over a cache built by `python -m preprocess build`."""
-from dataset.buffers import POOL, BufferPool
-from dataset.cache import CacheDataset, StaleCacheError
-from dataset.collate import collate
-from dataset.onthefly import OnTheFlyDataset
-from dataset.prefetch import batches, prefetch
-from dataset.sampler import BlockSampler, make_sampler
+"""The cache reader under the name the design gives it: `from dataset import CacheDataset`.
 
-__all__ = ["POOL", "BlockSampler", "BufferPool", "CacheDataset", "OnTheFlyDataset", "StaleCacheError", "batches", "collate",
-           "make_sampler", "prefetch"]
+The code lives in east_cache.reader; beside a project that has its own dataset.py (the BoostCamp baseline
+has one), import it as `from east_cache import ...` instead: that name shadows nothing.
+"""
+from east_cache.reader import *  # noqa: F403
+from east_cache.reader import __all__  # noqa: F401

@@ -1,5 +1,5 @@
 import sys
 
-from preprocess.cli import MODULE_COMMAND, main
+from east_cache.cli import MODULE_COMMAND, main
 
 sys.exit(main(prog=MODULE_COMMAND))

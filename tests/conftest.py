@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import make_tiny_cache
 
-from preprocess.tools.sampledata import write_sample_dataset
+from east_cache.tools.sampledata import write_sample_dataset
 
 
 @pytest.fixture(scope="session")

@@ -11,16 +11,16 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from east import cli
-from east.decode import decode_maps
-from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import CARE, ImageRecord
-from preprocess.sample.geometry import min_rect_angles
-from preprocess.sample.page import TILE_PX, Page, Tiled, map_tile, pack_maps
-from preprocess.sample.targets import make_targets, owner_map, roi_map
-from preprocess.store.build import build_cache
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.store.sidecar import quads_path
+from east_cache.model import cli
+from east_cache.model.decode import decode_maps
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import CARE, ImageRecord
+from east_cache.sample.geometry import min_rect_angles
+from east_cache.sample.page import TILE_PX, Page, Tiled, map_tile, pack_maps
+from east_cache.sample.targets import make_targets, owner_map, roi_map
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.sidecar import quads_path
 
 REPO = Path(__file__).resolve().parents[1]
 # pages this small still leave words in both kinds of 64 px crop
@@ -113,12 +113,12 @@ def input_key(images_uint8: np.ndarray) -> bytes:
 
 
 class GroundTruthModel:
-    """A test double for EAST at inference: for an input it has seen prepared (east.predict.load_input) it returns
+    """A test double for EAST at inference: for an input it has seen prepared (east_cache.model.predict.load_input) it returns
     the page's ground-truth score and geometry maps, so predictions are as good as decoding allows; any other
     input gets empty maps. It recognises an input by un-normalising it back to the uint8 image."""
 
     def __init__(self, pages, words: dict, image_size: int, map_scale: float):
-        from east.predict import input_geometry, load_input
+        from east_cache.model.predict import input_geometry, load_input
         self.map_scale, self.maps = map_scale, {}
         for page in pages:
             w = words[page.name]
@@ -132,7 +132,7 @@ class GroundTruthModel:
         """score (B, 1, h, w) and geo (B, 5, h, w) tensors for normalised images x (B, 3, H, W)."""
         import torch
 
-        from east.augment import IMAGENET_MEAN, IMAGENET_STD
+        from east_cache.model.augment import IMAGENET_MEAN, IMAGENET_STD
         mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
         images = ((x.float().cpu() * std + mean) * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         h, w = round(x.shape[2] * self.map_scale), round(x.shape[3] * self.map_scale)

@@ -1,5 +1,5 @@
-"""A plain reference for preprocess.sample.targets.make_targets, written straight from the definition in
-its module docstring (and docs/architecture.md, "Targets") and independently of preprocess.sample.geometry: one word at a time, over the whole map, with
+"""A plain reference for east_cache.sample.targets.make_targets, written straight from the definition in
+its module docstring (and docs/architecture.md, "Targets") and independently of east_cache.sample.geometry: one word at a time, over the whole map, with
 Python loops where they are clearest. Slow on purpose; the fast code must agree with it.
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Build-setting warnings: shown when most images are upscaled or most crops are text-free, not otherwise."""
 from __future__ import annotations
 
-from preprocess.config import BuildConfig
-from preprocess.tools.advice import text_free_warning, upscale_warning
-from preprocess.tools.coverage import Coverage
+from east_cache.config import BuildConfig
+from east_cache.tools.advice import text_free_warning, upscale_warning
+from east_cache.tools.coverage import Coverage
 
 CFG = BuildConfig(image_size=2048, input_size=1024)
 

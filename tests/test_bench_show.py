@@ -11,11 +11,11 @@ import pytest
 from helpers import small_config
 from PIL import Image
 
-from dataset import CacheDataset
-from preprocess.cli import main
-from preprocess.ingest.ufo import load_splits
-from preprocess.store.build import build_cache
-from preprocess.tools.show import GAP, SCORE_ALPHA, figure_size, panel_side
+from east_cache.reader import CacheDataset
+from east_cache.cli import main
+from east_cache.ingest.ufo import load_splits
+from east_cache.store.build import build_cache
+from east_cache.tools.show import GAP, SCORE_ALPHA, figure_size, panel_side
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +28,7 @@ def cache(sample_root, tmp_path_factory) -> Path:
 
 
 def test_cli_imports_no_torch():
-    code = "import sys, preprocess.cli; assert 'torch' not in sys.modules, 'the preprocess CLI must start without torch'"
+    code = "import sys, east_cache.cli; assert 'torch' not in sys.modules, 'the preprocess CLI must start without torch'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 

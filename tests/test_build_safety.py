@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from helpers import small_config
 
-from preprocess.cli import main as cli_main
-from preprocess.errors import BuildError, CacheError, DataError
-from preprocess.store import build as build_module
-from preprocess.store.build import build_cache
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.store.sidecar import quads_path
+from east_cache.cli import main as cli_main
+from east_cache.errors import BuildError, CacheError, DataError
+from east_cache.store import build as build_module
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.sidecar import quads_path
 
 REPO = Path(__file__).resolve().parents[1]
 # Runs the rest of the command line with SIGINT at its default: a test run as a shell's background job inherits
@@ -228,7 +228,7 @@ def test_a_damaged_manifest_beside_our_files_is_rebuilt_not_refused(data_copy, t
 
 
 def test_a_damaged_header_is_redone_by_the_next_build_even_without_verify(data_copy, tmp_path):
-    from dataset import CacheDataset
+    from east_cache.reader import CacheDataset
     out = tmp_path / "c"
     build(data_copy, out)
     victim = data_path(out, Manifest.load(out).files[1].name)

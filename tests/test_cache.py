@@ -12,13 +12,13 @@ import torch
 from helpers import cache_bytes, record_bytes, small_config
 from torch.utils.data import DataLoader
 
-from dataset import POOL, BlockSampler, CacheDataset, OnTheFlyDataset, collate
-from preprocess.config import STRATEGIES
-from preprocess.store.build import build_cache
-from preprocess.store.format import FIELDS
-from preprocess.store.layout import Layout
-from preprocess.store.manifest import Manifest
-from preprocess.store.strategy import choose_strategy
+from east_cache.reader import POOL, BlockSampler, CacheDataset, OnTheFlyDataset, collate
+from east_cache.config import STRATEGIES
+from east_cache.store.build import build_cache
+from east_cache.store.format import FIELDS
+from east_cache.store.layout import Layout
+from east_cache.store.manifest import Manifest
+from east_cache.store.strategy import choose_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -203,7 +203,7 @@ def test_auto_strategy_prefers_per_image_files_for_big_records():
 
 def test_cli_build_and_info_do_not_import_torch(sample_root, tmp_path):
     out = tmp_path / "cli-cache"
-    code = ("import sys, preprocess.cli as c; rc = c.main(sys.argv[1:]); "
+    code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")
     args = ["build", "--data", str(sample_root), "--out", str(out), "--input-size", "64", "--image-size", "128",
             "--strategy", "auto", "--jobs", "1"]

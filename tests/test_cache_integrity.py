@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from helpers import small_config
 
-from dataset import CacheDataset
-from preprocess.cli import main as cli_main
-from preprocess.errors import CacheError
-from preprocess.store.build import build_cache
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.store.sidecar import quads_path
-from preprocess.tools import verify as verify_module
-from preprocess.tools.verify import verify
+from east_cache.reader import CacheDataset
+from east_cache.cli import main as cli_main
+from east_cache.errors import CacheError
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.sidecar import quads_path
+from east_cache.tools import verify as verify_module
+from east_cache.tools.verify import verify
 
 
 def make(data, out, file_format="npy", **over):
@@ -115,7 +115,7 @@ def test_an_error_raised_in_a_dataloader_worker_prints_as_its_own_one_line():
 
     from torch._utils import ExceptionWrapper
 
-    from east.cli import one_line
+    from east_cache.model.cli import one_line
     try:
         raise CacheError("/c: the cache was rebuilt while this run read it (x.npy: gone); start the run again")
     except CacheError:

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from helpers import edit_ufo, nudge_first_word
 
-from preprocess import progress
-from preprocess.buildrequest import plan_lines
-from preprocess.cli import get_parser
-from preprocess.errors import skipped_reason
-from preprocess.progress import Progress
-from preprocess.store.announce import BuildPlan
-from preprocess.store.manifest import Manifest
+from east_cache import progress
+from east_cache.buildrequest import plan_lines
+from east_cache.cli import get_parser
+from east_cache.errors import skipped_reason
+from east_cache.progress import Progress
+from east_cache.store.announce import BuildPlan
+from east_cache.store.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_FLAGS = ["--image-size", "192", "--input-size", "96", "--crop-tries", "50", "--jobs", "1"]
@@ -33,7 +33,7 @@ def run_cli(*args, cwd: Path, script: str | None = None, **kw) -> subprocess.Com
     if script is None:
         cmd = [sys.executable, "-m", "preprocess", *map(str, args)]
     else:
-        launcher = f"import sys; sys.argv[0] = {script!r}; from preprocess.cli import main; sys.exit(main())"
+        launcher = f"import sys; sys.argv[0] = {script!r}; from east_cache.cli import main; sys.exit(main())"
         cmd = [sys.executable, "-c", launcher, *map(str, args)]
     return subprocess.run(cmd, cwd=cwd, env=env, text=True, check=False, **{"capture_output": True, **kw})
 
@@ -221,7 +221,7 @@ def test_progress_on_a_terminal_is_a_tqdm_bar():
 @pytest.mark.parametrize("argv0, shown", [("/usr/bin/east-cache", "east-cache"),
                                           ("/x/preprocess/__main__.py", "python -m preprocess")])
 def test_the_usage_follows_how_it_was_invoked(argv0, shown):
-    from preprocess.cli import invoked_as
+    from east_cache.cli import invoked_as
     assert invoked_as(argv0) == shown
     assert get_parser(shown).format_usage().startswith(f"usage: {shown} ")
 

@@ -10,12 +10,12 @@ import pytest
 from helpers import small_config
 from PIL import Image
 
-from preprocess.cli import main
-from preprocess.convert.rules import orient, start_top_left
-from preprocess.convert.run import convert, describe
-from preprocess.errors import DataError, UsageError
-from preprocess.store.build import build_cache
-from preprocess.store.manifest import Manifest
+from east_cache.cli import main
+from east_cache.convert.rules import orient, start_top_left
+from east_cache.convert.run import convert, describe
+from east_cache.errors import DataError, UsageError
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest
 
 W, H = 160, 120
 TL, TR, BR, BL = (10, 10), (70, 10), (70, 30), (10, 30)   # a clockwise quad, area 1200
@@ -324,7 +324,7 @@ def test_cli_prints_a_summary_and_errors_in_one_line(tmp_path, capsys):
 
 
 def test_convert_imports_no_torch():
-    code = ("import sys, preprocess.cli, preprocess.convert.run, preprocess.convert.icdar, preprocess.convert.mmocr, "
-            "preprocess.convert.cord, preprocess.convert.cocotext, preprocess.convert.polygons; "
+    code = ("import sys, east_cache.cli, east_cache.convert.run, east_cache.convert.icdar, east_cache.convert.mmocr, "
+            "east_cache.convert.cord, east_cache.convert.cocotext, east_cache.convert.polygons; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False, cwd=Path(__file__).parent.parent).returncode == 0

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from preprocess.ingest.ufo import CARE, load_splits
-from preprocess.sample.make import choose_sample_crop
-from preprocess.sample.page import make_page
-from preprocess.sample.window import grid_step, word_boxes
-from preprocess.store.layout import Layout
-from preprocess.tools.coverage import build_mode, coverage, page_mode
+from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample.make import choose_sample_crop
+from east_cache.sample.page import make_page
+from east_cache.sample.window import grid_step, word_boxes
+from east_cache.store.layout import Layout
+from east_cache.tools.coverage import build_mode, coverage, page_mode
 from helpers import small_config
 
 

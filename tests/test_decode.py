@@ -1,5 +1,5 @@
 """decode_maps inverts the EAST targets: maps made straight from the definition (the docstring of
-preprocess/sample/targets.py; docs/architecture.md, "Targets") (here, by a plain generator that knows each word's exact angle) decode back to the words."""
+east_cache/sample/targets.py; docs/architecture.md, "Targets") (here, by a plain generator that knows each word's exact angle) decode back to the words."""
 from __future__ import annotations
 
 import math
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from helpers import small_config
 
-from dataset import CacheDataset
-from east.decode import decode_maps, quad_iou
-from east.deteval import evaluate, gt_quads
-from preprocess.sample.targets import make_targets
-from preprocess.store.build import build_cache
+from east_cache.reader import CacheDataset
+from east_cache.model.decode import decode_maps, quad_iou
+from east_cache.model.deteval import evaluate, gt_quads
+from east_cache.sample.targets import make_targets
+from east_cache.store.build import build_cache
 
 
 def rectangle(cx, cy, w, h, deg):

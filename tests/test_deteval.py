@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from east.deteval import AREA_PRECISION, MERGE_CREDIT, SPLIT_CREDIT, evaluate, evaluate_image, overlap_areas
+from east_cache.model.deteval import AREA_PRECISION, MERGE_CREDIT, SPLIT_CREDIT, evaluate, evaluate_image, overlap_areas
 
 
 def box(x0, y0, x1, y1):

@@ -16,12 +16,12 @@ import torch
 from helpers import small_config
 from torch import nn
 
-from dataset import CacheDataset, collate
-from east import augment, checkpoint, cli, engine, metrics
-from east.config import TrainConfig
-from east.runtime import Runtime
-from preprocess.errors import UsageError
-from preprocess.store.build import build_cache
+from east_cache.reader import CacheDataset, collate
+from east_cache.model import augment, checkpoint, cli, engine, metrics
+from east_cache.model.config import TrainConfig
+from east_cache.model.runtime import Runtime
+from east_cache.errors import UsageError
+from east_cache.store.build import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

@@ -5,12 +5,12 @@ import numpy as np
 import torch
 from helpers import random_page
 
-from dataset.collate import collate
-from dataset.crop import crop_page, crop_page_compact, legible_boxes
-from dataset.expand import expand_batch, expand_targets, pad_tables
-from preprocess.sample.geometry import min_rect_angles
-from preprocess.sample.targets import fill_geometry, owner_map, word_table
-from preprocess.sample.window import cuts_at
+from east_cache.reader.collate import collate
+from east_cache.reader.crop import crop_page, crop_page_compact, legible_boxes
+from east_cache.reader.expand import expand_batch, expand_targets, pad_tables
+from east_cache.sample.geometry import min_rect_angles
+from east_cache.sample.targets import fill_geometry, owner_map, word_table
+from east_cache.sample.window import cuts_at
 
 
 def random_quads(seed: int, n: int, size: int) -> np.ndarray:

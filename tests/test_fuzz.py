@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from preprocess.cli import main as cli_main
-from preprocess.tools.sampledata import write_sample_dataset
+from east_cache.cli import main as cli_main
+from east_cache.tools.sampledata import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL = (13, 177, 211)          # RGB of the image outside the dataset; no sample page uses it
@@ -298,7 +298,7 @@ def damaged(built, tmp_path, request):
 
 
 def open_and_read_all(cache: Path) -> None:
-    from dataset import CacheDataset
+    from east_cache.reader import CacheDataset
     ds = CacheDataset(cache)
     for i in range(len(ds)):
         ds[i]
@@ -307,7 +307,7 @@ def open_and_read_all(cache: Path) -> None:
 
 @pytest.mark.parametrize("damaged", DAMAGE, indirect=True)
 def test_a_damaged_cache_is_refused_when_opened_naming_file_and_repair(damaged):
-    from preprocess.errors import CacheError
+    from east_cache.errors import CacheError
     cache, _, names, _ = damaged
     with pytest.raises(CacheError) as e:
         open_and_read_all(cache)

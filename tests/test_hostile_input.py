@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from preprocess.config import BuildConfig
-from preprocess.errors import DataError
-from preprocess.ingest import imageio
-from preprocess.ingest.files import NotAllowed, name_problem, open_regular
-from preprocess.ingest.imageio import decode_image
-from preprocess.ingest.ufo import CARE, load_splits
+from east_cache.config import BuildConfig
+from east_cache.errors import DataError
+from east_cache.ingest import imageio
+from east_cache.ingest.files import NotAllowed, name_problem, open_regular
+from east_cache.ingest.imageio import decode_image
+from east_cache.ingest.ufo import CARE, load_splits
 
 QUAD = [[10, 10], [50, 10], [50, 30], [10, 30]]
 

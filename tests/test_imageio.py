@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from preprocess.errors import DataError
-from preprocess.ingest import imageio
-from preprocess.ingest.imageio import contiguous_source, decode_image, oriented_size
+from east_cache.errors import DataError
+from east_cache.ingest import imageio
+from east_cache.ingest.imageio import contiguous_source, decode_image, oriented_size
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 

@@ -8,11 +8,11 @@ import tracemalloc
 
 import pytest
 
-from preprocess.config import BuildConfig
-from preprocess.errors import DataError
-from preprocess.ingest.jsonstream import JSONError, NotAnObject, members
-from preprocess.ingest.ufo import load_ufo
-from preprocess.tools.sampledata import write_sample_dataset
+from east_cache.config import BuildConfig
+from east_cache.errors import DataError
+from east_cache.ingest.jsonstream import JSONError, NotAnObject, members
+from east_cache.ingest.ufo import load_ufo
+from east_cache.tools.sampledata import write_sample_dataset
 
 PIECES = [1, 2, 7, 64, 1 << 18]   # 1: every token is cut by a piece boundary
 

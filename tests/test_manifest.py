@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from helpers import make_tiny_cache, small_config
 
-from dataset import CacheDataset
-from preprocess.cli import main
-from preprocess.config import STRATEGIES, BuildConfig
-from preprocess.errors import CacheError
-from preprocess.store.build import build_cache
-from preprocess.sample.page import image_values, map_values, max_page_size
-from preprocess.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
-from preprocess.store.layout import Layout
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.tools.verify import verify
+from east_cache.reader import CacheDataset
+from east_cache.cli import main
+from east_cache.config import STRATEGIES, BuildConfig
+from east_cache.errors import CacheError
+from east_cache.store.build import build_cache
+from east_cache.sample.page import image_values, map_values, max_page_size
+from east_cache.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
+from east_cache.store.layout import Layout
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.tools.verify import verify
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +79,12 @@ def test_another_format_version_is_refused_with_the_build_command(cache):
 
 @pytest.mark.parametrize("edit", ["format version", "build fingerprint"])
 def test_train_rebuild_makes_a_cache_of_another_version_or_other_code_anew(edit, tiny_data, tmp_path, capsys):
-    """train.py --rebuild (east.data.open_cache) rebuilds a cache that another format version or other sample code
+    """train.py --rebuild (east_cache.model.data.open_cache) rebuilds a cache that another format version or other sample code
     made, with the settings it records, where a plain open refuses it and names --rebuild."""
     from types import SimpleNamespace
 
-    from east.data import open_cache
-    from preprocess.store.fingerprint import build_fingerprint
+    from east_cache.model.data import open_cache
+    from east_cache.store.fingerprint import build_fingerprint
     cache = make_tiny_cache(tiny_data, tmp_path / "c")
     built = Manifest.load(cache).config
     edit_manifest(cache, lambda d: d.update(format_version=FORMAT_VERSION - 1) if edit == "format version" else

@@ -6,18 +6,18 @@ import pytest
 import torch
 from helpers import page_record, random_page
 
-from dataset.crop import choose, crop_page, crop_words, legible_boxes
-from dataset.expand import untile
-from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import ILLEGIBLE
-from preprocess.sample.geometry import (
+from east_cache.reader.crop import choose, crop_page, crop_words, legible_boxes
+from east_cache.reader.expand import untile
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import ILLEGIBLE
+from east_cache.sample.geometry import (
     compose,
     rotation_matrix,
     sample_params,
     transform_points,
 )
-from preprocess.sample.make import decode_for, make_sample, sample_rng, warp
-from preprocess.sample.page import (
+from east_cache.sample.make import decode_for, make_sample, sample_rng, warp
+from east_cache.sample.page import (
     MAX_BLEED_PX,
     TILE_PX,
     Page,
@@ -33,8 +33,8 @@ from preprocess.sample.page import (
     put_rect,
     window,
 )
-from preprocess.sample.targets import make_targets
-from preprocess.sample.window import cuts_at, grid_step
+from east_cache.sample.targets import make_targets
+from east_cache.sample.window import cuts_at, grid_step
 
 CFG = BuildConfig(image_size=256, input_size=96, map_scale=0.5)
 # Words of a 320 x 240 page: spread, rotated, overlapping (the 2nd and 3rd), one sticking out of the frame,

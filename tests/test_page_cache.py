@@ -10,15 +10,15 @@ import torch
 from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate, make_sampler
-from dataset import cache as cache_module
-from dataset.crop import choose, crop_page
-from dataset.expand import expand_batch
-from preprocess.ingest.ufo import load_splits
-from preprocess.sample.page import make_page
-from preprocess.sample.window import grid_step
-from preprocess.store.build import build_cache
-from preprocess.store.manifest import Manifest, data_path
+from east_cache.reader import CacheDataset, collate, make_sampler
+from east_cache.reader import cache as cache_module
+from east_cache.reader.crop import choose, crop_page
+from east_cache.reader.expand import expand_batch
+from east_cache.ingest.ufo import load_splits
+from east_cache.sample.page import make_page
+from east_cache.sample.window import grid_step
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest, data_path
 
 
 def build(data, out, **over):
@@ -133,7 +133,7 @@ def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path):
 
 
 def test_build_and_info_print_coverage_and_warn_about_upscaling(sample_root, tmp_path, capsys):
-    from preprocess.cli import main
+    from east_cache.cli import main
     out = tmp_path / "c"
     args = ["build", "--data", str(sample_root), "--out", str(out), "--image-size", "384", "--input-size", "96",
             "--jobs", "1"]

@@ -1,4 +1,4 @@
-"""Full-image prediction (east.predict): inputs prepared as the build prepares images (EXIF-aware, the same
+"""Full-image prediction (east_cache.model.predict): inputs prepared as the build prepares images (EXIF-aware, the same
 resize convention), batched by shape, and quads mapped back to each image's own frame. A ground-truth-maps test
 double stands in for the model, so the predictions are as good as decoding allows and must score so."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from helpers import GroundTruthModel
 from PIL import Image
 
-from east.predict import (
+from east_cache.model.predict import (
     STRIDE,
     Page,
     PredictConfig,
@@ -22,10 +22,10 @@ from east.predict import (
     predict,
     write_predictions,
 )
-from east.scoring import Words, load_ground_truth, load_predictions, score
-from preprocess.config import BuildConfig
-from preprocess.errors import DataError
-from preprocess.ingest.ufo import CARE, load_ufo
+from east_cache.model.scoring import Words, load_ground_truth, load_predictions, score
+from east_cache.config import BuildConfig
+from east_cache.errors import DataError
+from east_cache.ingest.ufo import CARE, load_ufo
 
 CPU = __import__("torch").device("cpu")
 
@@ -133,7 +133,7 @@ class EmptyModel:
 
 
 def run_cli(capsys, *flags) -> tuple[int, str]:
-    from east.predict_cli import main
+    from east_cache.model.predict_cli import main
     rc = main([*map(str, flags)])
     return rc, capsys.readouterr().err
 

@@ -9,8 +9,8 @@ import pytest
 from helpers import small_config
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate, prefetch
-from preprocess.store.build import build_cache
+from east_cache.reader import CacheDataset, collate, prefetch
+from east_cache.store.build import build_cache
 
 
 def test_yields_everything_in_order():

@@ -11,9 +11,9 @@ import pytest
 import torch
 from helpers import QUIET_RUN, epochs_of, read_log, train_run
 
-from east import cli, engine, trainer
-from east.runinfo import INTERRUPTED
-from preprocess.errors import UsageError
+from east_cache.model import cli, engine, trainer
+from east_cache.model.runinfo import INTERRUPTED
+from east_cache.errors import UsageError
 
 # 2 images at batch 1: 2 steps an epoch; the lr drops after epoch 1 (half of 3); colour jitter on (the default)
 FLAGS = ("--epochs", "3", "--batch-size", "1")

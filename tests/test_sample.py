@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from helpers import page_record
 
-from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import ILLEGIBLE, ImageRecord
-from preprocess.sample.make import Sample, make_sample, sample_rng
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import ILLEGIBLE, ImageRecord
+from east_cache.sample.make import Sample, make_sample, sample_rng
 
 CFG = BuildConfig(image_size=192, input_size=96, map_scale=0.5, crop_tries=50)
 # White words on a black 240 x 180 page, spread so that every crop holds some of them.

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from preprocess.tools import sampledata
-from preprocess.config import DEFAULT_IGNORE_TAGS
-from preprocess.tools.sampledata import TAGS, ensure_default_sample, write_sample_dataset
+from east_cache.tools import sampledata
+from east_cache.config import DEFAULT_IGNORE_TAGS
+from east_cache.tools.sampledata import TAGS, ensure_default_sample, write_sample_dataset
 
 SMALL = dict(n_images=3, words_per_page=10, page_size=(400, 300))
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from helpers import decode_page, page_maps
 
-from east.scoring import Words, load_ground_truth, score
-from preprocess.cli import main
-from preprocess.config import BuildConfig
-from preprocess.ingest.ufo import CARE, load_ufo
-from preprocess.tools.sampledata import write_sample_dataset
+from east_cache.model.scoring import Words, load_ground_truth, score
+from east_cache.cli import main
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import CARE, load_ufo
+from east_cache.tools.sampledata import write_sample_dataset
 
 
 def box(x0, y0, x1, y1):

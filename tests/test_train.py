@@ -20,15 +20,15 @@ from helpers import REPO, epochs_of, make_tiny_cache, read_log, small_config, tr
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dataset import BlockSampler, CacheDataset, batches, collate
-from east import augment, backbone, checkpoint, cli, config, data, engine, runtime
-from east.backbone import load_backbone
-from east.config import TrainConfig
-from east.loss import east_loss
-from east.model import EAST, MAX_DISTANCE, VGG16_BN
-from east.runtime import Runtime
-from preprocess.errors import UsageError
-from preprocess.store.build import build_cache
+from east_cache.reader import BlockSampler, CacheDataset, batches, collate
+from east_cache.model import augment, backbone, checkpoint, cli, config, data, engine, runtime
+from east_cache.model.backbone import load_backbone
+from east_cache.model.config import TrainConfig
+from east_cache.model.loss import east_loss
+from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
+from east_cache.model.runtime import Runtime
+from east_cache.errors import UsageError
+from east_cache.store.build import build_cache
 
 
 @pytest.fixture
@@ -419,7 +419,7 @@ def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
 def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
     import shutil
 
-    from preprocess.store.build import build_lock
+    from east_cache.store.build import build_lock
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
     stale = make_tiny_cache(data, tmp_path / "c")
     ufo = data / "ufo" / "train.json"
@@ -470,7 +470,7 @@ def test_two_processes_with_torchrun(cache, tmp_path):
 def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world):
     """entry(): main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes what it printed
     and skips the interpreter's teardown (an atexit hook stands for it), where gloo runs aborted after finishing."""
-    code = ("import atexit, sys; from east import cli; atexit.register(lambda: print('teardown')); "
+    code = ("import atexit, sys; from east_cache.model import cli; atexit.register(lambda: print('teardown')); "
             "cli.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; cli.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WORLD_SIZE": world})

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from helpers import QUIET_RUN, REPO, read_log, train_run
 
-from dataset import CacheDataset
-from east.cli import get_args_parser
-from east.runinfo import INTERRUPTED
-from preprocess.store.build import build_lock
+from east_cache.reader import CacheDataset
+from east_cache.model.cli import get_args_parser
+from east_cache.model.runinfo import INTERRUPTED
+from east_cache.store.build import build_lock
 
 TRAIN = [sys.executable, str(REPO / "train.py")]
 MODES = ("--eval-only", "--export-onnx", "--help")  # choices of what to do: no default to show

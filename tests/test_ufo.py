@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from preprocess.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from preprocess.errors import DataError
-from preprocess.ingest.ufo import (
+from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
+from east_cache.errors import DataError
+from east_cache.ingest.ufo import (
     CARE,
     IGNORE_TAG,
     ILLEGIBLE,

@@ -8,14 +8,14 @@ import json
 import pytest
 from helpers import GroundTruthModel, epochs_of, small_config, train_run
 
-from east import cli
-from east.model import EAST
-from east.predict import Page, predict, write_predictions
-from east.runtime import Runtime
-from east.scoring import Words, load_ground_truth, load_predictions, score
-from east.validate import full_page_metrics, val_pages
-from preprocess.errors import UsageError
-from preprocess.store.build import build_cache
+from east_cache.model import cli
+from east_cache.model.model import EAST
+from east_cache.model.predict import Page, predict, write_predictions
+from east_cache.model.runtime import Runtime
+from east_cache.model.scoring import Words, load_ground_truth, load_predictions, score
+from east_cache.model.validate import full_page_metrics, val_pages
+from east_cache.errors import UsageError
+from east_cache.store.build import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

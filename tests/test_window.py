@@ -9,9 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from preprocess.sample import draw as draw_module
-from preprocess.sample.draw import CropDraw, Room, window_rng
-from preprocess.sample.window import (
+from east_cache.sample import draw as draw_module
+from east_cache.sample.draw import CropDraw, Room, window_rng
+from east_cache.sample.window import (
     choose_window,
     cut_counts,
     cuts_at,
@@ -135,7 +135,7 @@ def test_window_rng_is_each_threads_own_and_the_same_everywhere():
         sys.setswitchinterval(interval)
     assert all(np.array_equal(g, want) for g in got)
     # the same numbers from a fresh interpreter, whose str hashes are salted differently
-    code = ("from preprocess.sample.draw import window_rng; "
+    code = ("from east_cache.sample.draw import window_rng; "
             "print(repr(window_rng(3, 7, 'photo \\u00e9.jpg', 1).random(4).tolist()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert ast.literal_eval(out) == want.tolist()

@@ -1,4 +1,4 @@
-"""dataset/workers.py: batches made by forked workers into reused shared slots are the batches a DataLoader
+"""east_cache/reader/workers.py: batches made by forked workers into reused shared slots are the batches a DataLoader
 over the same sampler gives, in its order, whatever the consumer keeps; failures reach the main process."""
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import torch
 from helpers import small_config
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate, make_sampler
-from dataset import workers as workers_module
-from dataset.expand import TABLE
-from dataset.workers import WorkerLoader, fork_available
-from east.data import EpochDataset, EpochSampler
-from preprocess.errors import CacheError
-from preprocess.store.build import build_cache
+from east_cache.reader import CacheDataset, collate, make_sampler
+from east_cache.reader import workers as workers_module
+from east_cache.reader.expand import TABLE
+from east_cache.reader.workers import WorkerLoader, fork_available
+from east_cache.model.data import EpochDataset, EpochSampler
+from east_cache.errors import CacheError
+from east_cache.store.build import build_cache
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")
 
@@ -211,7 +211,7 @@ def test_train_reads_through_worker_processes(cache, tmp_path):
     """train.py --workers 2 builds the worker loader and trains from it."""
     from helpers import read_log
 
-    from east.cli import run
+    from east_cache.model.cli import run
     if "build" in str(cache):
         pytest.skip("one crop mode is enough for the training path")
     run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",
@@ -224,9 +224,9 @@ def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeyp
     """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process (at most
     AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the training process; a given
     count is kept."""
-    from east import data
-    from east.config import TrainConfig
-    from east.runtime import Runtime
+    from east_cache.model import data
+    from east_cache.model.config import TrainConfig
+    from east_cache.model.runtime import Runtime
     ds = CacheDataset(cache)
     gpu = Runtime(device=torch.device("cuda"))
     monkeypatch.setattr(os, "cpu_count", lambda: 16)

@@ -17,15 +17,15 @@ import zarr
 from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
-from dataset import CacheDataset, collate
-from preprocess.cli import main
-from preprocess.errors import BuildError, CacheError
-from preprocess.store.build import build_cache
-from preprocess.store.cluster import dask_client
-from preprocess.store.format import FIELDS
-from preprocess.store.formats import get_format
-from preprocess.store.manifest import Manifest, data_path
-from preprocess.tools.verify import verify
+from east_cache.reader import CacheDataset, collate
+from east_cache.cli import main
+from east_cache.errors import BuildError, CacheError
+from east_cache.store.build import build_cache
+from east_cache.store.cluster import dask_client
+from east_cache.store.format import FIELDS
+from east_cache.store.formats import get_format
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.tools.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_verify_finds_a_corrupt_shard_and_build_repairs_it(data_copy, tmp_path):
 
 
 def test_chunk_too_big_for_a_worker_fails_before_building(data_copy, tmp_path, monkeypatch):
-    monkeypatch.setattr("preprocess.store.formats.zarr.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
+    monkeypatch.setattr("east_cache.store.formats.zarr.available_ram", lambda: 100_000)  # bytes; a chunk of 3 needs 166 kB
     with pytest.raises(BuildError, match="a worker holds a whole chunk file in memory.*smaller --chunk-size"):
         build(data_copy, tmp_path / "c")
     assert not (tmp_path / "c").exists(), "a failed first build leaves nothing behind"
@@ -150,7 +150,7 @@ def test_sigkill_zarr_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
 
 def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
     out = tmp_path / "c"
-    code = ("import sys, preprocess.cli as c; rc = c.main(sys.argv[1:]); "
+    code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]); "
             "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")
     args = ["build", "--data", str(sample_root), "--out", str(out), "--input-size", "64", "--image-size", "128",
             "--format", "zarr", "--crop", "build", "--chunk-size", "2", "--jobs", "1"]

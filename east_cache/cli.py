@@ -1,0 +1,350 @@
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate.
+
+Fills a BuildConfig from flags; imports no torch (only `bench` and `show` load it, when they run).
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+from east_cache.model import evaluate_cli   # flags only: the scorer loads when `evaluate` runs
+from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from east_cache.convert import FORMATS_HELP
+from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
+from east_cache.store.formats import FILE_FORMATS
+from east_cache.tools.coverage import TRAIN_EPOCHS
+
+SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
+COMMAND = "east-cache"            # the console script (pyproject.toml [project.scripts])
+MODULE_COMMAND = "python -m preprocess"
+DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
+               "images once, then inspect, check and benchmark it. `{}` is the same command.")
+BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every option not given keeps the value "
+                     "the cache was built with (all but --jobs, --backend, --scheduler and --quiet), so `build --out "
+                     "CACHE` alone brings it up to date; the defaults below are those of a new cache. The plan "
+                     "(strategy and why, counts, size, what changed) is printed before any work starts.")
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
+
+
+def add_build_args(p: argparse.ArgumentParser) -> None:
+    """Every flag that the cache records defaults to None: unset takes the existing cache's value (buildrequest.py),
+    so each help text states the default of a first build itself."""
+    d = BuildConfig()
+    kept = " (default {})".format
+    p.add_argument("--data", action="append", type=Path, metavar="DIR",
+                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. Default: the "
+                        "built-in synthetic sample set, generated into ./sample_data")
+    p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
+    p.add_argument("--out", type=Path, default=Path("cache"),
+                   help="cache directory; an existing cache there is updated with its own options, except those "
+                        "given here (default: cache/)")
+    p.add_argument("--strategy", choices=(AUTO, *STRATEGIES),
+                   help="records per file: whole = one file, image = one per image, batch = one per training batch, "
+                        "chunked = --chunk-size per file; auto picks from cache size vs RAM and keeps an existing "
+                        "cache's while nothing else changes; a rebuild keeps a strategy you named (default auto)")
+    p.add_argument("--chunk-size", type=int, help="samples per file, chunked" + kept(d.chunk_size))
+    p.add_argument("--format", dest="file_format", choices=FILE_FORMATS,
+                   help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
+                        "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
+                        "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
+                        "that chunk-size x sample size fits in a worker's RAM (default npy; a rebuild keeps the "
+                        "cache's format where it holds the strategy)")
+    p.add_argument("--batch-size", type=int,
+                   help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
+    p.add_argument("--variants", type=int,
+                   help="augmented variants cached per image; epoch e reads variant (e + offset) mod K"
+                        + kept(d.variants))
+    p.add_argument("--image-size", type=int, help="long side after resizing, px" + kept(d.image_size))
+    p.add_argument("--input-size", type=int, help="square crop side, px" + kept(d.input_size))
+    p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
+                   help="target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4" + kept(d.map_scale))
+    p.add_argument("--seed", type=int, help="seed of every random draw" + kept(d.seed))
+    p.add_argument("--height-jitter", type=float, help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
+    p.add_argument("--max-rotation", type=float, help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
+    p.add_argument("--crop", choices=CROP_MODES,
+                   help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
+                        "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
+                        "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
+    p.add_argument("--crop-tries", type=int,
+                   help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
+                        "is taken" + kept(d.crop_tries))
+    p.add_argument("--ignore-tags", help="comma-separated word tags that make a don't-care region"
+                                         + kept(",".join(DEFAULT_IGNORE_TAGS)))
+    p.add_argument("--min-area", type=float, help="px^2; smaller words become don't-care" + kept(d.min_area))
+    p.add_argument("--drop-area", type=float, help="px^2; smaller words are dropped" + kept(d.drop_area))
+    p.add_argument("--fit-polygons", action=argparse.BooleanOptionalAction,
+                   help="fit words with 5+ points to a min-area quad instead of don't-care" + kept("off"))
+    p.add_argument("--jobs", type=int, default=-1,
+                   help="parallel worker processes, -1 or >= 1 (joblib; default -1 = all cores, with dask all the "
+                        "cluster's threads)")
+    p.add_argument("--backend", choices=("loky", "dask"), default="loky",
+                   help="who runs the jobs: loky, processes on this machine; dask, the workers of the dask.distributed "
+                        "cluster at --scheduler (pip install -e \".[dask]\"). With dask, --data and --out must be on "
+                        "storage that every worker sees under the same path (a shared file system), and this package "
+                        "importable on every worker (default loky)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: the scheduler, e.g. tcp://HOST:8786 (default: none)")
+    p.add_argument("--check-content", action=argparse.BooleanOptionalAction,
+                   help="fingerprint images by their bytes instead of size + mtime (slower, catches same-size edits)"
+                        + kept("off"))
+    p.add_argument("--skip-bad", action=argparse.BooleanOptionalAction,
+                   help="go on past bad images instead of stopping: a missing image or annotation entry is left out; "
+                        "an image that cannot be decoded keeps its place as an all-don't-care sample (no loss). "
+                        "Both are named at the end of the build and by `info`" + kept("off"))
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors (default: off)")
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    from east_cache.buildrequest import print_plan, resolve
+    from east_cache.store.build import build_cache
+    from east_cache.store.cluster import dask_client
+    say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
+    if (a.backend == "dask") != (a.scheduler is not None):
+        print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
+        return 2
+    req = resolve(a)
+    data = req.data
+    if not data:
+        from east_cache.tools.sampledata import ensure_default_sample
+        data = [ensure_default_sample()]
+        say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
+    with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
+        r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
+                        check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
+                        file_format=req.file_format, on_plan=None if a.quiet else print_plan)
+    if r.up_to_date:
+        say(f"cache {a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to "
+            f"do [{r.seconds:.2f} s]")
+        return 0
+    say(f"cache {a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
+        f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
+        f"[{r.seconds:.1f} s]")
+    if r.cleanup_error:
+        print(f"warning: the new cache is complete, but removing the previous build's files failed ({r.cleanup_error});"
+              f" the next build removes them", file=sys.stderr)
+    if r.skipped:
+        from east_cache.errors import skipped_reason
+        shown = "; ".join(f"{name}: {skipped_reason(why)}" for name, why in r.skipped[:SHOW_SKIPPED])
+        more = f"; and {len(r.skipped) - SHOW_SKIPPED} more" if len(r.skipped) > SHOW_SKIPPED else ""
+        say(f"{len(r.skipped)} bad image(s) left out or blanked ({shown}{more}); "
+            f"`{a.prog_name} info {a.out}` lists them")
+    if not a.quiet:
+        _say_coverage(a.out, req.config, say)
+    return 0
+
+
+def _say_coverage(out: Path, cfg: BuildConfig, say) -> None:
+    """What the training crops will show, and a warning when most show no text (the plan warned about the rest)."""
+    from east_cache.tools.advice import text_free_warning
+    from east_cache.store.manifest import Manifest
+    from east_cache.tools.coverage import cache_coverage
+    cov, replayed = cache_coverage(out, sorted({1, 5, 20, TRAIN_EPOCHS}))
+    images = len(Manifest.load(out).images)
+    say(f"coverage: {cov.describe()}" + (f" (estimated on {replayed} of {images} images)" if replayed < images else ""))
+    warning = text_free_warning(cov, cfg, cfg.crop)
+    if warning:
+        say(f"warning: {warning}")
+
+
+def cmd_convert(a: argparse.Namespace) -> int:
+    from east_cache.convert.run import convert, describe   # lazy: the readers load only for `convert`
+    s = convert(a.fmt, a.src, a.out, split=a.split, copy=a.copy, prefix=a.prefix, skip_bad=a.skip_bad,
+                force=a.force, images=a.images, subset=a.subset)
+    if not a.quiet:
+        print(describe(a.fmt, a.src, a.out, a.split, a.copy, s), file=sys.stderr)
+    return 0
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from east_cache.tools.info import describe
+    if a.epochs < 1:
+        print("error: --epochs must be at least 1", file=sys.stderr)
+        return 2
+    print(describe(a.cache, as_json=a.json, epochs=a.epochs))
+    return 0
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from east_cache.store.manifest import Manifest, update_command
+    from east_cache.tools.verify import find_bad, mark_corrupt
+    bad = find_bad(a.cache)
+    for name, why in bad:
+        print(f"{name}: {why}")
+    if not bad:
+        print(f"{a.cache}: all files match their checksums")
+        return 0
+    try:
+        mark_corrupt(a.cache, bad)
+    except OSError as e:   # a read-only cache: what was found is printed above; the next build cannot know it
+        print(f"error: {a.cache}: {len(bad)} bad file(s), but they cannot be marked for the next build "
+              f"({e.strerror}); make the cache writable and run verify again, or delete the bad files "
+              f"listed above, then build", file=sys.stderr)
+        return 2
+    print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(a.cache), a.cache)}` rebuilds exactly those",
+          file=sys.stderr)
+    return 1
+
+
+def _int_list(text: str, least: int = 0) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}")
+    return values
+
+
+def _positive_list(text: str) -> list[int]:
+    return _int_list(text, least=1)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from east_cache.tools.bench import (  # imports torch: only when benchmarking
+        default_workers,
+        run,
+    )
+    if a.batches is not None and a.batches < 1:
+        print("error: --batches must be at least 1", file=sys.stderr)
+        return 2
+    print(run(a.cache, a.workers or default_workers(), a.batch_sizes, a.batches))
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    from east_cache.tools.show import show_cached, show_source
+    try:
+        if a.source is not None:
+            if a.name is None or a.cache is not None:
+                raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
+            cfg = BuildConfig(input_size=a.input_size, map_scale=a.map_scale, seed=a.seed)
+            show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
+        else:
+            if a.cache is None or a.index is None:
+                raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
+            show_cached(a.cache, a.index, a.variant, a.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {a.out}: {e.strerror or e}; give -o a file in a folder that exists and that you "
+              f"can write to", file=sys.stderr)
+        return 2
+    print(a.out)
+    return 0
+
+
+def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
+    other = COMMAND if prog != COMMAND else MODULE_COMMAND
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(other))
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build or update a cache (only what changed is redone)",
+                       description=BUILD_DESCRIPTION)
+    add_build_args(b)
+    b.set_defaults(func=cmd_build)
+    c = sub.add_parser("convert", help="another text-detection format to a UFO dataset root for --data",
+                       epilog=FORMATS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_convert_args(c)
+    c.set_defaults(func=cmd_convert)
+    i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
+    i.add_argument("cache", type=Path, help="cache directory")
+    i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
+    i.add_argument("--epochs", type=int, default=TRAIN_EPOCHS,
+                   help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
+    i.set_defaults(func=cmd_info)
+    v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
+    v.add_argument("cache", type=Path, help="cache directory")
+    v.set_defaults(func=cmd_verify)
+    bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy")
+    bn.add_argument("cache", type=Path, help="cache directory")
+    bn.add_argument("--workers", type=_int_list, default=None,
+                    help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
+    bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
+    bn.add_argument("--batches", type=int, default=None,
+                    help="batches timed per setting and pass (default: as many as fit in about 2 s)")
+    bn.set_defaults(func=cmd_bench)
+    d = BuildConfig()
+    sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
+    sh.add_argument("cache", type=Path, nargs="?", help="cache directory")
+    sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
+    sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
+    sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
+    sh.add_argument("--source", type=Path, metavar="DATA",
+                    help="instead of a cache: dataset root; draws page --name with its words and its sample made now "
+                         "(default: none, draw from CACHE)")
+    sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed there)")
+    sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
+    sh.add_argument("--input-size", type=int, default=d.input_size,
+                    help=f"with --source: crop side, px (default {d.input_size})")
+    sh.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
+                    help=f"with --source: target map resolution / input (default {d.map_scale})")
+    sh.add_argument("--seed", type=int, default=d.seed,
+                    help=f"with --source: seed of the random draws (default {d.seed})")
+    sh.set_defaults(func=cmd_show)
+    ev = sub.add_parser("evaluate", help="score UFO predictions against UFO ground truth: DetEval precision, "
+                                         "recall, hmean")
+    evaluate_cli.add_arguments(ev)
+    ev.set_defaults(func=evaluate_cli.run)
+    return p
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler's time limit, `kill`) ends a build like Ctrl-C: temp files removed, workers stopped."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
+    """The command name to show in usage and hints: the console script's or script's name, or module_command
+    where Python ran module_file (`python -m ...`)."""
+    name = Path(argv0).name
+    return module_command if name in (module_file, "") else name
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    from east_cache.errors import BuildError, BuildInterrupted, CacheError, DataError
+    prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
+    args = get_parser(prog).parse_args(argv)
+    args.prog_name = prog
+    if args.command == "build" and argv is None:   # the process is ours only when run from the command line
+        _interrupt_on_sigterm()
+    try:
+        code = args.func(args)
+        sys.stdout.flush()   # here, not at exit: a closed pipe is then caught below
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except (DataError, CacheError, BuildError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # a flag value BuildConfig refuses; its message names the flag's field
+        print(f"error: {e}; see `{prog} {args.command} --help`", file=sys.stderr)
+        return 2
+    except OSError as e:  # --out not creatable, a full disk while writing: the previous cache is untouched
+        hint = " Free some space or build into another --out." if e.errno == errno.ENOSPC else ""
+        kept = " The previous cache, if any, is unchanged." if args.command == "build" else ""
+        print(f"error: {e}.{hint}{kept}", file=sys.stderr)
+        return 2
+    except BuildInterrupted:
+        print("interrupted after the new cache was committed: it is complete; files of the previous build that are "
+              "left in data/ go at the next build", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("interrupted: the previous cache, if any, is intact; run the same command again to finish "
+              "(finished files are reused)" if args.command == "build" else "interrupted", file=sys.stderr)
+        return 130
+
+
+def _reader_gone() -> int:
+    """`info | head`: the reader stopped reading. Say nothing; point stdout at /dev/null so that the flush at
+    exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE

@@ -1,0 +1,156 @@
+"""Checkpoints: written atomically (epoch_N.pt, with latest.pt a hard link to the newest), read back with
+errors that name the file, and restored into a run (--resume, exactly where it stopped) or an inference model
+(--eval-only, export)."""
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from east_cache.reader import CacheDataset
+from east_cache.model.engine import Context
+from east_cache.model.model import EAST
+from east_cache.model.runtime import Runtime
+from east_cache.errors import UsageError
+from east_cache.store.atomic import fsync_path, replacing
+
+
+def save_atomic(obj, path: Path) -> None:
+    """Readers see the old file or the new one, never half of one, even after a power cut."""
+    with replacing(path, ".tmp") as tmp:   # a full disk, a second Ctrl-C: no temp file left behind
+        torch.save(obj, tmp)
+
+
+def save_checkpoint(state: dict, path: Path) -> None:
+    """path (e.g. OUT/epoch_N.pt), then latest.pt beside it as a hard link to it (no second write), both atomic."""
+    out = path.parent
+    save_atomic(state, path)
+    tmp = out / "latest.pt.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # file systems without hard links
+        shutil.copyfile(path, tmp)
+    os.replace(tmp, out / "latest.pt")
+    fsync_path(out)
+
+
+def checkpoint_name(epoch: int, step: int, complete: bool) -> str:
+    """epoch_N.pt after epoch N (1-based, as in the log), epoch_N_step_S.pt at step S inside it."""
+    return f"epoch_{epoch}.pt" if complete else f"epoch_{epoch}_step_{step}.pt"
+
+
+def rng_states(rt: Runtime) -> list[dict]:
+    """Every rank's generator states (the jitter draws from them); under DDP a collective: all ranks call it."""
+    mine = {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(rt.device) if rt.device.type == "cuda" else None}
+    if rt.world == 1:
+        return [mine]
+    every = [None] * rt.world
+    dist.all_gather_object(every, mine)
+    return every
+
+
+def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, rng: list[dict],
+                     complete: bool) -> dict:
+    """Everything --resume needs to go on as if never stopped: weights, optimiser, loss scale, lr schedule,
+    random states, and the place in the epoch (1-based `epoch`; `micro_batches` of it done unless complete)."""
+    s = ctx.state
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": ctx.scaler.state_dict(),
+            "scheduler": scheduler.state_dict(), "epoch": s.epoch + 1, "complete": complete,
+            "micro_batches": 0 if complete else s.epoch_micro, "step": s.step,
+            "epoch_sums": None if complete else s.epoch_sums.tolist(),
+            "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
+            "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict()}
+
+
+def load_checkpoint(path: Path) -> dict:
+    """A checkpoint written by train.py, or a UsageError that names the file and says what to pass."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such checkpoint; pass a file that train.py wrote, e.g. runs/east/latest.pt")
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated file, not a torch file, foreign pickle: all unreadable alike
+        raise UsageError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {str(e)[:200]}); "
+                         f"pass a file that train.py wrote, e.g. runs/east/latest.pt") from None
+    if not isinstance(ck, dict) or not {"model", "config", "epoch"} <= ck.keys():
+        raise UsageError(f"{path}: not a train.py checkpoint (no model, config and epoch entries); a torchvision "
+                         f"backbone goes to --backbone-weights")
+    return ck
+
+
+def inference_model(ck: dict, path: Path, device: torch.device) -> EAST:
+    """The checkpoint's model in eval mode, its head at the map scale of the cache it was trained on."""
+    model = EAST(ck["config"]["map_scale"])
+    try:
+        model.load_state_dict(ck["model"])
+    except RuntimeError as e:
+        raise UsageError(f"{path}: its weights do not fit this EAST model ({str(e)[:300]}); was it written by "
+                         f"another version of train.py?") from None
+    return model.to(device, memory_format=torch.channels_last).eval()
+
+
+def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
+    """A model predicts maps at the scale it was trained for: a cache at another scale (or crop size, as
+    check_caches demands of a validation cache) would be scored against targets it never learnt."""
+    want = (ck["config"]["input_size"], ck["config"]["map_scale"])
+    have = (ds.config.input_size, ds.config.map_scale)
+    if want != have:
+        raise UsageError(f"{path} was trained on {want[0]}px crops with maps at x{want[1]} but {ds.cache_dir} holds "
+                         f"{have[0]}px at x{have[1]}; evaluate on a cache built with `python -m preprocess build "
+                         f"--input-size {want[0]} --map-scale {want[1]}`")
+
+
+def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDataset) -> dict:
+    """Restore everything from a checkpoint into the run; ctx.state then says where to go on. Returns it."""
+    ck = load_checkpoint(path)
+    if ck["config"]["map_scale"] != ds.config.map_scale:
+        raise UsageError(f"{path} has a head for map_scale {ck['config']['map_scale']}, {ds.cache_dir} has "
+                         f"{ds.config.map_scale}; resume on a cache built with the same --map-scale")
+    say = warnings.warn if ctx.rt.rank == 0 else (lambda *a, **k: None)
+    if ck["fingerprint"] != ds.fingerprint:
+        say(f"{path} was trained on a cache with another build fingerprint ({ck['fingerprint']}) than "
+            f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed", stacklevel=2)
+    model.load_state_dict(ck["model"])
+    optimizer.load_state_dict(ck["optimizer"])
+    scheduler.load_state_dict(ck["scheduler"])
+    if ctx.scaler.is_enabled() and ck["scaler"]:
+        ctx.scaler.load_state_dict(ck["scaler"])
+    elif ctx.scaler.is_enabled():  # trained without GradScaler: --amp bf16 / off, or the CPU
+        say(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss scale",
+            stacklevel=2)
+    restore_position(ck, path, ctx, say)
+    return ck
+
+
+def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
+    """Step, epoch, place in the epoch, bad-step counts and random states. Checkpoints from before these were
+    saved (no `complete` entry) hold whole epochs only."""
+    s, cfg, rt = ctx.state, ctx.cfg, ctx.rt
+    s.step = ck["step"]
+    complete = ck.get("complete", True)
+    s.epoch = ck["epoch"] if complete else ck["epoch"] - 1
+    if not complete:
+        saved = ck["train_config"]
+        same = (saved["batch_size"], saved["accum_steps"], ck["world"]) == (cfg.batch_size, cfg.accum_steps, rt.world)
+        if same:
+            s.epoch_micro = ck["micro_batches"]
+            s.epoch_sums = torch.tensor(ck["epoch_sums"], device=rt.device)
+        else:
+            say(f"{path} stopped inside epoch {ck['epoch']} with another batch size, accumulation or process "
+                f"count; that epoch starts over", stacklevel=3)
+    if "bad_steps" in ck:
+        s.bad_run.fill_(ck["bad_steps"][0])
+        s.bad_total.fill_(ck["bad_steps"][1])
+    rng = ck.get("rng") or []
+    if len(rng) == rt.world:
+        torch.set_rng_state(rng[rt.rank]["cpu"])
+        if rt.device.type == "cuda" and rng[rt.rank]["cuda"] is not None:
+            torch.cuda.set_rng_state(rng[rt.rank]["cuda"], rt.device)
+    else:
+        say(f"{path} holds no random state for {rt.world} process(es): the jitter will differ from a run that "
+            f"was never stopped", stacklevel=3)

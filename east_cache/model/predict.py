@@ -1,0 +1,192 @@
+"""Full-image prediction: each image decoded as the build decodes it (EXIF-aware), resized so that its long side
+is image_size, padded to a multiple of the backbone's stride, batched with images of the same padded shape, run
+through the model (fp16 autocast on CUDA), decoded to quads (east_cache.model.decode) and mapped back to the image's own
+pixel frame: the frame the UFO annotations use, so that the quads score against them directly.
+
+The resize is the build's convention: a frame point p lands at image_size / long side * p, and the resized
+image is warped with that same map (east_cache.sample.make), so training crops and prediction inputs agree.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import groupby, islice
+from pathlib import Path
+from typing import NamedTuple
+
+import cv2
+import numpy as np
+import torch
+
+from east_cache.model.augment import prepare_images
+from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
+from east_cache.config import BuildConfig
+from east_cache.errors import DataError
+from east_cache.ingest.imageio import decode_image, oriented_size
+from east_cache.ingest.ufo import find_split, load_ufo
+from east_cache.progress import Progress
+from east_cache.sample.geometry import compose
+from east_cache.sample.make import _decoded_to_frame
+from east_cache.store.atomic import write_atomic
+
+STRIDE = 32                   # px; the backbone's total stride: input sides are padded to a multiple of it
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   # what --images DIR picks up
+LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
+PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
+COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    image_size: int                     # px, long side of every image after resizing (the training cache's)
+    map_scale: float                    # the model's output resolution / input resolution
+    batch_size: int = 4                 # images per forward pass, all of one padded shape
+    score_thresh: float = SCORE_THRESH  # a map pixel is a word candidate when its score is above this
+    nms_thresh: float = NMS_THRESH      # IoU above which two candidate quads are one word
+    skip_bad: bool = False              # name and skip an undecodable image instead of stopping
+
+    def __post_init__(self) -> None:
+        if self.image_size < STRIDE or self.batch_size < 1:
+            raise ValueError(f"image_size {self.image_size} must be >= {STRIDE} and batch_size {self.batch_size} >= 1")
+        if not (0 < self.score_thresh < 1 and 0 < self.nms_thresh < 1):
+            raise ValueError(f"score_thresh {self.score_thresh} and nms_thresh {self.nms_thresh} must lie in (0, 1)")
+
+
+class Page(NamedTuple):
+    """One image to predict on."""
+    name: str       # key in the output's "images" object
+    path: str       # image file
+    width: int      # frame width (px): the annotations' img_w, or the EXIF-upright image width
+    height: int     # frame height (px)
+
+
+def pages_from_split(root, split: str, skip_bad: bool = False) -> tuple[list[Page], list[tuple[str, str]]]:
+    """The images of ROOT/ufo/{split}.json (their words are not needed), and those skipped as (name, why)."""
+    records, summary = load_ufo(*find_split(root, split), BuildConfig(), skip_bad)
+    return [Page(r.name, r.path, r.width, r.height) for r in records], list(summary.bad)
+
+
+def pages_from_folder(folder, skip_bad: bool = False) -> tuple[list[Page], list[tuple[str, str]]]:
+    """Every image file directly in folder (by suffix), its frame the EXIF-upright size from its header."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder; pass the folder that holds the images")
+    pages, bad = [], []
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+        try:
+            w, h, _ = oriented_size(path)
+        except DataError as e:
+            if not skip_bad:
+                raise
+            bad.append((path.name, str(e)))
+            continue
+        pages.append(Page(path.name, str(path), w, h))
+    if not pages and not bad:
+        raise DataError(f"{folder}: no image files ({', '.join(IMAGE_SUFFIXES)}); pass the folder that holds them")
+    return pages, bad
+
+
+def input_geometry(page: Page, image_size: int) -> tuple[float, tuple[int, int], tuple[int, int]]:
+    """(scale frame px -> input px, resized (height, width), padded (height, width))."""
+    scale = image_size / max(page.width, page.height)
+    h, w = max(1, round(page.height * scale)), max(1, round(page.width * scale))
+    return scale, (h, w), (math.ceil(h / STRIDE) * STRIDE, math.ceil(w / STRIDE) * STRIDE)
+
+
+def load_input(page: Page, image_size: int) -> np.ndarray:
+    """uint8 (H, W, 3) RGB: the page resized as input_geometry says, zero-padded right and below."""
+    scale, (h, w), (ph, pw) = input_geometry(page, image_size)
+    d = decode_image(page.path, page.width, page.height, scale)
+    frame_to_input = np.array([[scale, 0, 0], [0, scale, 0]])
+    m = compose(frame_to_input, _decoded_to_frame(d.sx, d.sy))
+    out = np.zeros((ph, pw, 3), np.uint8)
+    out[:h, :w] = cv2.warpAffine(np.ascontiguousarray(d.image), m, (w, h), flags=cv2.INTER_LINEAR,
+                                 borderMode=cv2.BORDER_REPLICATE)
+    return out
+
+
+def plan_batches(pages: list[Page], image_size: int, batch_size: int) -> list[list[Page]]:
+    """Pages grouped by padded shape (in name order within a shape), then cut into batches."""
+    def shape(p: Page) -> tuple[int, int]:
+        return input_geometry(p, image_size)[2]
+    batches = []
+    for _, group in groupby(sorted(pages, key=lambda p: (shape(p), p.name)), key=shape):
+        group = list(group)
+        batches += [group[k:k + batch_size] for k in range(0, len(group), batch_size)]
+    return batches
+
+
+def _loaded(batches: list[list[Page]], cfg: PredictConfig, pool: ThreadPoolExecutor) -> Iterator[tuple]:
+    """(pages, uint8 (B, H, W, 3), bad [(name, why)]) per batch, PREFETCH_BATCHES batches loading ahead."""
+    pending, todo = deque(), iter(batches)
+    for batch in islice(todo, PREFETCH_BATCHES):
+        pending.append((batch, [pool.submit(load_input, p, cfg.image_size) for p in batch]))
+    while pending:
+        batch, futures = pending.popleft()
+        for nxt in islice(todo, 1):
+            pending.append((nxt, [pool.submit(load_input, p, cfg.image_size) for p in nxt]))
+        ok, images, bad = [], [], []
+        for page, fut in zip(batch, futures):
+            try:
+                images.append(fut.result())
+                ok.append(page)
+            except DataError as e:
+                if not cfg.skip_bad:
+                    raise
+                bad.append((page.name, str(e)))
+        yield ok, (np.stack(images) if images else None), bad
+
+
+@torch.no_grad()
+def forward(model, images: np.ndarray, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """score (B, h, w) and geo (B, 5, h, w) float32 of uint8 images (B, H, W, 3); fp16 autocast on CUDA."""
+    x = prepare_images(torch.from_numpy(images).to(device, non_blocking=True).permute(0, 3, 1, 2), 0.0)
+    with torch.autocast(device.type, dtype=torch.float16, enabled=device.type == "cuda"):
+        score, geo = model(x)
+    return score.float()[:, 0].cpu().numpy(), geo.float().cpu().numpy()
+
+
+def page_quads(score: np.ndarray, geo: np.ndarray, page: Page, cfg: PredictConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(quads (K, 4, 2) float64 in the page's frame px, scores (K,)) of one image's maps; the padding's map
+    pixels are left out."""
+    scale, (h, w), _ = input_geometry(page, cfg.image_size)
+    mh, mw = math.ceil(h * cfg.map_scale), math.ceil(w * cfg.map_scale)
+    quads, scores = decode_maps(score[:mh, :mw], geo[:, :mh, :mw], cfg.map_scale, cfg.score_thresh, cfg.nms_thresh)
+    return quads.astype(np.float64) / scale, scores
+
+
+def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, progress: bool = True,
+            desc: str = "predict") -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[tuple[str, str]]]:
+    """({name: (quads in frame px, scores)}, skipped [(name, why)]) for pages, with a model in eval mode that
+    maps normalised images (B, 3, H, W) to score (B, 1, h, w) and geo (B, 5, h, w)."""
+    results, skipped = {}, []
+    batches = plan_batches(pages, cfg.image_size, cfg.batch_size)
+    with ThreadPoolExecutor(LOADER_THREADS) as pool, \
+            Progress(len(pages), "img", quiet=not progress, desc=desc, leave=False) as bar:
+        for batch, images, bad in _loaded(batches, cfg, pool):
+            skipped += bad
+            if batch:
+                score, geo = forward(model, images, device)
+                for k, page in enumerate(batch):
+                    results[page.name] = page_quads(score[k], geo[k], page, cfg)
+            bar.update(len(batch) + len(bad))
+    return dict(sorted(results.items())), skipped
+
+
+def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
+    """The UFO submission format: {"images": {name: {"words": {"1": {"points": [[x, y] x 4]}, ...}}}}."""
+    def word(quad):
+        return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad]}
+    return {"images": {name: {"words": {str(k + 1): word(q) for k, q in enumerate(quads)}}
+                       for name, (quads, _) in results.items()}}
+
+
+def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """UFO JSON at path, written atomically: a reader sees the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(to_ufo(results)) + "\n")

@@ -1,0 +1,117 @@
+"""Where a run executes: the device, the process group under torchrun, signals, and the profiler."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from east_cache.model.config import RunState
+from east_cache.errors import UsageError
+
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: torch.device = CPU
+    rank: int = 0    # this process's place in the group; 0 logs and saves
+    world: int = 1   # processes in the group (torchrun's WORLD_SIZE)
+
+    def say(self, msg: str) -> None:
+        """Print on rank 0 only."""
+        if self.rank == 0:
+            print(msg, flush=True)
+
+
+def setup_device(name: str | None) -> Runtime:
+    """Device, rank and world size; joins the process group when torchrun started several processes."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name}: not a device; pass cuda, cuda:N or cpu") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: no CUDA device here; pass --device cpu, or leave --device out")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}; pass one of them")
+    if device.type == "cuda":
+        device = torch.device("cuda", local if world > 1 else (device.index or 0))
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick the fastest kernels once
+    if world > 1:
+        # device_id binds the process's GPU to the group, so that NCCL collectives, barrier() included, use it
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+                                device_id=device if device.type == "cuda" else None)
+    return Runtime(device, rank, world)
+
+
+def sum_over_ranks(values: np.ndarray, rt: Runtime) -> np.ndarray:
+    """values summed over the ranks of a multi-process run (every rank gets the sums); as they are in one."""
+    if rt.world == 1:
+        return values
+    total = torch.tensor(values, device=rt.device)
+    dist.all_reduce(total)
+    return total.cpu().numpy()
+
+
+def leave_group(rt: Runtime) -> None:
+    if rt.world > 1:
+        dist.destroy_process_group()
+
+
+@contextmanager
+def stop_on_signals(state: RunState, rt: Runtime):
+    """While training: SIGINT (Ctrl-C) or SIGTERM asks the run to stop at the next step boundary and save
+    (state.signal); a second Ctrl-C stops at once, unsaved (KeyboardInterrupt). Outside the main thread, where
+    Python cannot take signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ask_to_stop(signum, frame) -> None:
+        if state.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        state.signal = signum
+        if rt.rank == 0:  # os.write: print() could be interrupted inside a print of the main thread
+            os.write(2, f"\n{signal.Signals(signum).name}: stopping after this step and saving a checkpoint "
+                        f"(Ctrl-C again stops at once, unsaved)\n".encode())
+    previous = {s: signal.signal(s, ask_to_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def jsonl_writer(path: Path):
+    def write(record: dict) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    return write
+
+
+def profiler(steps: int, out: Path, device: torch.device, say):
+    """--profile N: record N steps after one warm-up step, write a Chrome trace and print the top ops.
+    CUDA activity only when the run is on CUDA: a --device cpu run on a GPU machine has no kernels to trace."""
+    cuda = device.type == "cuda"
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+
+    def ready(p) -> None:
+        p.export_chrome_trace(str(out / "profile_trace.json"))
+        say(p.key_averages().table(sort_by=sort, row_limit=15))
+        say(f"trace: {out / 'profile_trace.json'}")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+                   on_trace_ready=ready)

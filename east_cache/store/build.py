@@ -1,0 +1,366 @@
+"""Build orchestration: ingest, plan, fill data files in parallel, commit the manifest last.
+
+Crash safety: new data files are written under temp names and renamed into place only when
+complete; the manifest is replaced atomically after every file is in place; files the new
+manifest no longer names are deleted only after that. A build killed at any point leaves the
+previous cache readable, and the next build reuses every file that was finished. What the build may
+touch in --out is outdir.py's; how workers start and stop (Ctrl-C) is pool.py's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from east_cache.config import AUTO, BuildConfig
+from east_cache.errors import BuildError, BuildInterrupted, CacheError
+from east_cache.ingest.files import open_regular
+from east_cache.ingest.ufo import load_splits
+from east_cache.progress import Progress
+from east_cache.store.announce import announce
+from east_cache.store.atomic import fsync_path
+from east_cache.store.fingerprint import (
+    build_fingerprint,
+    json_fingerprints,
+    rows_checksum,
+    source_fingerprints,
+)
+from east_cache.store.format import (
+    DATA_DIR,
+    MANIFEST,
+    SPARSE_KINDS,
+    record_spec,
+    sample_bytes,
+)
+from east_cache.store.formats import FileFormat, format_of, get_format
+from east_cache.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
+from east_cache.store.outdir import (
+    build_lock,  # noqa: F401  (the lock is part of the build's API)
+    collect_garbage,
+    owned_out,
+    remove_temp_files,
+)
+from east_cache.store.plan import (
+    CORRUPT_MARKER,
+    FilePlan,
+    Plan,
+    make_plan,
+    tmp_name,
+)
+from east_cache.store.pool import running
+from east_cache.store.sidecar import quads_checksum, quads_path, sidecar_arrays
+from east_cache.store.stale import Staleness, compare_sources, sources_unchanged
+from east_cache.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
+from east_cache.store.worker import SKIPPED_NOTE, RowResult
+
+
+@dataclass
+class BuildReport:
+    out: Path
+    strategy: str
+    strategy_reason: str = ""
+    images: int = 0
+    samples: int = 0
+    computed: int = 0           # samples made from the source images
+    copied: int = 0             # samples copied from the previous cache
+    files_reused: int = 0
+    files_written: int = 0
+    files_removed: int = 0
+    seconds: float = 0.0
+    up_to_date: bool = False
+    full_rebuild_reason: str = ""
+    first_build: bool = True
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
+    changes: Staleness = field(default_factory=Staleness)
+    cleanup_error: str = ""     # old files the committed build could not delete (the next build does)
+
+
+def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
+    """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
+    cache's; file_format None keeps the cache's format where it can hold the strategy, else npy (keywords: _build's).
+    on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date).
+    A first build that fails removes the --out, data/ and lock file it created, where nothing else is in them;
+    an --out whose manifest.json no build of ours wrote is refused."""
+    out = Path(out)
+    with owned_out(out):
+        return _build(cfg, data_dirs, out, **kw)
+
+
+def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: int = -1, quiet: bool = False,
+           check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
+           file_format: str | None = None, on_plan=None) -> BuildReport:
+    log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
+    t0 = time.perf_counter()
+    old = _old_manifest(out, log)
+    fmt = _pick_format(file_format, old, cfg)
+    source = Source([str(Path(d).resolve()) for d in data_dirs], split, skip_bad, check_content)
+    if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
+        n = len(old.images)
+        return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
+                           files_reused=len(old.files), up_to_date=True, first_build=False,
+                           seconds=time.perf_counter() - t0)
+    # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
+    source.json_files = json_fingerprints(source.data_dirs, split, check_content)
+    records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
+    cfg, reason = _resolve_strategy(cfg, records, old, fmt)
+    report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
+                         first_build=old is None)
+    sources = source_fingerprints(records, check_content)
+    build_fp = build_fingerprint(cfg)
+    corrupt = _corrupt_files(out)
+    plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
+    report.changes = compare_sources(old.images, sources) if old else Staleness(added=list(sources))
+    if old is not None and old.build_fingerprint != build_fp:
+        report.full_rebuild_reason = _config_change(old, cfg)
+    if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
+        report.up_to_date, report.files_reused = True, len(plan.files)
+        if (old.source, old.images, old.build_fingerprint, old.config) != (source, sources, build_fp, cfg):
+            # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time. (The files'
+            # names carry the build fingerprint: files found under them were made by a build with this config.)
+            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp, config=cfg).save(out)
+        report.seconds = time.perf_counter() - t0
+        return report
+    if on_plan is not None:
+        on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
+                         report.changes))
+    # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
+    unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
+    notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
+    exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
+    try:
+        _preallocate(out, cfg, plan, fmt, records)
+        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
+    except BaseException:   # what is unfinished is worthless; finished files stay, for the next build to reuse
+        remove_temp_files(out, plan)
+        raise
+    summary.exif_applied = len(exif)
+    stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
+                       report.copied, report.files_reused)
+    _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes,
+                          sorted(exif), stats))
+    report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
+                                                         if v.startswith(SKIPPED_NOTE)]
+    try:
+        report.files_removed = collect_garbage(out, {e.name for e in entries})
+    except OSError as e:   # the new cache is in place: say so, rather than that the old one is unchanged
+        report.cleanup_error = f"{e.filename or out}: {e.strerror or e}"
+    except KeyboardInterrupt:
+        raise BuildInterrupted() from None
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _commit(out: Path, manifest: Manifest) -> None:
+    """Save the manifest. Should a failure or Ctrl-C come after the rename (while syncing the directory), the new
+    cache is what a reader sees: the error says so, rather than that the previous cache is unchanged."""
+    try:
+        manifest.save(out)
+    except OSError as e:
+        if _committed(out, manifest):
+            raise BuildError(f"{out}: the new cache is in place, but making it durable failed ({e}); run "
+                             f"`python -m preprocess verify {out}` once the disk is healthy") from e
+        raise
+    except KeyboardInterrupt:
+        if _committed(out, manifest):
+            raise BuildInterrupted() from None
+        raise
+
+
+def _committed(out: Path, manifest: Manifest) -> bool:
+    try:
+        return json.loads((out / MANIFEST).read_text()).get("build") == dataclasses.asdict(manifest.build)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
+    """Bring a cache up to date with the source and the config it was built with (also one of another format
+    version, or made by other sample code: made anew)."""
+    m = Manifest.load(cache_dir, any_version=True)
+    return build_cache(m.config, m.source.data_dirs, cache_dir, split=m.source.split, jobs=jobs, quiet=quiet,
+                       check_content=m.source.check_content, skip_bad=m.source.skip_bad, file_format=m.file_format)
+
+
+def _pick_format(name: str | None, old: Manifest | None, cfg: BuildConfig) -> FileFormat:
+    """The format asked for; else the cache's, unless it cannot hold the strategy or crop mode asked for; else
+    npy. Pages (--crop read) are npy only: their records are sparse, which zarr's shards would fill in."""
+    sparse = record_spec(cfg).kind.name in SPARSE_KINDS
+    if name is not None:
+        if sparse and name != "npy":
+            raise BuildError(f"--format {name} holds --crop build caches only (a page record is mostly a sparse "
+                             f"hole that {name} would store); pass --crop build, or --format npy")
+        return get_format(name)
+    kept = old.format if old is not None else get_format("npy")
+    if not sparse and (cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies):
+        return kept
+    return get_format("npy")
+
+
+def _nothing_to_do(old: Manifest, cfg: BuildConfig, source: Source, out: Path, fmt: FileFormat) -> bool:
+    """Up to date, decided without reading the annotations: the same source, config and file format, the
+    UFO and image files untouched, every data file in place. Anything else takes the full comparison."""
+    if cfg.strategy == AUTO:
+        cfg = dataclasses.replace(cfg, strategy=old.config.strategy)
+    in_place = all(data_path(out, f.name).exists() and quads_path(data_path(out, f.name)).exists() for f in old.files)
+    return (old.source.request() == source.request() and old.build_fingerprint == build_fingerprint(cfg)
+            and old.config == cfg
+            and old.file_format == fmt.name and not (out / CORRUPT_MARKER).exists() and in_place
+            and sources_unchanged(old))
+
+
+def _old_manifest(out: Path, log) -> Manifest | None:
+    try:
+        return Manifest.load(out)
+    except CacheError as e:
+        if (out / MANIFEST).exists():
+            log(f"ignoring the previous manifest: {e}")
+        return None
+
+
+def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: FileFormat) -> tuple[BuildConfig, str]:
+    """cfg with a concrete strategy, and why it was picked."""
+    auto = cfg.strategy == AUTO
+    if fmt.strategies is not None:
+        if auto:
+            return (dataclasses.replace(cfg, strategy=fmt.strategies[0]),
+                    f"--format {fmt.name}: {fmt.name} files hold the {' or '.join(fmt.strategies)} strategy")
+        if cfg.strategy not in fmt.strategies:
+            raise BuildError(f"--format {fmt.name} stores the {' or '.join(fmt.strategies)} strategy only, not "
+                             f"{cfg.strategy}; use --strategy {fmt.strategies[0]} (or auto)")
+    if not auto:
+        return cfg, STRATEGY_BY_FLAG
+    if old is not None:
+        kept = dataclasses.replace(cfg, strategy=old.config.strategy)
+        if kept == old.config:
+            return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
+    members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
+    per_sample = sample_bytes(cfg, records, members) // max(1, len(members))
+    strategy, reason = choose_strategy(len(records) * cfg.variants, per_sample)
+    return dataclasses.replace(cfg, strategy=strategy), AUTO_REASON + reason
+
+
+def _config_change(old: Manifest, cfg: BuildConfig) -> str:
+    was, new = old.config.to_dict(), cfg.to_dict()
+    fields = [k for k in sorted(set(was) | set(new)) if was.get(k) != new.get(k)]
+    if fields:
+        return "the build configuration changed (" + ", ".join(f"{k}: {was.get(k)} -> {new.get(k)}" for k in fields) + ")"
+    return "the sample-making code or the cache format changed"
+
+
+def _same_files(old: Manifest, plan: Plan) -> bool:
+    return [f.name for f in old.files] == [f.name for f in plan.files]
+
+
+def _corrupt_files(out: Path) -> set[str]:
+    """The files `verify` found bad (CORRUPT_MARKER), for this build to redo."""
+    marker = out / CORRUPT_MARKER
+    if not (marker.exists() or marker.is_symlink()):
+        return set()
+    try:
+        with open_regular(marker) as f:
+            names = json.loads(f.read())
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return set(names)
+    except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
+        pass
+    raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
+                     f"`python -m preprocess verify {out}` again, then build")
+
+
+def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, records) -> None:
+    """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write. Page files
+    are sparse: the check counts the pages' own bytes, and their blocks are taken as the pages are written."""
+    spec = record_spec(cfg)
+    if spec.kind.name in SPARSE_KINDS:
+        need = sum(sample_bytes(cfg, records, f.members) for f in plan.to_write)
+    else:
+        need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise BuildError(f"{out}: not enough disk space: this build needs {need / 2**30:.2f} GiB, "
+                         f"{free / 2**30:.2f} GiB are free. Free some space or build into another --out; "
+                         f"the existing cache is unchanged.")
+    fmt.check_writers(spec, max((len(f.keys) for f in plan.to_write), default=0))
+    for f in plan.to_write:
+        path = data_path(out, tmp_name(f.name))
+        try:
+            fmt.preallocate(path, spec, len(f.keys))
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            raise BuildError(f"{out}: the disk filled up while reserving {path.name}. Free some space or build "
+                             f"into another --out; the existing cache is unchanged.") from e
+
+
+def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report) -> list[FileEntry]:
+    entries: list[FileEntry | None] = [None] * len(plan.files)
+    pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
+    for i, f in enumerate(plan.files):
+        if f.reuse is not None:
+            entries[i] = f.reuse if isinstance(f.reuse, FileEntry) else _entry_from_disk(out, f, cfg)
+            report.files_reused += 1
+    progress = Progress(len(plan.tasks), "samples", quiet)
+    with running(cfg, plan, jobs, skip_bad, backend) as results:
+        for batch in results:
+            for r in batch:
+                _record(r, notes, exif, report)
+                rows = pending[r.file]
+                rows[r.row] = r
+                if len(rows) == len(plan.files[r.file].keys):
+                    entries[r.file] = _finish_file(out, plan.files[r.file], rows)
+                    report.files_written += 1
+                    del pending[r.file]
+            progress.update(len(batch))
+    progress.close()
+    fsync_path(out / DATA_DIR)
+    return entries
+
+
+def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
+    if r.name is None:
+        report.copied += 1
+        return
+    report.computed += 1
+    (exif.add if r.exif else exif.discard)(r.name)
+    if r.note:
+        notes[r.name] = r.note
+    else:
+        notes.pop(r.name, None)
+
+
+def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> FileEntry:
+    """Write the sidecar, make the data file durable, then rename both into place (sidecar first)."""
+    tmp = data_path(out, tmp_name(f.name))
+    ordered = [rows[i] for i in range(len(f.keys))]
+    final = data_path(out, f.name)
+    final_quads = quads_path(final)
+    tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
+    np.savez(tmp_quads, **sidecar_arrays(ordered))
+    for p in (tmp_quads, tmp):
+        fsync_path(p)
+    os.replace(tmp_quads, final_quads)
+    fmt = format_of(final)
+    fmt.install(tmp, final)
+    return _file_entry(final, f, rows_checksum(r.crc for r in ordered), fmt)
+
+
+def _entry_from_disk(out: Path, f: FilePlan, cfg: BuildConfig) -> FileEntry:
+    """A file finished by an interrupted build: trusted (it was renamed into place complete), checksummed now."""
+    path = data_path(out, f.name)
+    fmt = format_of(path)
+    return _file_entry(path, f, fmt.checksum(path, record_spec(cfg)), fmt)
+
+
+def _file_entry(path: Path, f: FilePlan, checksum: str, fmt: FileFormat) -> FileEntry:
+    """A data file's manifest entry. checksum covers the decoded records, the same in every format; a file of
+    several parts (a zarr group) adds one per part, which verify compares without decoding."""
+    return FileEntry(f.name, len(f.keys), f.keys, checksum, quads_checksum(quads_path(path)),
+                     fmt.part_checksums(path))

@@ -1,0 +1,105 @@
+"""Hashes that decide what is up to date: of the config and code (build), of source files, of records.
+
+A sample's bytes are a function of its source (annotation entry and image file), the build config,
+the sample-making code and the format. Each has a fingerprint here; equal fingerprints mean the
+sample can be reused, and any difference means it is made again.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from east_cache.config import BuildConfig
+from east_cache.ingest.files import open_regular
+from east_cache.ingest.ufo import find_split
+from east_cache.store.format import FORMAT_VERSION
+
+# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
+SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
+                  "sample/window")
+
+
+def digest(*parts) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for p in parts:
+        h.update(str(p).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def build_fingerprint(cfg: BuildConfig) -> str:
+    """Changes whenever a sample could change for reasons other than its source: config, code, format."""
+    return digest(cfg.fingerprint(), sample_code_version(), FORMAT_VERSION)
+
+
+@functools.lru_cache(maxsize=1)
+def sample_code_version() -> str:
+    """A hash of the syntax trees of SAMPLE_MODULES without docstrings: it changes whenever their code does, and
+    only then (comments, layout and docs do not count), with no version number to remember to bump. A cache
+    built by other code is rebuilt, never read as if the maths were the same."""
+    return code_hash([(Path(__file__).parents[1] / f"{name}.py").read_text() for name in SAMPLE_MODULES])
+
+
+def code_hash(sources: list[str]) -> str:
+    """Hash of Python sources as syntax trees, docstrings dropped (see sample_code_version)."""
+    h = hashlib.blake2b(digest_size=16)
+    for source in sources:
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        h.update(ast.dump(tree).encode())
+    return h.hexdigest()
+
+
+def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
+    """size + mtime (cheap), or the bytes themselves with check_content (a regular file only: a FIFO swapped in for
+    an image would block the read forever; files.NotAllowed, a ValueError, says so instead)."""
+    if check_content:
+        h = hashlib.blake2b(digest_size=16)
+        with open_regular(path) as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return "b2:" + h.hexdigest()
+    st = os.stat(path)
+    return f"st:{st.st_size}:{st.st_mtime_ns}"
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """What one image's samples were made from, as the manifest records it."""
+    ann: str     # fingerprint of the image's annotation entry
+    file: str    # file_fingerprint of the image file
+    json: str    # the UFO file that holds the entry
+    path: str    # the image file
+
+
+def source_fingerprints(records, check_content: bool = False) -> dict[str, ImageSource]:
+    return {r.name: ImageSource(r.fingerprint, file_fingerprint(r.path, check_content), r.source, r.path)
+            for r in records}
+
+
+def json_fingerprints(data_dirs, split: str, check_content: bool = False) -> dict[str, str]:
+    """A fingerprint per UFO file of the split: while none changes, no annotation entry can have."""
+    paths = [find_split(d, split)[0] for d in data_dirs]
+    return {str(p): file_fingerprint(p, check_content) for p in paths}
+
+
+def record_crc(record: np.ndarray) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(record)).cast("B"))
+
+
+def rows_checksum(row_crcs) -> str:
+    """A data file's checksum: a hash of its records' CRC32s in row order (workers compute those). It covers
+    the decoded records, so it is the same whichever format stores them."""
+    return digest(*[f"{int(c):08x}" for c in row_crcs])

@@ -1,0 +1,166 @@
+"""The on-disk format, declared once: the fields of a record, and the names of a cache's files.
+
+A sample is a fixed-size record of the fields of its record kind. A data file holds RECORDS of one
+structured dtype (record_dtype), written and read by a file format (formats/: npy, one memory-mappable
+array; zarr, one array per field). A strategy only decides how many records a file holds and in what
+order (layout.py). Each data file has a sidecar `.quads.npz` with its samples' words (sidecar.py).
+
+A field's shape is a function of the build config, so a new record kind (a warped page whose size
+depends on the config, a per-pixel word index instead of float16 geometry) is one more RecordKind
+here, picked in record_spec: formats, checksums and the Dataset iterate the fields of whatever kind
+they are given, and a worker stores attribute `name` of the sample it made into each field.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from east_cache.config import BuildConfig
+
+# Bump when the record layout, the file naming or the manifest schema changes.
+FORMAT_VERSION = 2   # 2: a page record's maps in tiles (page.map_tile), like its image
+MANIFEST = "manifest.json"
+DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
+QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
+MAP_CODEC = "zstd:1"         # codec of the target maps, where a format compresses (formats/zarr.py)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: np.dtype                                       # stored dtype; a sample's value is cast to it on write
+    shape: Callable[[BuildConfig], tuple[int, ...]]       # per-record shape, from the build config
+    codec: str | None = None                              # "zstd:LEVEL" where a format may compress; None: raw
+    doc: str = ""                                         # units and meaning
+
+    def stored(self, value: np.ndarray) -> np.ndarray:
+        """value as it is stored: the sample's array cast to the field's dtype (float32 geometry -> float16)."""
+        return np.asarray(value).astype(self.dtype, copy=False)
+
+
+# Shapes as functions of the config; classes, not lambdas, so that a Dataset holding them pickles.
+@dataclass(frozen=True)
+class InputShape:
+    channels: int
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return (self.channels, c.input_size, c.input_size)
+
+
+@dataclass(frozen=True)
+class MapShape:
+    channels: int
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return (self.channels, c.map_size, c.map_size)
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    name: str
+    fields: tuple[Field, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def dtype(self, cfg: BuildConfig) -> np.dtype:
+        return np.dtype([(f.name, f.dtype, f.shape(cfg)) for f in self.fields])
+
+    def field(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    def spec(self, cfg: BuildConfig) -> "RecordSpec":
+        return RecordSpec(self, self.dtype(cfg))
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """What every data file of one cache holds: a record kind at one config. Formats write and read these."""
+    kind: RecordKind
+    dtype: np.dtype      # the structured record dtype, one entry per field
+
+    def codec(self, name: str) -> str | None:
+        return self.kind.field(name).codec
+
+    def raw_bytes(self) -> int:
+        """Bytes of a record's uncompressed fields (codec None): the least a record takes in any format."""
+        return sum(self.dtype[f.name].itemsize for f in self.kind.fields if f.codec is None)
+
+
+# A training crop and its EAST targets at map scale (see east_cache/sample/targets.py for the maths).
+CROP = RecordKind("crop", (
+    Field("image", np.dtype(np.uint8), InputShape(3), doc="RGB crop, CHW, 0..255"),
+    Field("score", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="1 inside a legible word's shrunk quad"),
+    Field("geo", np.dtype(np.float16), MapShape(5), MAP_CODEC,
+          doc="distances to the word box's top, bottom, left, right edges in input px, then its angle in rad"),
+    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 on don't-care words and padding, else 1"),
+))
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """A flat field as long as the largest page under the config (page.max_page_size) needs: a page is written
+    at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
+    (page.image_values) or, with map=True, its maps' tiles (page.map_values)."""
+    map: bool = False
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        # sample code (cv2) loads where pages are made or read
+        from east_cache.sample.page import image_values, map_values, max_page_size
+        size = max_page_size(c)
+        return (map_values(size, c.map_scale),) if self.map else (image_values(size),)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    shape: tuple[int, ...]
+
+    def __call__(self, c: BuildConfig) -> tuple[int, ...]:
+        return self.shape
+
+
+# A warped page that crops are cut from at read time (east_cache/sample/page.py, east_cache/reader/crop.py).
+PAGE = RecordKind("page", (
+    Field("image", np.dtype(np.uint8), PageShape(),
+          doc="RGB page, 0..255, in square tiles of page.TILE_PX, each CHW, row after row of tiles, zero past "
+              "(W, H): the first page.image_values(W, H) values"),
+    Field("maps", np.dtype(np.uint16), PageShape(map=True),
+          doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
+              "words (top bit); in square tiles of page.map_tile(s) map px, the same page px as the image's, "
+              "row after row of tiles: the first page.map_values((W, H), s) values"),
+    Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
+))
+RECORD_KINDS = {k.name: k for k in (CROP, PAGE)}
+FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
+SPARSE_KINDS = (PAGE.name,)   # kinds whose records use only a prefix of their fields: files are sparse
+
+
+def record_kind(cfg: BuildConfig) -> RecordKind:
+    """The one place that picks the record kind: --crop read caches pages, --crop build crops."""
+    return PAGE if cfg.crop == "read" else CROP
+
+
+def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:
+    """What the data files of a cache built with cfg hold; the build and the Dataset follow the kind."""
+    return (kind or record_kind(cfg)).spec(cfg)
+
+
+def record_dtype(cfg: BuildConfig, kind: RecordKind | None = None) -> np.dtype:
+    return record_spec(cfg, kind).dtype
+
+
+PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at the ends of its two prefixes
+
+
+def sample_bytes(cfg: BuildConfig, records, members) -> int:
+    """Bytes the samples (image index into records, variant) take on disk: a record each, or for pages (sparse
+    records) the pages' own bytes, from each image's frame size and augmentation draw (page.expected_page_size)."""
+    spec = record_spec(cfg)
+    if spec.kind.name not in SPARSE_KINDS:
+        return len(members) * spec.dtype.itemsize
+    from east_cache.sample.page import expected_page_size, page_bytes   # sample code loads only for pages
+    return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
+                          cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)

@@ -1,0 +1,139 @@
+"""The --out directory a build works in: its lock, what in it is ours, and what a build removes from it.
+
+Nothing of the user's is lost: a manifest.json that no build of ours wrote is refused, not overwritten; only
+names a build writes (plan.OWN_FILE) are ever deleted from CACHE/data; a failed build removes its unfinished
+temp files, and a failed first build the directories and lock file it created, where nothing else is in them.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from east_cache.errors import BuildError
+from east_cache.ingest.files import open_regular
+from east_cache.store.format import DATA_DIR, MANIFEST
+from east_cache.store.formats import FILE_FORMATS
+from east_cache.store.manifest import data_path
+from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, Plan, tmp_name
+from east_cache.store.sidecar import quads_path
+
+LOCK = ".lock"
+# Keys every manifest a build of ours wrote has had: a manifest.json without them is someone else's file.
+OWN_MANIFEST_KEYS = ("format_version", "build_fingerprint")
+
+
+@contextmanager
+def owned_out(out: Path):
+    """--out (and data/) created where missing, a foreign manifest refused, the lock held, for the build inside.
+    On an error or Ctrl-C, what this created is removed again where it is empty (a first build that failed)."""
+    made = [p for p in (out / DATA_DIR, out, *out.parents) if not p.exists()]   # deepest first
+    (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    try:
+        refuse_foreign_manifest(out)
+        with build_lock(out, remove_on_error=not (out / LOCK).exists() or out in made):
+            yield
+    except BaseException:
+        for d in made:   # data/, then --out and its parents; rmdir leaves a directory that holds anything
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def build_holder(out: Path) -> str | None:
+    """The pid of the build that holds out's lock, or None when no build is writing there."""
+    try:
+        fd = os.open(out / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: taken only when no build holds it
+    except BlockingIOError:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)
+    return None
+
+
+@contextmanager
+def build_lock(out: Path, remove_on_error: bool = False):
+    """One build per cache directory; the kernel drops the lock if the process dies. remove_on_error: a build
+    that fails deletes the lock file it created (unlinked while still held, so no other build takes it)."""
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise BuildError(f"{out}: another build (pid {holder}) is writing this cache. Wait for it to finish, "
+                             f"or build into another --out.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            yield
+        except BaseException:
+            if remove_on_error:
+                (out / LOCK).unlink(missing_ok=True)
+            raise
+    finally:
+        os.close(fd)
+
+
+def refuse_foreign_manifest(out: Path) -> None:
+    """A manifest.json in --out that no build of ours wrote is someone's file: it is not ours to overwrite. One that
+    cannot be read beside our lock or data files is a damaged cache of ours, which the build replaces."""
+    path = out / MANIFEST
+    if not (path.exists() or path.is_symlink()):
+        return
+    why = None
+    try:
+        with open_regular(path) as f:   # not a FIFO's read, which would wait forever
+            doc = json.loads(f.read())
+        if not isinstance(doc, dict) or not all(k in doc for k in OWN_MANIFEST_KEYS):
+            why = f"it lacks {' and '.join(OWN_MANIFEST_KEYS)}"
+    except (OSError, ValueError) as e:   # ValueError: not JSON, not UTF-8, not a regular file
+        why = f"it cannot be read as a cache manifest: {e}"
+    if why and not _holds_our_files(out):
+        raise BuildError(f"{out}: holds a {MANIFEST} that no build of this tool wrote ({why}); it is left as it is. "
+                         f"Build into another --out, or delete {path} if it is a damaged cache of ours.")
+
+
+def _holds_our_files(out: Path) -> bool:
+    """A lock file or data files of ours beside a damaged manifest: a cache of ours, which a build repairs."""
+    data = out / DATA_DIR
+    return (out / LOCK).exists() or (data.is_dir() and any(OWN_FILE.fullmatch(p.name) for p in data.iterdir()))
+
+
+def remove_temp_files(out: Path, plan: Plan) -> None:
+    """The preallocated temp files of a build that failed, and their sidecars' (gigabytes, of no use)."""
+    for f in plan.to_write:
+        sidecar = quads_path(data_path(out, f.name))
+        for p in (data_path(out, tmp_name(f.name)), sidecar.with_name(tmp_name(sidecar.name))):
+            try:
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            except OSError:   # a failing disk: the next build collects them by name
+                pass
+
+
+def collect_garbage(out: Path, keep: set[str]) -> int:
+    """After the commit: delete data files no manifest names (old versions, leftovers of killed builds).
+    Only names a build writes are candidates: whatever else lies in the directory is not ours to delete."""
+    keep = keep | {quads_path(data_path(out, name)).name for name in keep}
+    removed = 0
+    for p in (out / DATA_DIR).iterdir():
+        if p.name in keep or not OWN_FILE.fullmatch(p.name):
+            continue
+        if p.is_dir():  # a multi-part file (a zarr group), or its temp version
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+        removed += p.suffix[1:] in FILE_FORMATS
+    marker = out / CORRUPT_MARKER
+    if marker.exists():
+        marker.unlink()
+    return removed

@@ -1,0 +1,75 @@
+"""`python -m preprocess info CACHE`: what a cache holds and how it was made."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from east_cache.errors import skipped_reason
+from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.sidecar import quads_path
+from east_cache.tools.coverage import TRAIN_EPOCHS, cache_coverage
+
+BLOCK = 512   # bytes per st_blocks unit (POSIX)
+REPORTED_EPOCHS = (1, 5, 20)   # coverage is printed after these epochs and after --epochs
+CROP_WORDS = {"read": "read: pages cached, a new crop drawn every epoch around a legible word (--crop read)",
+              "build": "build: one frozen crop per variant, epoch e reads variant (e + offset) mod K (--crop build)"}
+
+
+def coverage_line(c: dict) -> str:
+    seen = ", ".join(f"{s:.1%} after {e}" for e, s in zip(c["epochs"], c["seen"]))
+    of = f" (estimated on {c['images_replayed']} images)" if c["images_replayed"] < c.get("images", 0) else ""
+    return (f"legible words seen whole in a training crop: {seen} epochs (of {c['words']}{of}); text-free crops "
+            f"{c['text_free']:.1%} (images without legible words {c['blank_pages']:.1%})")
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes a file takes on disk: its blocks (a sparse page file's holes take none), else its size."""
+    st = path.stat()
+    return st.st_blocks * BLOCK if hasattr(st, "st_blocks") else st.st_size
+
+
+def summary(cache_dir, epochs: int = TRAIN_EPOCHS) -> dict:
+    m = Manifest.load(cache_dir)
+    cfg = m.config
+    paths = [data_path(Path(cache_dir), f.name) for f in m.files]
+    data_bytes = sum(disk_bytes(q) for p in paths if p.exists() for q in m.format.stored_files(p))
+    quad_bytes = sum(quads_path(p).stat().st_size for p in paths if quads_path(p).exists())
+    cov, replayed = cache_coverage(cache_dir, [e for e in REPORTED_EPOCHS if e < epochs] + [epochs])
+    return {
+        "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
+        "file_format": m.file_format,
+        "images": len(m.images), "variants": cfg.variants, "samples": sum(f.rows for f in m.files),
+        "files": len(m.files), "record_bytes": m.spec.dtype.itemsize,
+        "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),
+        "config": cfg.to_dict(), "ingest": m.ingest, "notes": m.notes,
+        "coverage": {**asdict(cov), "images_replayed": replayed, "images": len(m.images)},
+    }
+
+
+def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS) -> str:
+    s = summary(cache_dir, epochs)
+    if as_json:
+        return json.dumps(s, indent=1, sort_keys=True)
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+    ingest = {k: v for k, v in s["ingest"].items() if not isinstance(v, list)}
+    lines = [
+        f"cache      {s['cache']}",
+        f"strategy   {s['strategy']} ({s['strategy_reason']})",
+        f"samples    {s['samples']} = {s['images']} images x {s['variants']} variants, in {s['files']} "
+        f"{s['file_format']} data files",
+        f"crops      {CROP_WORDS[s['config']['crop']]}",
+        f"on disk    {mib(s['data_bytes'])} data + {mib(s['quads_bytes'])} word quads; "
+        f"{mib(s['data_bytes'] / max(1, s['samples']))} per sample",
+        f"coverage   {coverage_line(s['coverage'])}",
+        f"built      {s['build']['finished_at']} in {s['build']['seconds']:.1f} s "
+        f"(computed {s['build']['computed']}, copied {s['build']['copied']}, files kept {s['build']['files_reused']})",
+        f"source     {', '.join(s['source']['data_dirs'])} (split {s['source']['split']})",
+        "config     " + ", ".join(f"{k}={v}" for k, v in sorted(s["config"].items())),
+        "ingest     " + ", ".join(f"{k}={v}" for k, v in ingest.items()),
+    ]
+    for name, reason in s["ingest"].get("bad", []):
+        lines.append(f"skipped    {name}: {skipped_reason(reason)}")
+    for name, note in sorted(s["notes"].items()):
+        lines.append(f"note       {name}: {skipped_reason(note)}")
+    return "\n".join(lines)

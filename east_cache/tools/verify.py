@@ -1,0 +1,53 @@
+"""`python -m preprocess verify CACHE`: recompute every checksum; mark bad files for the next build.
+
+A damaged file may make its decoder raise anything (numpy's header parser raises SyntaxError and
+TokenError as well as ValueError); verify reports it as that file's damage and goes on, never crashes.
+What it found is returned, and printed by the CLI, before the marker is written: on a read-only cache
+the user still learns which files are bad.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from east_cache.store.atomic import write_atomic
+from east_cache.store.integrity import file_problem
+from east_cache.store.manifest import FileEntry, Manifest, data_path
+from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.store.sidecar import quads_checksum, quads_path
+
+
+def find_bad(cache_dir) -> list[tuple[str, str]]:
+    """[(file name, what is wrong)] over every file the manifest names."""
+    cache_dir = Path(cache_dir)
+    m = Manifest.load(cache_dir)
+    return [(f.name, why) for f in m.files if (why := _check(m, cache_dir, f))]
+
+
+def mark_corrupt(cache_dir, bad: list[tuple[str, str]]) -> None:
+    """CACHE/.corrupt.json: the files the next `build` must redo rather than reuse."""
+    write_atomic(Path(cache_dir) / CORRUPT_MARKER, json.dumps(sorted(name for name, _ in bad)))
+
+
+def verify(cache_dir) -> list[tuple[str, str]]:
+    """find_bad, and the marker written when something is bad."""
+    bad = find_bad(cache_dir)
+    if bad:
+        mark_corrupt(cache_dir, bad)
+    return bad
+
+
+def _check(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
+    why = file_problem(m, cache_dir, entry)   # names, headers and sizes first: cheap, and they say more
+    if why:
+        return why
+    path = data_path(cache_dir, entry.name)
+    try:
+        why = m.format.verify(path, m.spec, entry.checksum, entry.shards)
+        if why:
+            return why
+        if quads_checksum(quads_path(path)) != entry.quads_checksum:
+            return "word quads checksum mismatch"
+    except Exception as e:   # noqa: BLE001  whatever a damaged file makes its decoder raise is that file's damage
+        return f"unreadable ({type(e).__name__}: {e})"
+    return None
