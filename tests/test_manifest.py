@@ -13,10 +13,11 @@ from east_cache.cli import main
 from east_cache.config import STRATEGIES, BuildConfig
 from east_cache.errors import CacheError
 from east_cache.store.build import build_cache
-from east_cache.sample.page import image_values, map_values, max_page_size
+from east_cache.sample.page import max_page_size
 from east_cache.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
 from east_cache.store.layout import Layout
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_record import image_values, map_values
 from east_cache.tools.verify import verify
 
 

@@ -15,10 +15,10 @@ from east_cache.reader import cache as cache_module
 from east_cache.reader.crop import choose, crop_page
 from east_cache.reader.expand import expand_batch
 from east_cache.ingest.ufo import load_splits
-from east_cache.sample.page import make_page
 from east_cache.sample.window import grid_step
 from east_cache.store.build import build_cache
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_record import Page
 
 
 def build(data, out, **over):
@@ -45,7 +45,7 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
         ds.set_epoch(epoch)
         for i in (0, 2, 4):
             v = ds.variant(i)
-            page = make_page(recs[i], c, v)
+            page = Page.make(recs[i], c, v)
             origin, cut = choose(page, c.input_size, grid_step(c.map_scale), c.seed, epoch, recs[i].name, v)
             want, got = crop_page(page, origin, cut, c.input_size, c.map_scale), ds[i]
             for k in ("image", "score", "geo", "roi"):

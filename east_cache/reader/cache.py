@@ -29,15 +29,14 @@ from east_cache.reader.crop import (
     page_words,
     words_bytes,
 )
-from east_cache.reader.expand import AT, TABLE, TILES
 from east_cache.errors import CacheError
 from east_cache.sample.draw import BEST_BYTES, Room
-from east_cache.sample.page import Page, block_bytes
 from east_cache.sample.window import grid_step
 from east_cache.store.fingerprint import build_fingerprint
 from east_cache.store.format import CROP, MANIFEST, PAGE, record_spec
 from east_cache.store.integrity import check_files
 from east_cache.store.manifest import Manifest, data_path, repair_hint, update_command
+from east_cache.store.page_record import CROP_IN_BLOCK, IMAGE_BLOCK, MAPS_BLOCK, WORD_TABLE, Page, block_bytes
 from east_cache.store.sidecar import load_sidecar, row_quads, row_words
 from east_cache.store.stale import check_stale
 
@@ -70,7 +69,7 @@ class CacheDataset(Dataset):
         # what an item holds, as one structured record: a crop record, whichever kind is stored
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
         self.compact = compact and self.pages
-        self.fields = (TILES, AT, "maps", TABLE) if self.compact else self.item_dtype.names
+        self.fields = (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE) if self.compact else self.item_dtype.names
         # bytes an item delivers (a compact crop: its blocks of image and maps tiles; its word table is a few
         # hundred more)
         self.item_bytes = block_bytes(self.config) if self.compact else self.item_dtype.itemsize

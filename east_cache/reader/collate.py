@@ -5,8 +5,8 @@ import numpy as np
 import torch
 
 from east_cache.reader.buffers import empty_batch
-from east_cache.reader.expand import PATCH, TABLE, pad_tables
-from east_cache.sample.page import put_rect
+from east_cache.reader.expand import pad_tables
+from east_cache.store.page_record import MAPS_BLOCK, MAPS_PATCH, WORD_TABLE, put_rect
 
 
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -28,15 +28,15 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
     arrays = {k: t.numpy() for k, t in out.items()}
     for j, item in enumerate(batch):
         put(arrays, j, item)
-    if TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
-        out[TABLE] = pad_tables([item[TABLE] for item in batch])
+    if WORD_TABLE in batch[0]:   # compact page-mode crops: word tables of their own lengths, padded with zero rows
+        out[WORD_TABLE] = pad_tables([item[WORD_TABLE] for item in batch])
     return out
 
 
 def fixed_fields(item: dict) -> list[tuple[str, object]]:
     """An item's fields of the same shape in every item, those a batch tensor holds: all but a compact crop's
     word table (its length varies) and maps patch (written over the maps by put)."""
-    return [(k, v) for k, v in item.items() if k not in (TABLE, PATCH)]
+    return [(k, v) for k, v in item.items() if k not in (WORD_TABLE, MAPS_PATCH)]
 
 
 def put(out: dict[str, np.ndarray], j: int, item: dict) -> None:
@@ -47,14 +47,14 @@ def put(out: dict[str, np.ndarray], j: int, item: dict) -> None:
     field on one thread."""
     for k, v in fixed_fields(item):
         np.copyto(out[k][j], v)
-    if item.get(PATCH) is not None:
-        put_rect(out["maps"][j], *item[PATCH])
-    if TABLE in out and TABLE in item:
-        table, rows = out[TABLE][j], len(item[TABLE])
+    if item.get(MAPS_PATCH) is not None:
+        put_rect(out[MAPS_BLOCK][j], *item[MAPS_PATCH])
+    if WORD_TABLE in out and WORD_TABLE in item:
+        table, rows = out[WORD_TABLE][j], len(item[WORD_TABLE])
         if rows > len(table):
             raise ValueError(f"a crop's word table has {rows} rows, its batch slot {len(table)}: the dataset's "
                              f"table_rows() is not the most legible words of its pages")
-        table[:rows] = item[TABLE]
+        table[:rows] = item[WORD_TABLE]
         table[rows:] = 0
 
 

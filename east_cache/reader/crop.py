@@ -14,16 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from east_cache.reader.expand import AT, PATCH, TILES
 from east_cache.sample.draw import CropDraw, Room, window_rng
 from east_cache.sample.geometry import shrink_quads
-from east_cache.sample.page import (
-    DONT_CARE_BIT,
-    MAPS_DTYPE,
-    OWNER_MASK,
-    Page,
-    unpack_maps,
-)
 from east_cache.sample.targets import (
     fill_geometry,
     fill_polygon,
@@ -35,6 +27,21 @@ from east_cache.sample.window import (
     grid_step,
     word_boxes,
 )
+from east_cache.store.page_record import (
+    CROP_IN_BLOCK,
+    DONT_CARE_BIT,
+    IMAGE_BLOCK,
+    MAPS_BLOCK,
+    MAPS_DTYPE,
+    MAPS_PATCH,
+    MOVES_WITH_X,
+    MOVES_WITH_Y,
+    OWNER_MASK,
+    TABLE_COLUMNS,
+    WORD_TABLE,
+    Page,
+    unpack_maps,
+)
 
 
 class PageWords(NamedTuple):
@@ -44,7 +51,7 @@ class PageWords(NamedTuple):
     whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
     draw: CropDraw | None         # the page's window draw (None: not asked for)
-    table: np.ndarray             # float64 (L, 9) page px: word_table of the legible quads (a crop's is a shift of it)
+    table: np.ndarray             # float64 (L, C) page px: word_table of the legible quads (a crop's is a shift of it)
     patches: Patches | None = None   # the page's maps patches by set of cut words, kept (None: not kept)
 
 
@@ -70,13 +77,8 @@ def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
                      CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight, best) if draw else None,
-                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)),
+                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, len(TABLE_COLUMNS))),
                      None if patches is None else Patches(patches))
-
-
-# word_table's columns that move with a shift of the quads: ax, ay, then the box x0, x1, y0, y1 (rotated about
-# the first vertex, so shifted alike); cos, sin and theta do not
-TABLE_SHIFT_X, TABLE_SHIFT_Y = np.array([2, 4, 5]), np.array([3, 6, 7])
 
 
 def shifted_table(table: np.ndarray, origin) -> np.ndarray:
@@ -84,7 +86,7 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
     float64 quad by integer px is exact, so this equals word_table of the shifted quads to within float32). One
     subtraction of a row that is +0.0 in the columns that do not move (x - +0.0 is x, -0.0 included)."""
     shift = np.zeros(table.shape[1])
-    shift[TABLE_SHIFT_X], shift[TABLE_SHIFT_Y] = origin[0], origin[1]
+    shift[MOVES_WITH_X], shift[MOVES_WITH_Y] = origin[0], origin[1]
     return (table - shift).astype(np.float32)
 
 
@@ -119,18 +121,16 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
     geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
         fill_geometry(geo, owner, quads, map_scale, theta)
-    return {"image": page.image.window(int(origin[0]), int(origin[1]), size, size),
+    return {"image": page.image.rect(int(origin[0]), int(origin[1]), size, size),
             "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
                       words: PageWords | None = None) -> dict[str, np.ndarray]:
-    """The crop for east_cache/reader/expand.py: tiles uint8 (n, n, 3, T, T), the block of the page's image tiles that holds
-    it (Tiled.block), at int32 (3,): the crop's (dx, dy) in that block and its side S; maps uint16 (n, n, t, t),
-    the same block of the page's maps tiles (owner | don't-care bit, as a page stores them; the crop's maps begin
-    at (dx, dy) x s in it) with patch, None or what the cut words change in that block (page.put_rect: collate
-    writes it over the copied tiles), and table float32 (L, 9), row k the word of owner value k + 1
-    (targets.word_table)."""
+    """The compact crop item (its keys and what they hold: store/page_record.py) for east_cache/reader/expand.py:
+    the blocks of the page's image and maps tiles that hold the crop (Tiled.block; the crop's maps begin at
+    (dx, dy) x s in theirs), where the crop begins in them, the maps patch of the cut words (collate writes it
+    over the copied tiles: page_record.put_rect) and the word table shifted into the crop."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
     ox, oy = int(origin[0]), int(origin[1])
     tiles, (dx, dy) = page.image.block(ox, oy, size)
@@ -140,8 +140,8 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
         maps = np.full(maps.shape, 1 << DONT_CARE_BIT, MAPS_DTYPE)
     side = len(maps) * page.maps.tile
     patch = rect_patch(page, cut, words, mx - mdx, my - mdy, side, side)
-    return {TILES: tiles, AT: np.array([dx, dy, size], np.int32), "maps": maps, PATCH: patch,
-            "table": shifted_table(words.table, origin)}
+    return {IMAGE_BLOCK: tiles, CROP_IN_BLOCK: np.array([dx, dy, size], np.int32), MAPS_BLOCK: maps,
+            MAPS_PATCH: patch, WORD_TABLE: shifted_table(words.table, origin)}
 
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
@@ -168,7 +168,7 @@ def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), None
-    return page.maps.window(mx, my, m, m), rect_patch(page, cut, words, mx, my, m, m)
+    return page.maps.rect(mx, my, m, m), rect_patch(page, cut, words, mx, my, m, m)
 
 
 def rect_patch(page: Page, cut: np.ndarray, words: PageWords, x: int, y: int, w: int, h: int):
@@ -205,7 +205,7 @@ def page_patch(page: Page, cut: np.ndarray, words: PageWords):
     (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, (mw, mh))
     patch = None
     if x1 > x0 and y1 > y0:
-        region = page.maps.window(int(x0), int(y0), int(x1 - x0), int(y1 - y0))
+        region = page.maps.rect(int(x0), int(y0), int(x1 - x0), int(y1 - y0))
         was_cut = np.zeros(len(words.quads) + 1, bool)
         was_cut[np.flatnonzero(cut) + 1] = True
         hit = was_cut[region & OWNER_MASK]

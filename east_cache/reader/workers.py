@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from east_cache.reader.collate import collate, fixed_fields, put
-from east_cache.reader.expand import TABLE, TABLE_COLUMNS
+from east_cache.store.page_record import TABLE_COLUMNS, WORD_TABLE
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
 SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
@@ -186,8 +186,8 @@ class WorkerLoader:
         with them."""
         items = self.dataset.__getitems__(probe[:1])
         fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fixed_fields(items[0])}
-        if TABLE in items[0]:
-            fields[TABLE] = ((max(1, self.dataset.table_rows()), TABLE_COLUMNS), np.dtype(np.float32))
+        if WORD_TABLE in items[0]:
+            fields[WORD_TABLE] = ((max(1, self.dataset.table_rows()), len(TABLE_COLUMNS)), np.dtype(np.float32))
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
         for w in range(self.num_workers):

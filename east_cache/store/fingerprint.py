@@ -21,9 +21,9 @@ from east_cache.ingest.files import open_regular
 from east_cache.ingest.ufo import find_split
 from east_cache.store.format import FORMAT_VERSION
 
-# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
+# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets, a page's record.
 SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
-                  "sample/window")
+                  "sample/window", "store/page_record")
 
 
 def digest(*parts) -> str:
