@@ -32,9 +32,9 @@ from east_cache.reader import CacheDataset, batches
 from east_cache.reader.expand import batch_len
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample.crop_draw import grid_step, word_boxes
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
-from east_cache.sample.window import grid_step, word_boxes
 from east_cache.store.build import build_cache
 from east_cache.store.layout import Layout
 from east_cache.tools.coverage import build_mode, coverage, page_mode

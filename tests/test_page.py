@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import page_record, random_page
 
-from east_cache.reader.crop import choose, crop_page, crop_words, legible_boxes
+from east_cache.reader.crop import crop_page, crop_words, legible_boxes
 from east_cache.reader.expand import untile
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
@@ -18,9 +18,9 @@ from east_cache.sample.geometry import (
     transform_points,
 )
 from east_cache.sample.make import decode_for, make_sample, sample_rng, warp
+from east_cache.sample.crop_draw import cuts_at, epoch_crop, grid_step
 from east_cache.sample.page import MAX_BLEED_PX, expected_page_size, make_page, max_page_size, page_frame
 from east_cache.sample.targets import make_targets
-from east_cache.sample.window import cuts_at, grid_step
 from east_cache.store.page_record import (
     MAX_LEGIBLE,
     TILE_PX,
@@ -241,8 +241,10 @@ def test_crop_words_are_the_overlapping_words_with_cuts_dont_care():
 
 def test_crop_choice_is_deterministic_per_key():
     page = random_page(1)
-    a = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
-    b = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
+
+    def crop(epoch):
+        return epoch_crop(0, epoch, "x.jpg", 0, legible_boxes(page), page.size, 96, 4, page.weight)
+    a, b = crop(3), crop(3)
     np.testing.assert_array_equal(a[0], b[0])
-    others = {tuple(choose(page, 96, 4, 0, e, "x.jpg", 0)[0]) for e in range(20)}
+    others = {tuple(crop(e)[0]) for e in range(20)}
     assert len(others) > 10, "epochs should draw different crops"

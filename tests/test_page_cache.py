@@ -10,12 +10,13 @@ import torch
 from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
+from east_cache.budget import ByteBudget
 from east_cache.reader import CacheDataset, collate, make_sampler
 from east_cache.reader import cache as cache_module
-from east_cache.reader.crop import choose, crop_page
+from east_cache.reader.crop import crop_page, legible_boxes
 from east_cache.reader.expand import expand_batch
 from east_cache.ingest.ufo import load_splits
-from east_cache.sample.window import grid_step
+from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.store.build import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import Page
@@ -46,7 +47,8 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
         for i in (0, 2, 4):
             v = ds.variant(i)
             page = Page.make(recs[i], c, v)
-            origin, cut = choose(page, c.input_size, grid_step(c.map_scale), c.seed, epoch, recs[i].name, v)
+            origin, cut = epoch_crop(c.seed, epoch, recs[i].name, v, legible_boxes(page), page.size, c.input_size,
+                                     grid_step(c.map_scale), page.weight)
             want, got = crop_page(page, origin, cut, c.input_size, c.map_scale), ds[i]
             for k in ("image", "score", "geo", "roi"):
                 assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
@@ -162,7 +164,7 @@ def test_compact_items_expand_to_the_full_items(cache):
 
 
 def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
-    """A reader keeps each page's window draw while PAGE_WORDS_BYTES lasts; past it, the same crops."""
+    """A reader keeps each page's crop draw while ByteBudget.PAGE_WORDS lasts; past it, the same crops."""
     def items(ds):
         out = []
         for epoch in (1, 7):
@@ -171,7 +173,7 @@ def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
         return out
     kept = CacheDataset(cache, compact=True)
     want = items(kept)
-    monkeypatch.setattr(cache_module, "PAGE_WORDS_BYTES", 0)
+    monkeypatch.setattr(ByteBudget, "PAGE_WORDS", 0)
     fresh = CacheDataset(cache, compact=True)
     for a, b in zip(want, items(fresh), strict=True):
         a, b = collate([a]), collate([b])   # a compact crop's maps patch is applied by collate

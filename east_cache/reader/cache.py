@@ -22,7 +22,6 @@ from torch.utils.data import Dataset
 from east_cache.reader.collate import collate
 from east_cache.reader.crop import (
     PageWords,
-    choose,
     crop_page,
     crop_page_compact,
     crop_words,
@@ -30,8 +29,8 @@ from east_cache.reader.crop import (
     words_bytes,
 )
 from east_cache.errors import CacheError
-from east_cache.sample.draw import BEST_BYTES, Room
-from east_cache.sample.window import grid_step
+from east_cache.budget import ByteBudget
+from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.store.fingerprint import build_fingerprint
 from east_cache.store.format import CROP, MANIFEST, PAGE, record_spec
 from east_cache.store.integrity import check_files
@@ -39,9 +38,6 @@ from east_cache.store.manifest import Manifest, data_path, repair_hint, update_c
 from east_cache.store.page_record import CROP_IN_BLOCK, IMAGE_BLOCK, MAPS_BLOCK, WORD_TABLE, Page, block_bytes
 from east_cache.store.sidecar import load_sidecar, row_quads, row_words
 from east_cache.store.stale import check_stale
-
-PAGE_WORDS_BYTES = 256 << 20   # per process: what the pages' kept window draws (mostly cut counts) may take
-PATCH_BYTES = 128 << 20        # per process: what the pages' kept maps patches (crop.Patches) may take
 
 
 class StaleCacheError(CacheError):
@@ -75,9 +71,7 @@ class CacheDataset(Dataset):
         self.item_bytes = block_bytes(self.config) if self.compact else self.item_dtype.itemsize
         self._pages: dict[tuple[int, int], Page] = {}   # page mode: each page's views, made on its first crop
         self._words: dict[tuple[int, int], PageWords] = {}   # per page, derived on its first crop in this process
-        self._words_bytes = 0
-        self._patch_room = Room(PATCH_BYTES)   # what the pages' kept maps patches of this process may still take
-        self._best_room = Room(BEST_BYTES)     # what the draws' kept best origins of this process may still take
+        self._budgets = _budgets()   # what the pages' kept words, patches and best origins may still take here
         self.layout = self.manifest.layout
         self.epoch = 0
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -157,23 +151,24 @@ class CacheDataset(Dataset):
         from (seed, epoch, image name, variant) alone, whoever reads it."""
         page = self.page(i, variant) if page is None else page
         c = self.config
-        return choose(page, c.input_size, grid_step(c.map_scale), c.seed, self.epoch, self.names[i], variant,
-                      self.page_words(i, variant, page))
+        words = self.page_words(i, variant, page)
+        return epoch_crop(c.seed, self.epoch, self.names[i], variant, words.boxes, page.size, c.input_size,
+                          grid_step(c.map_scale), page.weight, words.draw)
 
     def page_words(self, i: int, variant: int, page: Page) -> PageWords:
         """Image i's page's word boxes, polygons and window draw (crop.page_words): derived once per page and
-        process, since every epoch draws from the same page, while they fit in PAGE_WORDS_BYTES; a page past
-        that derives what its crop needs each time (the same crop, drawn without the kept cut counts)."""
+        process, since every epoch draws from the same page, while ByteBudget.PAGE_WORDS lasts; a page past that
+        derives what its crop needs each time (the same crop, drawn without the kept cut counts)."""
         key = self.locate(i, variant)
         words = self._words.get(key)
         if words is not None:
             return words
         c = self.config
-        if self._words_bytes >= PAGE_WORDS_BYTES:
+        words_budget, patches, best = self._budgets
+        if words_budget.spent:
             return page_words(page, c.input_size, c.map_scale, draw=False)
-        words = self._words[key] = page_words(page, c.input_size, c.map_scale, patches=self._patch_room,
-                                              best=self._best_room)
-        self._words_bytes += words_bytes(words)
+        words = self._words[key] = page_words(page, c.input_size, c.map_scale, patches=patches, best=best)
+        words_budget.spend(words_bytes(words))
         return words
 
     def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
@@ -251,13 +246,17 @@ class CacheDataset(Dataset):
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_records"], state["_quads"] = self._closed(), {}
-        state["_pages"], state["_words"], state["_words_bytes"] = {}, {}, 0   # made again by whoever reads
-        state["_patch_room"], state["_best_room"] = Room(PATCH_BYTES), Room(BEST_BYTES)
+        state["_pages"], state["_words"], state["_budgets"] = {}, {}, _budgets()   # made again by whoever reads
         return state
 
     def _closed(self) -> list:
         """Loaded (in_memory) arrays stay; memory maps and readers are reopened by whoever uses them next."""
         return [m if type(m) is np.ndarray else None for m in self._records]
+
+
+def _budgets() -> tuple[ByteBudget, ByteBudget, ByteBudget]:
+    """A process's budgets for its pages' kept words, maps patches and draws' best origins."""
+    return ByteBudget(ByteBudget.PAGE_WORDS), ByteBudget(ByteBudget.MAPS_PATCHES), ByteBudget(ByteBudget.BEST_ORIGINS)
 
 
 class Rows(list):

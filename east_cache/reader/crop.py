@@ -1,6 +1,6 @@
 """Read time of a page-mode cache: one crop of a page (east_cache/sample/page.py), cut as a window of its arrays.
 
-The crop at origin o (page px, on window.grid_step) equals make_targets applied to the page's words
+The crop at origin o (page px, on crop_draw.grid_step) equals make_targets applied to the page's words
 shifted by -o, with the legible words that the crop cuts turned don't-care, the maps clipped to the
 crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its image is the page's
 pixels in the window, zeros beyond the canvas (tests/test_page.py checks both against a direct
@@ -14,18 +14,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from east_cache.sample.draw import CropDraw, Room, window_rng
+from east_cache.budget import ByteBudget
+from east_cache.sample.crop_draw import CropDraw, grid_step, word_boxes
 from east_cache.sample.geometry import shrink_quads
 from east_cache.sample.targets import (
     fill_geometry,
     fill_polygon,
     map_polygon,
     word_table,
-)
-from east_cache.sample.window import (
-    draw_crop,
-    grid_step,
-    word_boxes,
 )
 from east_cache.store.page_record import (
     CROP_IN_BLOCK,
@@ -58,21 +54,21 @@ class PageWords(NamedTuple):
 class Patches(dict):
     """A page's maps patches in page map px (page_patch), by the set of cut words (the bytes of their indices):
     a page's crops cut the same few sets again and again, epoch after epoch, and a patch does not depend on
-    where the crop lies. Kept while the reader's room lasts."""
+    where the crop lies. Kept while the reader's budget for them lasts."""
 
-    def __init__(self, room: Room):
+    def __init__(self, budget: ByteBudget):
         super().__init__()
-        self.room = room
+        self.budget = budget
 
     def keep(self, key: bytes, patch) -> None:
-        if self.room.take(0 if patch is None else patch[2].nbytes + 64):
+        if self.budget.take(0 if patch is None else patch[2].nbytes + 64):
             self[key] = patch
 
 
 def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
-               patches: Room | None = None, best: Room | None = None) -> PageWords:
-    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the reader's room
-    for the maps patches the page keeps, None: it keeps none; best: its room for the draw's best origins, None:
+               patches: ByteBudget | None = None, best: ByteBudget | None = None) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the reader's budget
+    for the maps patches the page keeps, None: it keeps none; best: its budget for the draw's best origins, None:
     the draw keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
@@ -91,7 +87,7 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
 
 
 def words_bytes(words: PageWords) -> int:
-    """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins take the reader's own room)."""
+    """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins have their own budget)."""
     arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
     return sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
 
@@ -99,16 +95,6 @@ def words_bytes(words: PageWords) -> int:
 def legible_boxes(page: Page) -> np.ndarray:
     """float64 (L, 4) boxes of the page's legible words, in owner order."""
     return word_boxes(page.points, page.offsets)[page.care > 0]
-
-
-def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, variant: int,
-           words: PageWords | None = None):
-    """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop); words: page_words(page,
-    size, step) when the caller keeps them (the same draw, faster)."""
-    rng = window_rng(seed, epoch, name, variant)
-    if words is None or words.draw is None:
-        return draw_crop(rng, legible_boxes(page), page.size, size, step, page.weight)
-    return words.draw(rng)
 
 
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,

@@ -16,10 +16,10 @@ import numpy as np
 from east_cache.config import BuildConfig
 from east_cache.ingest.imageio import Decoded, contiguous_source, decode_image
 from east_cache.ingest.ufo import CARE, ImageRecord
+from east_cache.sample.crop_draw import choose_crop
 from east_cache.sample.geometry import (
     AugParams,
     augment_matrix,
-    choose_crop,
     compose,
     gather_quads,
     image_extent,

@@ -10,8 +10,8 @@ scale s in a form that any crop of the page can be cut from exactly (east_cache/
   (targets.fill_geometry), never stored;
 - roi: 0 inside every don't-care word (whole polygon), as make_targets draws it;
 - every word's points in page px, its care flag, each legible quad's angle (min_rect_angles) and
-  its draw weight (window.word_weights).
-The canvas sides are multiples of window.grid_step(s) px, so map side = page side x s is an integer.
+  its draw weight (crop_draw.word_weights).
+The canvas sides are multiples of crop_draw.grid_step(s) px, so map side = page side x s is an integer.
 The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
 
@@ -27,6 +27,7 @@ import numpy as np
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
 from east_cache.ingest.ufo import CARE, ImageRecord
+from east_cache.sample.crop_draw import grid_step, word_boxes, word_weights
 from east_cache.sample.geometry import (
     AugParams,
     compose,
@@ -38,7 +39,6 @@ from east_cache.sample.geometry import (
 )
 from east_cache.sample.make import decode_for, sample_rng, warp
 from east_cache.sample.targets import owner_map, roi_map
-from east_cache.sample.window import grid_step, word_boxes, word_weights
 
 MAX_BLEED_PX = 4.0           # page px of interpolation fringe kept around the rotated image (more: only far upscales)
 WORD_REACH_PX = 32.0         # page px past the image that the canvas grows to hold words annotated beyond its edge
