@@ -1,7 +1,7 @@
 """ByteBudget: the bytes a process may still spend keeping what it derives again and again, and how many it
 starts with for each thing a page-mode reader keeps.
 
-A page-mode reader (east_cache/reader/cache.py) and the coverage replay (tools/coverage.py) draw crops of the
+A page-mode reader (east_cache/reader/pages.py) and the coverage replay (tools/coverage.py) draw crops of the
 same pages epoch after epoch. What they derive from a page is the same every time, so they keep it, each kind
 of thing within its own budget, shared by all the pages of the process; past it, the same results are derived
 again each time (the crops are the same either way, only slower to make).

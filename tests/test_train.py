@@ -480,7 +480,7 @@ def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world)
 
 def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     """train.py's loader over a batch cache at its batch size: whole files in a shuffled order, each batch one
-    slice (CacheDataset.__getitems__ gives Rows), read ahead by the prefetch thread when there are no workers."""
+    slice (CacheDataset.__getitems__ gives SliceItems), read ahead by the prefetch thread when there are no workers."""
     build_cache(small_config(strategy="batch", batch_size=2, variants=1, crop="build"), [sample_root], tmp_path, jobs=1, quiet=True)
     ds = CacheDataset(tmp_path)
     loader = data.make_loader(ds, TrainConfig(batch_size=2, workers=0, seed=0), Runtime(), train=True)

@@ -198,7 +198,8 @@ def draw_grid_origin(rng: np.random.Generator, boxes: np.ndarray, bounds: np.nda
     uniformly without them."""
     if not len(boxes):
         return _uniform(rng, bounds)
-    w = int(rng.integers(len(boxes))) if weights is None else int(rng.choice(len(boxes), p=_draw_probabilities(weights)))
+    w = (int(rng.integers(len(boxes))) if weights is None
+         else int(rng.choice(len(boxes), p=_draw_probabilities(weights))))
     return _pick(rng, *_candidates(boxes, w, bounds, size, step))
 
 

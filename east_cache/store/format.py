@@ -96,7 +96,7 @@ CROP = RecordKind("crop", (
     Field("score", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="1 inside a legible word's shrunk quad"),
     Field("geo", np.dtype(np.float16), MapShape(5), MAP_CODEC,
           doc="distances to the word box's top, bottom, left, right edges in input px, then its angle in rad"),
-    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 on don't-care words and padding, else 1"),
+    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 inside don't-care words, else 1 (past the image too)"),
 ))
 
 
