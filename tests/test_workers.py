@@ -12,10 +12,9 @@ import torch
 from helpers import small_config
 from torch.utils.data import DataLoader
 
-from east_cache.reader import CacheDataset, collate, make_sampler
+from east_cache.reader import CacheDataset, EpochDataset, EpochSampler, collate, make_sampler
 from east_cache.reader import workers as workers_module
 from east_cache.reader.workers import WorkerLoader, fork_available
-from east_cache.model.data import EpochDataset, EpochSampler
 from east_cache.errors import CacheError
 from east_cache.store.build import build_cache
 from east_cache.store.page_record import WORD_TABLE
@@ -224,16 +223,14 @@ def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeyp
     """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process (at most
     AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the training process; a given
     count is kept."""
-    from east_cache.model import data
-    from east_cache.model.config import TrainConfig
-    from east_cache.model.runtime import Runtime
+    from east_cache.reader import loader
     ds = CacheDataset(cache)
-    gpu = Runtime(device=torch.device("cuda"))
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert data.loader_workers(TrainConfig(workers=3), ds, gpu) == 3
-    assert data.loader_workers(TrainConfig(), ds, Runtime()) == 0
-    want = data.AUTO_WORKERS_MAX if ds.pages else 0
-    assert data.loader_workers(TrainConfig(), ds, gpu) == want
-    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=8)) == (2 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, workers=3) == 3
+    assert loader.loader_workers(ds, cpu) == 0
+    want = loader.AUTO_WORKERS_MAX if ds.pages else 0
+    assert loader.loader_workers(ds, gpu) == want
+    assert loader.loader_workers(ds, gpu, world=8) == (2 if ds.pages else 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=2)) == (1 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, world=2) == (1 if ds.pages else 0)
