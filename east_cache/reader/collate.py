@@ -12,8 +12,8 @@ from east_cache.store.page_record import MAPS_BLOCK, MAPS_PATCH, WORD_TABLE, put
 def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
     """Copy each field once, from the page cache into one batch tensor per field; no float conversion here.
     A batch of rows is copied by torch (Tensor.copy_, on its intra-op threads), a list of items by numpy into
-    the tensors' memory (put: a per-item copy costs less dispatch; 1.4-1.5x the 512-px page-mode crops a
-    second in the training process, measured; both release the GIL while they copy).
+    the tensors' memory (put: a per-item copy costs less dispatch than torch's; both release the GIL while
+    they copy).
     pin (CUDA, main process only): the batch is born in pinned memory, so the copy to the device can be
     non_blocking and no second copy into pinned memory (DataLoader's pin_memory) is needed. Items are dicts
     of arrays by field name; a batch of adjacent rows (CacheDataset.__getitems__) also carries them as one
@@ -43,8 +43,7 @@ def put(out: dict[str, np.ndarray], j: int, item: dict) -> None:
     """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
     crop's cut words change, over the maps tiles copied from the page) where it has one; and its word table, zero rows
     after its own, where out has a table of fixed rows (a loader worker's batch slot). out: arrays (a slot's, or
-    a batch tensor's memory): numpy's copies, which cost a 512-px crop 20% less time than torch's dispatch per
-    field on one thread."""
+    a batch tensor's memory): numpy's copies, whose dispatch per field costs less than torch's on one thread."""
     for k, v in fixed_fields(item):
         np.copyto(out[k][j], v)
     if item.get(MAPS_PATCH) is not None:

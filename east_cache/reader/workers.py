@@ -1,9 +1,8 @@
 """Worker processes that cut batches straight into reused shared-memory slots (train.py --workers N).
 
 DataLoader's worker processes hand every batch over in a new shared-memory segment: made and faulted in page
-by page in the worker, mapped again in the main process, freed after the step. With items of 3-6 MiB that
-costs more than the copy itself (2 DataLoader workers read 0.05-0.12x a memcpy of the same bytes in this
-project's earlier measurements). Here
+by page in the worker, mapped again in the main process, freed after the step. With items of a few MiB that
+costs many times the copy itself. Here
 the main process maps a few batch slots once, in anonymous shared memory that the forked workers inherit. A
 worker reads its batch's items (in a page-mode cache each is a crop: the window draw and the cut words' maps,
 Python that holds the GIL of its own process) and copies them into their rows of the slot it was given;
@@ -74,9 +73,8 @@ class Slot:
         """Fault every page of the slot into this process's page table, reading a byte of each (which changes
         nothing another process may be writing; the kernel maps the neighbouring pages with it). Each process
         maps a shared page on its first touch (a fork does not copy these entries), and a worker writes some
-        rows of each slot, other rows another time: without this, the faults went on for epochs (two workers
-        of 1024-px crops: 28 800 page faults in their second epoch, 2 200 with it; that epoch read 0.32-0.39x
-        a memcpy without, 0.49-0.70x with)."""
+        rows of each slot, other rows another time: without this, page faults went on for epochs and slowed
+        the copies into the slots."""
         np.frombuffer(self.buffer, np.uint8)[::mmap.PAGESIZE].max()
 
     def _refs(self) -> list[int]:
