@@ -120,8 +120,8 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
 
 @pytest.mark.parametrize("w, h", [(130, 97), (64, 64), (31, 200)])
 @pytest.mark.parametrize("channels, tile, dtype", [((3,), TILE_PX, np.uint8), ((), 16, np.uint16), ((), 8, np.uint16)])
-def test_tiles_give_every_window_of_the_array(w, h, channels, tile, dtype):
-    """Tiled (a page's image, its maps at map scale 0.5 and 0.25): a window or a block of tiles cut anywhere, on
+def test_tiles_give_every_rect_of_the_array(w, h, channels, tile, dtype):
+    """Tiled (a page's image, its maps at map scale 0.5 and 0.25): a rect or a block of tiles cut anywhere, on
     the array, across its edges or off it, holds the array's values and zeros beyond it, bit for bit."""
     rng = np.random.default_rng(w)
     arr = rng.integers(1, 256 if dtype == np.uint8 else 1 << 16, (*channels, h, w)).astype(dtype)

@@ -1,9 +1,9 @@
-"""Read time of a page-mode cache: one crop of a page (east_cache/sample/page.py), cut as a window of its arrays.
+"""Read time of a page-mode cache: one crop of a page (store/page_record.py), cut out of its arrays.
 
 The crop at origin o (page px, on crop_draw.grid_step) equals make_targets applied to the page's words
 shifted by -o, with the legible words that the crop cuts turned don't-care, the maps clipped to the
 crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its image is the page's
-pixels in the window, zeros beyond the canvas (tests/test_page.py checks both against a direct
+pixels in the crop, zeros beyond the canvas (tests/test_page.py checks both against a direct
 computation). Without cut words, owner and ROI are a slice of the page's packed maps and the
 geometry is rebuilt from the owner slice (fill_geometry, the code make_targets runs); with cut
 words, the pixels they owned are drawn again from the uncut words (crop_maps).
@@ -46,7 +46,7 @@ class PageWords(NamedTuple):
     quads: np.ndarray             # float64 (L, 4, 2) page px: legible_quads
     whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
-    draw: CropDraw | None         # the page's window draw (None: not asked for)
+    draw: CropDraw | None         # the page's crop draw (None: not asked for)
     table: np.ndarray             # float64 (L, C) page px: word_table of the legible quads (a crop's is a shift of it)
     patches: Patches | None = None   # the page's maps patches by set of cut words, kept (None: not kept)
 
@@ -132,23 +132,23 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
-    The page's maps in the window (maps_window), with its patch applied to a copy where it has one."""
+    The page's maps in the crop (maps_and_patch), with its patch applied to a copy where it has one."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
-    maps, patch = maps_window(page, origin, cut, size, map_scale, words)
+    maps, patch = maps_and_patch(page, origin, cut, size, map_scale, words)
     if patch is not None:
         apply_patch(maps, patch)
     return maps, words.quads - np.array([int(origin[0]), int(origin[1])], np.float64), page.theta
 
 
 def apply_patch(maps: np.ndarray, patch: tuple) -> None:
-    """Write a maps_window patch (x0, y0, values (h, w)) into maps (..., m, m)."""
+    """Write a maps_and_patch patch (x0, y0, values (h, w)) into maps (..., m, m)."""
     x0, y0, values = patch
     maps[..., y0:y0 + values.shape[0], x0:x0 + values.shape[1]] = values
 
 
-def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
+def maps_and_patch(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
     """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m), a copy of
-    the page's maps in the window, patch None or (x0, y0, values (h, w)), the rectangle of it that the cut words
+    the page's maps in the crop, patch None or (x0, y0, values (h, w)), the rectangle of it that the cut words
     change, as it must read instead (apply_patch)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
@@ -182,7 +182,7 @@ def page_patch(page: Page, cut: np.ndarray, words: PageWords):
     (the last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the
     page's canvas only. Polygons are drawn by fill_polygon, whose pixels move with an integer shift and do not
     depend on where a buffer clips them, so the patch of a crop (whose origin is an even number of map px,
-    where np.around commutes with the shift) is its window of this one."""
+    where np.around commutes with the shift) is its part of this one."""
     key = np.flatnonzero(cut).tobytes()
     if words.patches is not None and key in words.patches:
         return words.patches[key]
