@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from east_cache.reader import CacheDataset
+from east_cache.reader.loader import describe_reading, loader_workers
 from east_cache.model.config import RunState, TrainConfig
-from east_cache.model.data import describe_reading, loader_workers
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError
 from east_cache.store.fingerprint import code_hash
@@ -35,7 +35,7 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
-             f"{describe_reading(loader_workers(cfg, ds, rt))}; {val}"),
+             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]

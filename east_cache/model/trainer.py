@@ -21,7 +21,6 @@ from east_cache.model.checkpoint import (
     save_checkpoint,
 )
 from east_cache.model.config import TrainConfig
-from east_cache.model.data import check_caches, make_loader, open_cache
 from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
 from east_cache.model.metrics import detection_metrics
 from east_cache.model.model import EAST
@@ -36,13 +35,14 @@ from east_cache.model.runtime import Runtime, jsonl_writer, profiler, stop_on_si
 from east_cache.model.validate import full_page_metrics, val_pages
 from east_cache.config import BuildConfig
 from east_cache.errors import UsageError
+from east_cache.reader.loader import check_caches, make_loader, open_cache
 
 
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
-    ds = open_cache(cfg.cache, cfg.rebuild, rt)
-    val = open_cache(cfg.val_cache, cfg.rebuild, rt) if cfg.val_cache else None
+    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world)
+    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world) if cfg.val_cache else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
     origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)  # a resume overwrites it
@@ -58,7 +58,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     nothing_left(cfg, ctx.state)
     net = torch.nn.parallel.DistributedDataParallel(model) if rt.world > 1 else model
     net = torch.compile(net) if cfg.compile else net
-    loaders = (make_loader(ds, cfg, rt, True), make_loader(val, cfg, rt, False) if val is not None else None)
+    def loader(d, train: bool):
+        return make_loader(d, cfg.batch_size, train, cfg.seed, rt.rank, rt.world, rt.device, cfg.workers)
+    loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
                          f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
@@ -185,7 +187,7 @@ def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
             f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
     else:
         cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt)
+        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
         check_fits_cache(ck, checkpoint, ds)
         metrics = detection_metrics(model, ds, new_context(cfg, rt))
         source, n, on = {"cache": str(cache)}, len(ds), str(cache)
