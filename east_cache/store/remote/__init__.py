@@ -1,0 +1,10 @@
+"""Caches and data sets at URLs (S3 and other fsspec stores), read through a local cache folder. Needs the
+`remote` extra (fsspec, s3fs) only where a URL is used.
+
+location    Location (a local path or a URL), redact, the per-process storage client
+transfer    whole objects down (sparse, block by block) and up (atomically), listings
+retry       RetryPolicy: bounded retries with backoff
+local_cache LocalCache: the manifest fetched at open, files downloaded once per machine on first use, the limit
+locks       the per-file fetch and pin locks of a local cache folder
+space       the size limit: sizes as flags write them, the least limit, what to evict
+"""
