@@ -121,6 +121,7 @@ def test_forked_readers_never_take_the_folder_past_its_limit(stored, tmp_path):
         most = max(most, folder_bytes(local.local_dir / "data"))
     for r in readers:
         r.join()
+    most = max(most, folder_bytes(local.local_dir / "data"))   # readers faster than the first look
     assert errors.empty() and all(r.exitcode == 0 for r in readers)
     assert 0 < most <= limit
 
