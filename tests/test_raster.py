@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from helpers import random_page
 
-from east_cache.reader.crop import apply_patch, maps_window, page_words
-from east_cache.sample.page import DONT_CARE_BIT, Page
-from east_cache.sample.raster import PagePolygons
-from east_cache.sample.window import grid_step
+from east_cache.reader.crop import apply_patch, maps_and_patch, page_words
+from east_cache.store.page_record import DONT_CARE_BIT, Page
+from east_cache.reader.raster import PagePolygons
+from east_cache.sample.crop_draw import grid_step
 
 SIZE = 96   # crop side, page px
 
@@ -27,7 +27,7 @@ def test_any_window_equals_the_stored_maps(seed, map_scale):
     rng = np.random.default_rng(seed)
     m = round(SIZE * map_scale)
     for x, y in [*rng.integers(-m, (w + 1, h + 1), (30, 2)), (0, 0), (w - m, h - m), (-m - 5, 0)]:
-        np.testing.assert_array_equal(pp.maps(int(x), int(y), m), page.maps.window(int(x), int(y), m, m),
+        np.testing.assert_array_equal(pp.maps(int(x), int(y), m), page.maps.rect(int(x), int(y), m, m),
                                       err_msg=f"seed {seed}, window at {(x, y)}")
 
 
@@ -43,7 +43,7 @@ def test_cut_words_equal_the_readers_patch(seed):
     for _ in range(40):
         origin = rng.integers(-SIZE // step, (pw // step + 1, ph // step + 1)) * step
         cut = rng.random(len(words.quads)) < 0.3
-        want, patch = maps_window(page, origin, cut, SIZE, s, words)
+        want, patch = maps_and_patch(page, origin, cut, SIZE, s, words)
         if patch is not None:
             apply_patch(want, patch)
             tried += 1

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 from east_cache.sample.geometry import gather_quads, shrink_quads
-from east_cache.sample.page import DONT_CARE_BIT, MAPS_DTYPE
+from east_cache.store.page_record import DONT_CARE_BIT, MAPS_DTYPE
 from east_cache.sample.targets import fill_polygon, map_polygon
 
 
