@@ -23,7 +23,7 @@ sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path
 
 from torch.utils.data import DataLoader
 
-from east_cache.reader import EpochDataset, EpochSampler, WorkerLoader, collate, make_sampler
+from east_cache.reader import EpochSampler, WorkerLoader, collate, make_sampler
 from east_cache.reader.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
 from east_cache.tools.sampledata import write_sample_dataset  # noqa: E402
 
@@ -126,7 +126,7 @@ def train_loader(ds, batch_size: int, workers: int = 0) -> tuple[EpochSampler, o
     """(sampler, loader): a CacheDataset read as train.py reads it, shuffled with seed 0, a new epoch at each
     sampler.set_epoch: in this process (a DataLoader with collate, for batches()'s thread), or by train.py's
     `workers` worker processes (east_cache/reader/workers.py)."""
-    sampler, items = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0)), EpochDataset(ds)
+    sampler, items = EpochSampler(make_sampler(ds, batch_size, shuffle=True, seed=0)), ds
     return sampler, (WorkerLoader(items, sampler, batch_size, workers) if workers else
                      DataLoader(items, batch_size=batch_size, sampler=sampler, collate_fn=collate))
 

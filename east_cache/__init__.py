@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 
-# The reader API, importable as `from east_cache import CacheDataset` beside a project that has its own dataset.py.
+# The reader API, importable as `from east_cache import Loader` beside a project that has its own dataset.py.
 # Loaded on first use, so that the command line does not pay for torch until it reads a cache.
-_PUBLIC = {"CacheDataset": "east_cache.reader", "StaleCacheError": "east_cache.reader", "collate": "east_cache.reader",
+_PUBLIC = {"Loader": "east_cache.reader", "Batch": "east_cache.reader", "CacheDataset": "east_cache.reader",
+           "EpochSampler": "east_cache.reader", "StaleCacheError": "east_cache.reader", "collate": "east_cache.reader",
            "CacheError": "east_cache.errors"}
 __all__ = sorted(_PUBLIC)
 

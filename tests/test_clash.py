@@ -78,11 +78,12 @@ def test_an_own_loop_imports_east_cache_beside_the_baselines_files(tmp_path, tin
         (here / f"{name}.py").write_text(f"WHOSE = 'user'\n")
     (here / "train.py").write_text(
         "import dataset, east, preprocess\n"
-        "from east_cache import CacheDataset\n"
-        f"ds = CacheDataset({str(tiny_cache)!r})\n"
-        "item = ds[0]\n"
+        "from east_cache import CacheDataset, Loader\n"
+        f"item = CacheDataset({str(tiny_cache)!r})[0]\n"
+        f"for img, gt_score_map, gt_geo_map, roi_mask in Loader({str(tiny_cache)!r}, batch_size=2):\n"
+        "    print(tuple(img.shape), tuple(gt_geo_map.shape))\n"
         "assert (dataset.WHOSE, east.WHOSE, preprocess.WHOSE) == ('user',) * 3\n"
-        "print(sorted(item), item['image'].shape)\n")
+        "print(sorted(item))\n")
     r = run([sys.executable, "train.py"], here)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("['geo', 'image', 'roi', 'score']"), r.stdout
+    assert r.stdout.split("\n")[:2] == ["(2, 3, 64, 64) (2, 5, 32, 32)", "['geo', 'image', 'roi', 'score']"], r.stdout

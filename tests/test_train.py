@@ -20,8 +20,9 @@ from helpers import REPO, epochs_of, make_tiny_cache, read_log, small_config, tr
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from east_cache.reader import BlockSampler, CacheDataset, EpochDataset, EpochSampler, batches, collate, make_loader
-from east_cache.model import augment, backbone, checkpoint, cli, config, engine, runtime
+from east_cache.reader import BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
+from east_cache.model import backbone, checkpoint, cli, config, engine, runtime
+from east_cache.reader import images
 from east_cache.model.backbone import load_backbone
 from east_cache.model.config import TrainConfig
 from east_cache.model.loss import east_loss
@@ -236,16 +237,16 @@ def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
 def test_jitter_keeps_the_range_and_differs_per_sample():
     torch.manual_seed(0)
     img = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
-    plain = augment.prepare_images(img, 0.0)
-    mean, std = torch.tensor(augment.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(augment.IMAGENET_STD).view(1, 3, 1, 1)
+    plain = images.prepare_images(img, 0.0)
+    mean, std = torch.tensor(images.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(images.IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(plain, (img / 255 - mean) / std)
     assert plain.is_contiguous(memory_format=torch.channels_last)
-    x = augment.color_jitter(img.float() / 255, 0.5)
+    x = images.color_jitter(img.float() / 255, 0.5)
     assert 0 <= x.min() and x.max() <= 1
-    same = augment.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
+    same = images.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
     assert not torch.allclose(same[0], same[1]), "every sample draws its own factors"
     grey = torch.full((2, 3, 4, 4), 0.5)
-    assert torch.allclose(augment.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
+    assert torch.allclose(images.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
 
 
 # ---------------------------------------------------------------- optimiser step
@@ -283,7 +284,7 @@ def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
     variant and, in page mode, the crop)."""
     ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2))
     sampler = EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
-    loader = DataLoader(EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
+    loader = DataLoader(ds, batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
                         persistent_workers=True)
     seen = []
     for epoch in range(3):

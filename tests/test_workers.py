@@ -12,7 +12,7 @@ import torch
 from helpers import small_config
 from torch.utils.data import DataLoader
 
-from east_cache.reader import CacheDataset, EpochDataset, EpochSampler, collate, make_sampler
+from east_cache.reader import CacheDataset, EpochSampler, collate, make_sampler
 from east_cache.reader import workers as workers_module
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.errors import CacheError
@@ -35,8 +35,8 @@ def loaders(cache, workers: int, drop_last: bool, batch: int = 2, compact: bool 
     def sampler(ds):
         return EpochSampler(make_sampler(ds, batch, True, 3))
     a, b = CacheDataset(cache, compact=compact), CacheDataset(cache, compact=compact)
-    ours = WorkerLoader(EpochDataset(a), sampler(a), batch, workers, drop_last)
-    theirs = DataLoader(EpochDataset(b), batch_size=batch, sampler=sampler(b), collate_fn=collate, drop_last=drop_last)
+    ours = WorkerLoader(a, sampler(a), batch, workers, drop_last)
+    theirs = DataLoader(b, batch_size=batch, sampler=sampler(b), collate_fn=collate, drop_last=drop_last)
     return ours, theirs
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from east_cache.model.augment import IMAGENET_MEAN, IMAGENET_STD
+from east_cache.reader.images import IMAGENET_MEAN, IMAGENET_STD
 from east_cache.model.backbone import check_backbone_file
 from east_cache.model.config import (
     AMP_DTYPES,

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 import torch
 
-from east_cache.model.augment import prepare_images
+from east_cache.reader.images import prepare_images
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError

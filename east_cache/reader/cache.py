@@ -8,8 +8,11 @@ cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/r
 """
 from __future__ import annotations
 
+import mmap
+import warnings
+
 import numpy as np
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
@@ -60,42 +63,61 @@ class CacheDataset(RecordReader, Dataset):
         self.fields = (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE) if self.compact else self.item_dtype.names
         # bytes an item delivers (a compact crop: its blocks of tiles; its word table is a few hundred more)
         self.item_bytes = block_bytes(self.config) if self.compact else self.item_dtype.itemsize
-        self.epoch = 0
+        self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
+        self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
 
     def __len__(self) -> int:
         return len(self.names)
 
+    @property
+    def epoch(self) -> int:
+        """The epoch items are read for (set_epoch)."""
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int) -> None:
         """Read epoch `epoch` (>= 0) from now on: item i becomes variant (epoch + offsets[i]) mod K of image i and,
         in a page-mode cache, the crop drawn from (seed, epoch, image name, variant), whichever process reads it.
-        Set in every process that reads (EpochDataset does it from each key of EpochSampler)."""
-        self.epoch = epoch
 
-    def variant(self, i: int) -> int:
-        """The variant item i reads at the current epoch."""
-        return (self.epoch + int(self.offsets[i])) % self.config.variants
+        The epoch lives in memory shared with the processes forked after the dataset was made, so a DataLoader's
+        workers (persistent ones included) read the epoch set here, in the training process. Workers started
+        another way (spawn, forkserver) get a copy: set_epoch does not reach them once they run, and they warn;
+        give such a DataLoader an EpochSampler (reader/loader.py), whose keys carry the epoch with each item."""
+        self._epoch[0] = epoch
 
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        """Item i (0 <= i < len(self), images in name order) at the current epoch: the dict of arrays the class
-        docstring lists (image, score, geo, roi; or tiles, at, maps, patch, table with compact=True)."""
+    def variant(self, i: int, epoch: int | None = None) -> int:
+        """The variant item i reads at an epoch (default: the current one)."""
+        return ((self.epoch if epoch is None else epoch) + int(self.offsets[i])) % self.config.variants
+
+    def __getitem__(self, key) -> dict[str, np.ndarray]:
+        """Item i (0 <= i < len(self), images in name order) at the current epoch, or for a key (epoch, i) at that
+        epoch (EpochSampler's keys: the epoch travels with the item to whichever process reads it): the dict of
+        arrays the class docstring lists (image, score, geo, roi; or tiles, at, maps, patch, table with
+        compact=True)."""
+        epoch, i = self._epoch_and_index(key)
+        if not isinstance(key, tuple) and not self._epoch_shared:
+            self._warn_unshared()
+        v = self.variant(i, epoch)
         if self.pages:
-            return self.cropper.crop(i, self.variant(i), self.epoch)
-        rec = self.record(i, self.variant(i))
+            return self.cropper.crop(i, v, epoch)
+        rec = self.record(i, v)
         return {k: rec[k] for k in self.fields}
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, np.ndarray]]:
-        """A batch's items (views, nothing copied yet). When their rows are adjacent in one file (the batch
-        strategy under BlockSampler), the list also carries them as one slice, which collate copies in one
-        read per field; any other collate sees a plain list of items."""
+    def __getitems__(self, keys: list) -> list[dict[str, np.ndarray]]:
+        """A batch's items (keys as __getitem__ takes them; views, nothing copied yet). When their rows are
+        adjacent in one file (the batch strategy under BlockSampler), the list also carries them as one slice,
+        which collate copies in one read per field; any other collate sees a plain list of items."""
         if self.pages:   # every crop is computed anew: no rows to copy in one read
-            return [self[i] for i in indices]
-        where = [self.locate(i, self.variant(i)) for i in indices]
+            return [self[k] for k in keys]
+        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in map(self._epoch_and_index, keys)]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
-            rows = self.file_records(f0)[r0:r0 + len(indices)]
+            rows = self.file_records(f0)[r0:r0 + len(keys)]
             return SliceItems([{k: rec[k] for k in self.fields} for rec in rows], rows)
-        return [self[i] for i in indices]
+        return [self[k] for k in keys]
+
+    def _epoch_and_index(self, key) -> tuple[int, int]:
+        return key if isinstance(key, tuple) else (self.epoch, key)
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
@@ -105,10 +127,31 @@ class CacheDataset(RecordReader, Dataset):
             return self.cropper.crop_words(i, variant, self.epoch)
         return self.stored_quads(i, variant)
 
+    def _warn_unshared(self) -> None:
+        """Once per process: a DataLoader worker holding a pickled copy (not forked) cannot see set_epoch."""
+        if get_worker_info() is not None and not self._warned:
+            self._warned = True
+            warnings.warn("CacheDataset in a DataLoader worker that was not forked (spawn or forkserver): "
+                          "set_epoch in the training process does not reach it, so with persistent_workers=True "
+                          "every epoch reads the same crops; use east_cache.Loader, or give the DataLoader "
+                          "sampler=EpochSampler(...), whose keys carry the epoch", RuntimeWarning, stacklevel=3)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_epoch"], state["_epoch_shared"] = np.array([self.epoch], np.int64), False
+        return state
+
     def table_rows(self) -> int:
         """The most legible words any page of the cache holds: the rows a compact crop's word table can have
         (0 where items carry no word table: not compact)."""
         return self.cropper.table_rows() if self.compact else 0
+
+
+def shared_int(value: int = 0) -> np.ndarray:
+    """An int64 (1,) array in anonymous shared memory: a process forked later reads what this one writes."""
+    cell = np.frombuffer(mmap.mmap(-1, mmap.PAGESIZE), np.int64, 1)
+    cell[0] = value
+    return cell
 
 
 class SliceItems(list):

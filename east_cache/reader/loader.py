@@ -11,15 +11,20 @@ import functools
 import itertools
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Sampler
 
 from east_cache.errors import CacheError
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
+from east_cache.reader.expand import expand_batch
+from east_cache.reader.images import NORMALIZATIONS, prepare_images
+from east_cache.reader.prefetch import batches
 from east_cache.reader.sampler import make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.store.build import rebuild as rebuild_cache
@@ -31,9 +36,9 @@ AUTO_WORKERS_MAX = 4   # worker processes per training process that loader_worke
 
 
 class EpochSampler(Sampler):
-    """Yields (epoch, index). Persistent DataLoader workers keep their own copy of the dataset, so
-    `ds.set_epoch` in the main process would never reach them and the cached variants would not rotate.
-    `skip` leaves out the start of an epoch's order: a run resumed mid-epoch reads the batches it had not."""
+    """Yields (epoch, index) keys, which CacheDataset reads at that epoch in whichever process gets them, so that
+    the epoch never depends on a dataset copy being told. `skip` leaves out the start of an epoch's order: a run
+    resumed mid-epoch reads the batches it had not."""
 
     def __init__(self, base: Sampler):
         self.base, self.epoch, self.skip = base, 0, 0
@@ -50,27 +55,6 @@ class EpochSampler(Sampler):
         return max(0, len(self.base) - self.skip)
 
 
-class EpochDataset(Dataset):
-    """Sets the wrapped dataset's epoch from the (epoch, index) keys of EpochSampler, in whichever process reads."""
-
-    def __init__(self, ds: CacheDataset):
-        self.ds = ds
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, key):
-        self.ds.set_epoch(key[0])
-        return self.ds[key[1]]
-
-    def table_rows(self) -> int:
-        return self.ds.table_rows()
-
-    def __getitems__(self, keys):
-        self.ds.set_epoch(keys[0][0])
-        return self.ds.__getitems__([i for _, i in keys])
-
-
 def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int = 0, world: int = 1,
                 device: torch.device = torch.device("cpu"), workers: int | None = None) -> DataLoader | WorkerLoader:
     """Batches of ds for one process of a run of `world` (rank `rank`): its share of an order seeded by (seed,
@@ -80,12 +64,12 @@ def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank:
     cuda, workers = device.type == "cuda", loader_workers(ds, device, world, workers)
     drop_last = train and len(sampler) >= batch_size
     if uses_slots(workers):
-        return WorkerLoader(EpochDataset(ds), sampler, batch_size, workers, drop_last)
+        return WorkerLoader(ds, sampler, batch_size, workers, drop_last)
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
     # Its own generator: DataLoader draws a seed from it at every iter(), which from the global one would shift
     # the jitter's random numbers whenever an epoch is begun anew on resume.
-    return DataLoader(EpochDataset(ds), batch_size=batch_size, sampler=sampler, num_workers=workers,
+    return DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers,
                       collate_fn=functools.partial(collate, pin=cuda and workers == 0), pin_memory=cuda and workers > 0,
                       persistent_workers=cuda and workers > 0, drop_last=drop_last,
                       generator=torch.Generator().manual_seed(seed), worker_init_fn=ignore_interrupts)
@@ -158,3 +142,82 @@ def check_caches(ds: CacheDataset, val: CacheDataset | None) -> None:
     if val is not None and (val.config.input_size, val.config.map_scale) != (ds.config.input_size, ds.config.map_scale):
         raise CacheError(f"{val.cache_dir} has input {val.config.input_size}px at x{val.config.map_scale} but "
                          f"{ds.cache_dir} has {ds.config.input_size}px at x{ds.config.map_scale}; build both alike")
+
+
+class Batch(NamedTuple):
+    """A batch as a training loop takes it, on the Loader's device; B items, S = input_size, m = S x map_scale.
+    It unpacks like the BoostCamp baseline's batches: `for image, score, geo, roi in loader:`."""
+    image: torch.Tensor   # (B, 3, S, S) RGB: float32 normalised as Loader(normalize=...) says, or uint8 0..255 (None)
+    score: torch.Tensor   # (B, 1, m, m) float32: 1 inside a legible word's shrunk quad, else 0
+    geo: torch.Tensor     # (B, 5, m, m) float32: distances (input px) to the top, bottom, left, right edges of the
+                          # pixel's word box rotated by the word's angle, then that angle (rad); 0 where score is 0
+    roi: torch.Tensor     # (B, 1, m, m) float32: 0 over don't-care words, else 1 (the loss's mask)
+
+
+class Loader:
+    """A cache's batches for a training loop of your own, through the path train.py reads by: crops cut by worker
+    processes into shared batch slots (page-mode caches: their score and geometry rebuilt on the device), or
+    copied in this process a batch ahead; each pass over it is one epoch, its crops drawn anew.
+
+        loader = Loader("cache/train", batch_size=12, device="cuda")
+        for epoch in range(epochs):
+            for image, score, geo, roi in loader:    # a Batch; the next pass reads the next epoch
+                loss = east_loss(model(image), score, geo, roi)
+
+    cache: a cache directory (or an open CacheDataset). The order is shuffled from (seed, epoch) and split over
+    `world` processes (defaults: torch.distributed's rank and world size when it is initialised), each of them
+    reading len(loader) batches per epoch; shuffle=False reads in name order and keeps a short last batch.
+    workers: loader processes (None: one per core for a page-mode cache read for a GPU, up to
+    AUTO_WORKERS_MAX; else 0, read in this process). normalize: "imagenet" (this project's EAST), "baseline"
+    ((x / 255 - 0.5) / 0.5, the BoostCamp baseline's) or None (uint8 images, to augment and normalise yourself);
+    jitter: colour jitter strength applied on the device before normalising (0: none). rebuild: bring a stale
+    cache up to date first (else a stale cache is refused with the command that updates it)."""
+
+    def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
+                 shuffle: bool = True, rank: int | None = None, world: int | None = None,
+                 normalize: str | None = "imagenet", jitter: float = 0.0, rebuild: bool = False):
+        if normalize is not None and normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize={normalize!r}: use one of {', '.join(NORMALIZATIONS)}, or None for uint8")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: a batch holds at least one item")
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank = rank if rank is not None else dist.get_rank() if distributed else 0
+        self.world = world if world is not None else dist.get_world_size() if distributed else 1
+        self.device = torch.device(device)
+        self.dataset = (cache if isinstance(cache, CacheDataset) else
+                        open_cache(Path(cache), rebuild, self.rank, self.world))
+        self.normalize, self.jitter = normalize, jitter
+        self.batches = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers)
+        self.epoch, self._told = 0, False
+
+    def __len__(self) -> int:
+        """Batches per epoch in this process."""
+        return len(self.batches)
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Make the next pass read epoch `epoch`, leaving out its first `skip` items (a run resumed inside an
+        epoch). Without it, each pass reads the epoch after the last one, from 0."""
+        self.epoch, self._told = epoch, True
+        self.batches.sampler.set_epoch(epoch, skip)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if not self._told:
+            self.batches.sampler.set_epoch(self.epoch)
+        self._told = False
+        for batch in batches(self.batches):
+            b = expand_batch(batch, self.device)
+            image = b["image"] if self.normalize is None else prepare_images(b["image"], self.jitter, self.normalize)
+            yield Batch(image, b["score"].float(), b["geo"].float(), b["roi"].float())
+        self.epoch += 1
+
+    def close(self) -> None:
+        """End the worker processes (they also end when the loader is collected)."""
+        close = getattr(self.batches, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,5 +1,10 @@
-"""Input on the device: uint8 crops to ImageNet-normalised float32, with per-sample colour jitter (brightness,
-contrast, saturation, hue) computed there rather than in the loader."""
+"""A batch's images as a network's input, made on the device: uint8 crops to normalised float32, with per-sample
+colour jitter (brightness, contrast, saturation, hue) computed there rather than in the loader.
+
+Two normalisations (NORMALIZATIONS): "imagenet", (x / 255 - mean) / std per channel with ImageNet's mean and std,
+what this project's EAST (a VGG16-BN backbone trained on ImageNet) takes; "baseline", (x / 255 - 0.5) / 0.5, what
+the BoostCamp EAST baseline's dataset hands its model. None leaves the uint8 values.
+"""
 from __future__ import annotations
 
 import functools
@@ -22,13 +27,23 @@ def constants(device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) for k, v in c.items()}
 
 
-def prepare_images(image: torch.Tensor, jitter: float) -> torch.Tensor:
-    """uint8 (B,3,S,S) -> jittered (when jitter > 0), ImageNet-normalised float32, channels_last."""
+NORMALIZATIONS = ("imagenet", "baseline")
+BASELINE_MEAN, BASELINE_STD = 0.5, 0.5   # the baseline's Normalize(mean=(0.5,) * 3, std=(0.5,) * 3)
+
+
+def prepare_images(image: torch.Tensor, jitter: float, normalize: str = "imagenet") -> torch.Tensor:
+    """uint8 (B,3,S,S) RGB -> jittered (when jitter > 0), normalised float32 (NORMALIZATIONS), channels_last."""
     x = image.float().div_(255)
     if jitter > 0:
         x = color_jitter(x, jitter)
-    c = constants(x.device)
-    return ((x - c["mean"]) / c["std"]).contiguous(memory_format=torch.channels_last)
+    if normalize == "baseline":
+        x = (x - BASELINE_MEAN) / BASELINE_STD
+    elif normalize == "imagenet":
+        c = constants(x.device)
+        x = (x - c["mean"]) / c["std"]
+    else:
+        raise ValueError(f"normalize {normalize!r} is not one of {', '.join(NORMALIZATIONS)}")
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 def grey(x: torch.Tensor) -> torch.Tensor:
