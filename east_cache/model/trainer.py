@@ -101,7 +101,7 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
                 stats.update(full_page_metrics(model, pages, rt) if pages is not None
-                             else detection_metrics(model, loaders[1].dataset.ds, ctx))
+                             else detection_metrics(model, loaders[1].dataset, ctx))
             end_epoch(stats, complete, lr, model, optimizer, scheduler, ctx, ds)
             if complete:
                 state.epoch, state.epoch_micro, state.epoch_sums = epoch + 1, 0, None
