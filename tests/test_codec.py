@@ -193,3 +193,16 @@ def test_a_truncated_page_file_is_refused_when_the_cache_is_opened(photo_root, t
     with pytest.raises(CacheError, match=rf"{path.name} is damaged or missing: .*the manifest recorded"):
         CacheDataset(out)
     assert verify(out)
+
+
+def test_a_page_whose_jpeg_outgrows_its_slot_is_refused_naming_the_image(monkeypatch):
+    """Noise at quality 100 takes more bytes than its raw pixels, still within the slot's bound; past the bound the
+    build stops with a DataError that names the image and what to change."""
+    from east_cache.errors import DataError
+    from east_cache.store import page_jpeg
+    noise = np.random.default_rng(0).integers(0, 256, (3, 256, 256), np.uint8)
+    image = page_jpeg.JpegCodec(100).encode(noise, "train.json: image a.jpg")
+    assert noise.nbytes < image.tiles.nbytes <= page_jpeg.jpeg_values((256, 256))
+    monkeypatch.setattr(page_jpeg, "JPEG_BOUND", 1)
+    with pytest.raises(DataError, match=r"image a\.jpg: its page's JPEG tiles .*--image-quality"):
+        page_jpeg.JpegCodec(100).encode(noise, "train.json: image a.jpg")
