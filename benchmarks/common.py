@@ -1,5 +1,5 @@
-"""Shared by the benchmark scripts: sample data at benchmark scale (pages, camera photos), timing, markdown tables,
-machine line.
+"""Shared by the benchmark scripts: sample data at benchmark scale (pages, camera photos, street photos), timing,
+markdown tables, machine line.
 
 Importing it puts the repository root (and tests/, home of the plain reference targets) on sys.path,
 so that every script runs as `python benchmarks/NAME.py` from anywhere, without an install.
@@ -35,6 +35,9 @@ PHOTO_PAGE = 0.86        # the page's share of the photo's width: the rest is th
 PHOTO_ORIENTATIONS = (1, 6, 1, 8, 1, 3)   # EXIF orientation by photo index: half stored turned, as phones do
 PHOTO_MARKER = ".photos-ok"
 PHOTO_VERSION = 1        # bump when the photo generator changes, so that old sets are rewritten
+STREET_SIZE = (1280, 720)   # (width, height) px of the street photos, as ICDAR 2015's
+STREET_QUALITY = 80         # their JPEG quality: with the scene's texture, about as many bytes as ICDAR 2015's photos
+STREET_VERSION = 1
 # EXIF orientation -> the transpose from the upright photo to the stored pixels (the inverse of the display turn).
 _STORED = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
 
@@ -74,6 +77,53 @@ def bench_photos(n_images: int, words_per_page: int = 120) -> Path:
     (root / "ufo" / "train.json").write_text(json.dumps({"images": images}, indent=1) + "\n")
     marker.write_text(json.dumps(args))
     return root
+
+
+def bench_street_photos(n_images: int, words_per_page: int = 15) -> Path:
+    """ICDAR-2015-like photos (STREET_SIZE, JPEG at STREET_QUALITY): a street-like scene (sky and ground, colour
+    texture at four scales, blocks of patterned facades and signs) with the sample set's words painted on it in one
+    colour, lens blur and sensor noise. Generated (deterministic), never downloaded; written once under BENCH_DATA."""
+    root = BENCH_DATA / f"street-{n_images}-{words_per_page}"
+    args = {"version": STREET_VERSION, "n_images": n_images, "words_per_page": words_per_page}
+    marker = root / PHOTO_MARKER
+    if marker.exists() and json.loads(marker.read_text()) == args:
+        return root
+    pages = write_sample_dataset(BENCH_DATA / f"street-pages-{n_images}-{words_per_page}", n_images=n_images,
+                                 words_per_page=words_per_page, page_size=STREET_SIZE, seed=3)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "ufo").mkdir(exist_ok=True)
+    images = {}
+    for k, (name, entry) in enumerate(json.loads((pages / "ufo" / "train.json").read_text())["images"].items()):
+        rng = np.random.default_rng([11, k])
+        with Image.open(pages / "images" / name) as im:
+            text = np.asarray(ImageOps.exif_transpose(im).convert("L"), np.float32)
+        ink = np.clip((200 - text) / 180, 0, 1)[..., None]   # how dark the page's text is at each pixel
+        photo = _street_scene(rng) * (1 - ink) + rng.uniform(0, 255, 3).astype(np.float32) * ink
+        photo = cv2.GaussianBlur(photo, (0, 0), 0.9) + rng.standard_normal(photo.shape).astype(np.float32) * 1.5
+        out = f"img_{k:03d}.jpg"
+        Image.fromarray(np.clip(photo, 0, 255).astype(np.uint8)).save(root / "images" / out, quality=STREET_QUALITY)
+        images[out] = {**entry, "img_w": STREET_SIZE[0], "img_h": STREET_SIZE[1]}
+    (root / "ufo" / "train.json").write_text(json.dumps({"images": images}, indent=1) + "\n")
+    marker.write_text(json.dumps(args))
+    return root
+
+
+def _street_scene(rng) -> np.ndarray:
+    """float32 (H, W, 3) of STREET_SIZE: a sky and ground, colour texture at four scales, patterned blocks."""
+    w, h = STREET_SIZE
+    scene = np.empty((h, w, 3), np.float32)
+    horizon = int(rng.uniform(0.3, 0.6) * h)
+    scene[:horizon], scene[horizon:] = rng.uniform(120, 220, 3), rng.uniform(40, 120, 3)
+    for cells, amplitude in ((4, 40), (16, 25), (64, 12), (256, 6)):
+        scene += np.stack([_smooth_field(rng, (h, w), cells, -amplitude, amplitude) for _ in range(3)], -1)
+    for _ in range(int(rng.integers(8, 20))):
+        x0, y0 = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 40))
+        block = scene[y0:y0 + int(rng.integers(40, 400)), x0:x0 + int(rng.integers(40, 500))]
+        yy, xx = np.mgrid[:block.shape[0], :block.shape[1]].astype(np.float32)
+        period = rng.uniform(6, 30)
+        pattern = 15 * (np.sin(xx / period * 6.28) > 0.6) + 10 * (np.sin(yy / period * 3.1) > 0.8)
+        block[:] = 0.3 * block + 0.7 * rng.uniform(20, 235, 3).astype(np.float32) + pattern[..., None] - 12
+    return scene
 
 
 def _smooth_field(rng, shape: tuple, cells: int, lo: float, hi: float) -> np.ndarray:

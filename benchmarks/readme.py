@@ -15,8 +15,10 @@ from plot import load, number
 START, END = "<!-- performance:start -->", "<!-- performance:end -->"
 # Tables copied whole into the README, by benchmark name and table index; the rest stay in results.md.
 SHOWN = (("targets", 0), ("sample", 0), ("sample", 1), ("sample", 2), ("loader", 0), ("loader", 1), ("loader", 2),
-         ("peers", 0), ("rebuild", 0),
+         ("codec", 0), ("codec", 1), ("codec", 2), ("peers", 0), ("rebuild", 0),
          ("build_memory", 0), ("zarr", 0), ("zarr", 1))
+# bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
+CODEC_GOALS = ("codec", 3)
 
 
 def rows(results: dict, name: str, table: int) -> list[dict[str, str]]:
@@ -132,6 +134,7 @@ def goals(results: dict) -> list[list[str]]:
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
         ["data wait at batch 8, input 1024, on a GPU", "< 2 % of step time",
          "not measured here (no GPU); train.py logs it as data_wait per epoch"],
+        *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
     ]
 
 

@@ -36,12 +36,13 @@ from readme import update_readme
 
 HERE = Path(__file__).resolve().parent
 # The order of results.md; scripts not listed follow, by name.
-ORDER = ("targets", "sample", "crops", "loader", "peers", "rebuild", "build_memory", "zarr")
+ORDER = ("targets", "sample", "crops", "codec", "loader", "peers", "rebuild", "build_memory", "zarr")
 # Arguments that bring each benchmark down to seconds or a minute on 2 cores.
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
     "sample": ["--pages", "3", "--photos", "2", "--repeat", "1"],
     "crops": ["--images", "4", "--photos", "4", "--batches", "4", "--late", "3,4"],
+    "codec": ["--photos", "2", "--streets", "3", "--pages", "2", "--repeat", "1", "--epochs", "2"],
     "loader": ["--images", "8", "--epochs", "1"],
     "peers": ["--records", "8", "--rounds", "2", "--input-size", "256"],
     "rebuild": ["--sizes", "100,1000"],

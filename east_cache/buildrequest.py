@@ -18,7 +18,7 @@ from east_cache.errors import CacheError, UsageError
 from east_cache.store.announce import BuildPlan
 from east_cache.store.format import MANIFEST
 from east_cache.store.manifest import Manifest
-from east_cache.store.strategy import STRATEGY_BY_FLAG
+from east_cache.store.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
 
 DEFAULT_SPLIT = "train"
 
@@ -46,11 +46,14 @@ def existing_cache(out: Path, data_given: bool) -> Manifest | None:
 
 
 def recorded_config(m: Manifest) -> BuildConfig:
-    """The config a rebuild starts from: the recorded one, with the strategy left to auto again unless the user
-    had named it (auto keeps the cache's strategy while nothing else changes)."""
-    if m.strategy_reason == STRATEGY_BY_FLAG:
-        return m.config
-    return dataclasses.replace(m.config, strategy=AUTO)
+    """The config a rebuild starts from: the recorded one, with the strategy and the image codec left to auto again
+    unless the user had named them (auto keeps the cache's while nothing else changes)."""
+    cfg = m.config
+    if m.strategy_reason != STRATEGY_BY_FLAG:
+        cfg = dataclasses.replace(cfg, strategy=AUTO)
+    if m.codec_reason != CODEC_BY_FLAG:
+        cfg = dataclasses.replace(cfg, image_codec=AUTO)
+    return cfg
 
 
 def config_from_args(a, base: BuildConfig | None = None) -> BuildConfig:
@@ -101,6 +104,10 @@ def plan_lines(p: BuildPlan) -> list[str]:
                f"to write: {p.files_to_write} file(s), {p.samples_to_make} sample(s) to make, {p.samples_to_copy} "
                f"to copy from the previous cache"),
               f"  estimated size on disk: {mib:,.2f} MiB"]
+    if p.codec_bytes:
+        quality = f" at quality {p.image_quality}" if p.image_codec == "jpeg" else ""
+        sizes = ", ".join(f"{c} {b / 2**20:,.2f} MiB" for c, b in p.codec_bytes.items())
+        lines.insert(-1, f"  image codec {p.image_codec}{quality}: {p.codec_reason} (estimated: {sizes})")
     lines += [f"warning: {w}" for w in p.warnings]
     return lines
 

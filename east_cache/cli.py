@@ -14,7 +14,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
+from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, IMAGE_CODECS, MAP_SCALES, STRATEGIES, BuildConfig
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from east_cache.store.formats import FILE_FORMATS
@@ -71,6 +71,14 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
                         "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
                         "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
+    p.add_argument("--image-codec", choices=(AUTO, *IMAGE_CODECS),
+                   help="how a page's image is stored (--crop read): raw tiles, read at memory speed with nothing to "
+                        "decode; jpeg, JPEG tiles of 128 px (a cache near the photos' own size; each crop decodes "
+                        "the tiles it covers, in the loader workers or on the GPU); auto: raw while the raw cache fits "
+                        "in half the available RAM, else jpeg, and an existing cache's while nothing else changes "
+                        "(default auto)")
+    p.add_argument("--image-quality", type=int,
+                   help="JPEG quality 1..100 of --image-codec jpeg pages (4:4:4 chroma)" + kept(d.image_quality))
     p.add_argument("--crop-tries", type=int,
                    help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
                         "is taken" + kept(d.crop_tries))

@@ -20,6 +20,9 @@ MAP_SCALES = (0.5, 0.25)
 # read: the cache holds each variant's warped page and the reader cuts a new crop every epoch (page.py);
 # build: it holds one crop per variant, made at build time (make.py), the same every time it is read.
 CROP_MODES = ("read", "build")
+# How a page's image is stored (--crop read): raw tiles, read at memory speed, or JPEG tiles, a crop decoding only
+# those it covers; auto: the build picks one (store/strategy.py choose_codec), and its manifest records which.
+IMAGE_CODECS = ("raw", "jpeg")
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,17 @@ class BuildConfig:
                                     # auto: the build picks one, and its manifest records the one it picked
     chunk_size: int = 5000          # records per file for the chunked strategy
     batch_size: int = 8             # records per file for the batch strategy
+    image_codec: str = AUTO         # a page's image: raw tiles, or jpeg tiles; auto: the build picks (raw when the
+                                    # raw cache fits comfortably in RAM); --crop build records keep raw images
+    image_quality: int = 90         # libjpeg quality 1..100 of jpeg page tiles (4:4:4 chroma)
 
     def __post_init__(self) -> None:
         if self.strategy not in (AUTO, *STRATEGIES):
             raise ValueError(f"strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
+        if self.image_codec not in (AUTO, *IMAGE_CODECS):
+            raise ValueError(f"image_codec {self.image_codec!r} is not one of {AUTO}, {', '.join(IMAGE_CODECS)}")
+        if not 1 <= self.image_quality <= 100:
+            raise ValueError(f"image_quality {self.image_quality} must lie in 1..100 (libjpeg's quality)")
         if self.crop not in CROP_MODES:
             raise ValueError(f"crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
         if self.map_scale not in MAP_SCALES:
@@ -75,7 +85,7 @@ class BuildConfig:
 
     def fingerprint(self) -> str:
         """Hash of every field; equal fingerprints mean equal samples (with the same code version). Only a
-        resolved config has one: "auto" would make one fingerprint stand for several layouts."""
-        assert self.strategy != AUTO, "resolve the strategy before fingerprinting"
+        resolved config has one: "auto" would make one fingerprint stand for several layouts or codecs."""
+        assert AUTO not in (self.strategy, self.image_codec), "resolve the strategy and codec before fingerprinting"
         blob = json.dumps(self.to_dict(), sort_keys=True).encode()
         return hashlib.blake2b(blob, digest_size=16).hexdigest()

@@ -178,3 +178,30 @@ def random_page(seed: int, size=(400, 300), n_words: int = 30, map_scale: float 
     maps = pack_maps(owner_map(quads, map_scale, shape), roi_map(points, offsets, care, map_scale, shape))
     return Page(Tiled.from_array(image, TILE_PX), Tiled.from_array(maps, map_tile(map_scale)), points, offsets,
                 care, min_rect_angles(quads), np.full(len(quads), 1 / max(1, len(quads))))
+
+
+def photo(h: int = 232, w: int = 300, seed: int = 0) -> np.ndarray:
+    """(h, w, 3) uint8 like a page warped from a camera photo: a photo at twice the size (uneven light over a
+    textured table, a paper rectangle with lines of dark, slightly coloured text and a red stamp, lens blur, sensor
+    noise) shrunk by half, as a phone's 12 MP photo is to a 2048 px page. Its JPEG takes more bytes than a page of
+    real receipt photos at the same quality (harder to compress, so a fair test of the bound)."""
+    rng = np.random.default_rng(seed)
+    H, W = 2 * h, 2 * w
+    yy, xx = np.mgrid[:H, :W].astype(np.float32)
+    light = 0.8 + 0.2 * np.sin(xx / W * 3 + rng.uniform(0, 6)) * np.cos(yy / H * 2)
+    grain = cv2.resize(rng.uniform(-15, 15, (H // 8, W // 40)).astype(np.float32), (W, H))
+    img = np.array([120, 80, 50], np.float32) + grain[..., None]
+    x0, y0 = W // 8, H // 10
+    img[y0:H - y0, x0:W - x0] = rng.uniform(215, 240)
+    img = img.astype(np.uint8)   # cv2 draws text on 8 bits
+    for k, y in enumerate(range(y0 + 28, H - y0 - 8, 48)):
+        text = "".join(chr(c) for c in rng.integers(97, 123, 12))
+        ink = (170, 30, 40) if k == 3 else tuple(int(v) for v in rng.integers(0, 60) + rng.integers(0, 20, 3))
+        cv2.putText(img, text, (x0 + 12, y), cv2.FONT_HERSHEY_SIMPLEX, 0.9, ink, 2, cv2.LINE_AA)
+    img = cv2.GaussianBlur(img * light[..., None], (0, 0), 0.8) + rng.normal(0, 3, (H, W, 3))
+    return cv2.resize(np.clip(img, 0, 255).astype(np.uint8), (w, h), interpolation=cv2.INTER_AREA)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)

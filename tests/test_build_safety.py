@@ -100,13 +100,14 @@ def test_a_failed_first_build_into_the_users_empty_folder_keeps_the_folder(data_
     assert out.is_dir() and files(out) == set()
 
 
-def test_a_failed_rebuild_leaves_no_temp_file_and_the_previous_cache_as_it_was(data_copy, tmp_path):
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_a_failed_rebuild_leaves_no_temp_file_and_the_previous_cache_as_it_was(data_copy, tmp_path, codec):
     out = tmp_path / "c"
-    build(data_copy, out)
+    build(data_copy, out, image_codec=codec)
     before = {p: p.read_bytes() for p in (out / "data").iterdir()}
     _undecodable(data_copy)
     with pytest.raises(DataError):
-        build(data_copy, out, seed=4)
+        build(data_copy, out, seed=4, image_codec=codec)
     leftovers = [p.name for p in (out / "data").iterdir() if p not in before]
     assert not any(".tmp" in n for n in leftovers), leftovers
     assert all(p.read_bytes() == b for p, b in before.items()) and (out / ".lock").exists()
@@ -165,11 +166,11 @@ def _session_processes(sid: int) -> dict[int, str]:
     return found
 
 
-def _start(data, out) -> subprocess.Popen:
+def _start(data, out, *extra) -> subprocess.Popen:
     """A 2-job build in its own session, with SIGINT at its default (a shell's background job ignores it)."""
     args = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "preprocess", "build", "--data", str(data), "--out", str(out),
             "--quiet", "--jobs", "2", "--strategy", "chunked", "--chunk-size", "1", "--variants", "40",
-            "--input-size", "96", "--image-size", "192"]
+            "--input-size", "96", "--image-size", "192", *extra]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -191,9 +192,10 @@ def _gone(sid: int, seconds: float) -> dict[int, str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_prints_one_line_and_leaves_no_worker_and_no_temp_file(data_copy, tmp_path):
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_ctrl_c_prints_one_line_and_leaves_no_worker_and_no_temp_file(data_copy, tmp_path, codec):
     out = tmp_path / "c"
-    proc = _start(data_copy, out)
+    proc = _start(data_copy, out, "--image-codec", codec)
     _wait_for_workers(proc, out)
     os.killpg(proc.pid, signal.SIGINT)   # what a terminal does: the whole foreground group
     _, err = proc.communicate(timeout=60)
@@ -233,8 +235,8 @@ def test_a_damaged_header_is_redone_by_the_next_build_even_without_verify(data_c
     build(data_copy, out)
     victim = data_path(out, Manifest.load(out).files[1].name)
     head = victim.read_bytes()
-    victim.write_bytes(head.replace(b"'<", b"'>", 1))   # the first little-endian field turned big-endian
-    with pytest.raises(CacheError, match=rf"{victim.name} is damaged or missing: its header says field \w+ is >"):
+    victim.write_bytes(head.replace(b"'|u1'", b"'<u2'", 1))   # a page file's bytes turned into 16-bit values
+    with pytest.raises(CacheError, match=rf"{victim.name} is damaged or missing: its header says uint16"):
         CacheDataset(out)
     build(data_copy, out, seed=1)   # any build that is not a no-op sees it, and neither keeps nor copies from it
     build(data_copy, out)

@@ -216,6 +216,20 @@ def patch_header(path: Path, old: bytes, new: bytes) -> None:
     path.write_bytes(bytes(data))
 
 
+def flip_header_type(path: Path) -> None:
+    """The first field's byte order flipped (records of fields), or a page file's bytes made 16-bit values."""
+    head = path.read_bytes()[:256]
+    patch_header(path, *((b"'<", b"'>") if b"'<" in head else (b"'|u1'", b"'<u2'")))
+
+
+def grow_header_shape(path: Path) -> None:
+    """The header's record count (or a packed page file's byte count) made larger, its length kept."""
+    head = path.read_bytes()[:256]
+    at = head.index(b"'shape': (") + len(b"'shape': (")
+    old = head[at - 10:at + 1]
+    patch_header(path, old, old[:-1] + (b"9" if old[-1:] != b"9" else b"8"))
+
+
 def truncate(path: Path, fraction: float) -> None:
     with open(path, "r+b") as f:
         f.truncate(int(path.stat().st_size * fraction))
@@ -231,9 +245,9 @@ DAMAGE = {
     "data file missing": (lambda c, s: first_file(c).unlink(), "FILE"),
     "data file truncated": (lambda c, s: truncate(first_file(c), 0.6), "FILE"),
     "data file empty": (lambda c, s: truncate(first_file(c), 0), "FILE"),
-    "header byte order flipped": (lambda c, s: patch_header(first_file(c), b"'<", b"'>"), "FILE"),
+    "header byte order flipped": (lambda c, s: flip_header_type(first_file(c)), "FILE"),
     "header garbage": (lambda c, s: patch_header(first_file(c), b"'descr'", b"garbage"), "FILE"),
-    "header shape": (lambda c, s: patch_header(first_file(c), b"'shape': (3,)", b"'shape': (9,)"), "FILE"),
+    "header shape": (lambda c, s: grow_header_shape(first_file(c)), "FILE"),
     "data file is a link outside": (lambda c, s: (first_file(c).unlink(), first_file(c).symlink_to(s)), "FILE"),
     "data file is a FIFO": (lambda c, s: (first_file(c).unlink(), os.mkfifo(first_file(c))), "FILE"),
     "sidecar missing": (lambda c, s: sidecar(c).unlink(), "SIDECAR"),
@@ -257,7 +271,7 @@ DAMAGE = {
     "manifest input size edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(input_size=96)),
                                    ("FILE", "build fingerprint")),   # page records do not depend on it
     "manifest map scale edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(map_scale=0.25)),
-                                  "FILE"),
+                                  ("FILE", "build fingerprint")),   # a packed page file's index holds any maps
     "manifest image removed": (lambda c, s: edit_manifest(c, lambda m: m["images"].pop(min(m["images"]))),
                                "manifest.json"),
     "manifest names ../ file": (lambda c, s: edit_manifest(c, lambda m: _set_file_name(m, "../../secret.npy")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import page_record, random_page
+from helpers import page_record, psnr, random_page
 
 from east_cache.reader.crop import crop_page, crop_words, legible_boxes
 from east_cache.reader.expand import untile
@@ -21,14 +21,14 @@ from east_cache.sample.make import decode_for, make_sample, sample_rng, warp
 from east_cache.sample.crop_draw import cuts_at, epoch_crop, grid_step
 from east_cache.sample.page import MAX_BLEED_PX, expected_page_size, make_page, max_page_size, page_frame
 from east_cache.sample.targets import make_targets
+from east_cache.store.format import record_spec
+from east_cache.store.page_jpeg import codec_of
 from east_cache.store.page_record import (
     MAX_LEGIBLE,
     TILE_PX,
     Page,
     Tiled,
     block_tiles,
-    image_values,
-    map_values,
     padded_rect,
     page_bytes,
     put_rect,
@@ -179,25 +179,34 @@ def test_no_page_exceeds_max_page_size(tmp_path):
             assert w <= limit[0] and h <= limit[1]
 
 
-def test_a_page_round_trips_through_flat_record_fields(tmp_path):
-    cfg = BuildConfig(image_size=128, input_size=64)
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_a_page_round_trips_through_flat_record_fields(tmp_path, codec):
+    """A page written at the start of a record's fixed-size fields reads back as the same page: its image's pixels
+    (jpeg: the codec's, within its bound of the warped page), its maps (jpeg: none stored) and its words."""
+    cfg = BuildConfig(image_size=128, input_size=64, image_codec=codec)
     rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
     content = make_page(rec, cfg, 2)
-    page = Page.from_content(content, cfg.map_scale)
-    np.testing.assert_array_equal(page.image.array(), content.image)
-    np.testing.assert_array_equal(page.owner, content.owner)
-    np.testing.assert_array_equal(page.roi, content.roi)
-    w, h = max_page_size(cfg)
-    image, maps = np.zeros(image_values((w, h)), np.uint8), np.zeros(map_values((w, h), 0.5), np.uint16)
-    size = np.zeros(2, np.int32)
-    page.write_into(image, maps, size)
-    back = Page.from_fields(image, maps, size, page.points, page.offsets, page.care, page.weight, cfg.map_scale)
-    assert back.size == page.size and back.maps.shape == page.maps.shape
+    page = Page.from_content(content, cfg.map_scale, codec_of(cfg), rec.name)
+    if codec == "raw":
+        np.testing.assert_array_equal(page.image.array(), content.image)
+        np.testing.assert_array_equal(page.owner, content.owner)
+        np.testing.assert_array_equal(page.roi, content.roi)
+    else:
+        assert page.maps is None and psnr(page.image.array(), content.image) >= 40
+    spec = record_spec(cfg)
+    fields = {f: np.zeros(spec.dtype[f].shape, spec.dtype[f].base) for f in spec.kind.names}
+    used = page.write_into(fields, codec_of(cfg))
+    assert sorted(used) == sorted(spec.kind.names) and used["size"] == 2
+    back = Page.from_fields(fields["image"][:used["image"]], fields.get("maps"), fields["size"], page.points,
+                            page.offsets, page.care, page.weight, cfg.map_scale, codec=codec_of(cfg), where=rec.name)
+    assert back.size == page.size
     np.testing.assert_array_equal(back.image.array(), page.image.array())
-    np.testing.assert_array_equal(back.maps.array(), page.maps.array())
+    if codec == "raw":
+        np.testing.assert_array_equal(back.maps.array(), page.maps.array())
+        assert page_bytes(page.size, 0.5) == page.image.tiles.nbytes + page.maps.tiles.nbytes
+        assert used["image"] == page.image.tiles.size and used["maps"] == page.maps.tiles.size
     for name in ("theta", "weight"):
         np.testing.assert_array_equal(getattr(back, name), getattr(page, name), err_msg=name)
-    assert page_bytes(page.size, 0.5) == page.image.tiles.nbytes + page.maps.tiles.nbytes
     inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
     for v in range(3):
         expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size

@@ -1,5 +1,6 @@
-"""A page-mode cache (--crop read) end to end: items are crops of make_page's pages, new each epoch, the same
-whoever reads them; the files are sparse; an update copies pages it keeps."""
+"""A page-mode cache (--crop read) end to end, in both image codecs (raw tiles, JPEG tiles): items are crops of
+make_page's pages, new each epoch, the same whoever reads them; the files hold only their pages (packed); an
+update copies pages it keeps."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from east_cache.reader.expand import expand_batch
 from east_cache.ingest.ufo import load_splits
 from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.store.build import build_cache
+from east_cache.store.formats.packed import ALIGN, HEAD_VALUES
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_jpeg import codec_of
 from east_cache.store.page_record import Page
 
 
@@ -26,16 +29,18 @@ def build(data, out, **over):
     return build_cache(small_config(**{"variants": 2, **over}), [data], out, jobs=1, quiet=True)
 
 
-@pytest.fixture(scope="module")
-def cache(sample_root, tmp_path_factory):
-    out = tmp_path_factory.mktemp("pages") / "c"
-    build(sample_root, out)
+@pytest.fixture(scope="module", params=["raw", "jpeg"])
+def cache(sample_root, tmp_path_factory, request):
+    out = tmp_path_factory.mktemp(f"pages-{request.param}") / "c"
+    build(sample_root, out, image_codec=request.param)
     return out
 
 
-def test_the_manifest_records_page_mode(cache):
+def test_the_manifest_records_page_mode_and_the_codec(cache):
     m = Manifest.load(cache)
-    assert m.config.crop == "read" and m.spec.kind.name == "page"
+    assert m.config.crop == "read" and m.spec.kind.packed and m.spec.kind.page_codec == m.config.image_codec
+    assert m.codec_reason == "chosen with --image-codec"
+    assert ("maps" in m.spec.kind.names) == (m.config.image_codec == "raw"), "jpeg pages store no maps"
 
 
 def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
@@ -46,7 +51,7 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
         ds.set_epoch(epoch)
         for i in (0, 2, 4):
             v = ds.variant(i)
-            page = Page.make(recs[i], c, v)
+            page = Page.make(recs[i], c, v, codec_of(c))
             origin, cut = epoch_crop(c.seed, epoch, recs[i].name, v, legible_boxes(page), page.size, c.input_size,
                                      grid_step(c.map_scale), page.weight)
             want, got = crop_page(page, origin, cut, c.input_size, c.map_scale), ds[i]
@@ -76,7 +81,7 @@ def test_kept_maps_patches_give_the_crops_made_afresh(cache):
             for k in ("image", "score", "roi"):
                 assert got[k][0].numpy().tobytes() == want[k].tobytes(), (epoch, i, k)
             assert torch.equal(got["geo"][0].half(), torch.from_numpy(want["geo"]))
-    assert reused > 5, "the test must see kept patches used again"
+    assert reused > 5 or c.image_codec == "jpeg", "the test must see kept patches used again (jpeg pages draw maps)"
 
 
 def test_each_epoch_draws_its_own_crop_and_draws_it_again(cache):
@@ -117,20 +122,31 @@ def test_the_words_of_an_item_are_those_of_its_crop(cache):
         assert item["score"].any() == bool(care.any())
 
 
-@pytest.mark.skipif(not hasattr(os.stat_result, "st_blocks"), reason="no block counts on this system")
-def test_page_files_are_sparse(cache):
-    path = data_path(cache, Manifest.load(cache).files[0].name)
-    st = os.stat(path)
-    assert st.st_blocks * 512 < 0.8 * st.st_size, "the unused ends of page records take no disk"
+def test_page_files_hold_only_their_pages(cache):
+    """A packed file is its pages' used bytes back to back (a bucket stores no holes): its size is what the manifest
+    records, and no more than the pages' own bytes plus the npy header, the index and each field's alignment."""
+    m = Manifest.load(cache)
+    ds = CacheDataset(cache)
+    assert not [p.name for p in (cache / "data").iterdir() if p.name.endswith(".tmp")], "no staging file is left"
+    for f, entry in enumerate(m.files):
+        path = data_path(cache, entry.name)
+        records = ds.file_records(f)
+        used = sum(a.nbytes for r in range(len(records)) for a in records[r].values())
+        fields = entry.rows * len(m.spec.kind.names)
+        assert os.path.getsize(path) == entry.bytes
+        assert used < entry.bytes <= used + 128 + 8 * (HEAD_VALUES + 2 * fields) + ALIGN * (fields + 1)
+        if hasattr(os.stat_result, "st_blocks"):
+            assert os.stat(path).st_blocks * 512 <= entry.bytes + 4096, "nothing but the file's bytes on disk"
 
 
-def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path):
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path, codec):
     out, fresh = tmp_path / "c", tmp_path / "fresh"
-    build(data_copy, out, strategy="chunked", chunk_size=3)
+    build(data_copy, out, strategy="chunked", chunk_size=3, image_codec=codec)
     edit_ufo(data_copy, nudge_first_word)
-    r = build(data_copy, out, strategy="chunked", chunk_size=3)
+    r = build(data_copy, out, strategy="chunked", chunk_size=3, image_codec=codec)
     assert r.computed == 2 and r.copied > 0
-    build(data_copy, fresh, strategy="chunked", chunk_size=3)
+    build(data_copy, fresh, strategy="chunked", chunk_size=3, image_codec=codec)
     assert cache_bytes(out) == cache_bytes(fresh)
 
 
@@ -188,16 +204,17 @@ def test_a_reader_asks_to_map_a_page_in_when_it_first_reads_it(cache, monkeypatc
     count: a shared machine reclaims pages on its own."""
     import mmap
     calls = []
-    monkeypatch.setattr(pages_module, "map_in", lambda records, arrays: calls.append((records, arrays)))
+    monkeypatch.setattr(pages_module, "map_in", lambda data, arrays: calls.append((data, arrays)))
     ds = CacheDataset(cache)
     ds.cropper._fits = True
-    page = ds.cropper.page(0, 0)
+    ds.cropper.page(0, 0)
     ds.cropper.page(0, 0)
     assert len(calls) == 1
-    records, arrays = calls[0]
-    assert records is ds.file_records(ds.locate(0, 0)[0])
-    assert [a.ctypes.data for a in arrays] == [page.image.tiles.ctypes.data, page.maps.tiles.ctypes.data]
-    assert [a.nbytes for a in arrays] == [page.image.tiles.nbytes, page.maps.tiles.nbytes]
+    data, arrays = calls[0]
+    f, r = ds.locate(0, 0)
+    assert data is ds.file_records(f).data
+    fields = list(ds.file_records(f)[r].values())
+    assert [(a.ctypes.data, a.nbytes) for a in arrays] == [(a.ctypes.data, a.nbytes) for a in fields]
     ds.cropper.page(1, 0)
     assert len(calls) == 2
     ds = CacheDataset(cache)

@@ -85,9 +85,10 @@ def test_exif_rotated_images_are_counted_and_the_count_survives_an_incremental_b
     assert r.computed == 0 and m.exif_applied == rotated and m.ingest["exif_applied"] == 1
 
 
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
 @pytest.mark.parametrize("edit", ["change", "add", "remove"])
-def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit):
-    build(data_copy, tmp_path / "inc")
+def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit, codec):
+    build(data_copy, tmp_path / "inc", image_codec=codec)
     if edit == "change":
         edit_ufo(data_copy, nudge_first_word)
     elif edit == "add":
@@ -98,7 +99,7 @@ def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit):
         edit_ufo(data_copy, add)
     else:
         edit_ufo(data_copy, lambda images: images.pop(first_image(images)))
-    r = build(data_copy, tmp_path / "inc")
+    r = build(data_copy, tmp_path / "inc", image_codec=codec)
     assert not r.up_to_date and not r.full_rebuild_reason
     if edit == "change":
         assert r.changes.changed and r.computed == 2  # the one edited image, both variants
@@ -106,7 +107,7 @@ def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit):
         assert r.changes.added and r.computed == 2
     if edit == "remove":
         assert r.changes.removed and r.computed == 0  # everything else is copied
-    build(data_copy, tmp_path / "full")
+    build(data_copy, tmp_path / "full", image_codec=codec)
     assert cache_bytes(tmp_path / "inc") == cache_bytes(tmp_path / "full")
 
 
@@ -154,13 +155,14 @@ def _kill_after_files(proc, out: Path, n: int) -> None:
 
 
 @pytest.mark.slow
-def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path, codec):
     out = tmp_path / "c"
-    _kill_after_files(_start_build(data_copy, out), out, 3)
+    _kill_after_files(_start_build(data_copy, out, "--image-codec", codec), out, 3)
     with pytest.raises(CacheError, match="no finished cache"):
         CacheDataset(out)
     finished = {p.name for p in (out / "data").glob("*.npy")}
-    proc = _start_build(data_copy, out)
+    proc = _start_build(data_copy, out, "--image-codec", codec)
     assert proc.wait() == 0, proc.stderr.read().decode()
     names = {f.name for f in Manifest.load(out).files}
     assert finished <= names, "files finished before the kill are reused"
@@ -170,11 +172,12 @@ def test_sigkill_first_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_rebuild_keeps_the_previous_cache_readable(data_copy, tmp_path):
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_sigkill_rebuild_keeps_the_previous_cache_readable(data_copy, tmp_path, codec):
     out = tmp_path / "c"
-    assert _start_build(data_copy, out).wait() == 0
+    assert _start_build(data_copy, out, "--image-codec", codec).wait() == 0
     before = cache_bytes(out)
-    _kill_after_files(_start_build(data_copy, out, "--seed", "3"), out, 12 * 5 + 3)
+    _kill_after_files(_start_build(data_copy, out, "--seed", "3", "--image-codec", codec), out, 12 * 5 + 3)
     assert cache_bytes(out) == before and not verify(out)
     CacheDataset(out)[0]
 

@@ -22,11 +22,14 @@ from east_cache.store.page_record import WORD_TABLE
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")
 
 
-@pytest.fixture(scope="module", params=["read", "build"])
+@pytest.fixture(scope="module", params=["read", "build", "read-jpeg"])
 def cache(request, sample_root, tmp_path_factory):
+    """Page caches in both image codecs (jpeg: a worker decodes a crop's tiles into its slot and draws its maps
+    there), and a --crop build cache."""
     out = tmp_path_factory.mktemp(f"workers-{request.param}") / "c"
-    build_cache(small_config(variants=2, crop=request.param, strategy="image"), [sample_root], out, jobs=1,
-                quiet=True)
+    crop, _, codec = request.param.partition("-")
+    build_cache(small_config(variants=2, crop=crop, strategy="image", image_codec=codec or "auto"), [sample_root],
+                out, jobs=1, quiet=True)
     return out
 
 
@@ -212,7 +215,7 @@ def test_train_reads_through_worker_processes(cache, tmp_path):
 
     from east_cache.model.cli import run
     if "build" in str(cache):
-        pytest.skip("one crop mode is enough for the training path")
+        pytest.skip("the page modes are enough for the training path")
     run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",
          "--backbone-weights", "random", "--max-steps", "2", "--device", "cpu"])
     steps = [r for r in read_log(tmp_path) if r["event"] == "step"]

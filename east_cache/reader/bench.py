@@ -32,10 +32,11 @@ def memcpy_rate(ds: CacheDataset, repeat: int, batch: int = MEMCPY_BATCH) -> flo
     """Samples/s of one core copying the records from the (warm) page cache into a preallocated buffer of
     `batch` records, batch after batch: the least any loader must do, so the physical limit. (A one-record
     buffer would stay in the CPU cache and flatter the reference; a batch buffer, like a loader's, does not.)"""
-    if ds.pages:   # as many bytes as an item delivers, read from the start of each page's record
+    if ds.pages:   # as many bytes as an item delivers (or the whole page, where it is smaller), from a page's start
         item = np.dtype((np.void, ds.item_bytes))
-        rows = [ds.file_records(f)[r]["image"][:ds.item_bytes].view(item) for i in range(len(ds))
-                for f, r in [ds.locate(i, 0)]]
+        images = [ds.file_records(f)[r]["image"] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]
+        rows = [(a[:ds.item_bytes] if a.size >= ds.item_bytes else np.resize(a, ds.item_bytes)).view(item)
+                for a in images]
     else:
         item = ds.dtype
         rows = [ds.file_records(f)[r:r + 1] for i in range(len(ds)) for f, r in [ds.locate(i, 0)]]

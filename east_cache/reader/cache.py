@@ -17,8 +17,20 @@ from torch.utils.data import Dataset, get_worker_info
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
-from east_cache.store.format import CROP, PAGE, record_spec
-from east_cache.store.page_record import CROP_IN_BLOCK, IMAGE_BLOCK, MAPS_BLOCK, WORD_TABLE, block_bytes
+from east_cache.store.format import CROP, record_spec
+from east_cache.store.page_jpeg import JPEG_TILE_PX
+from east_cache.store.page_record import (
+    CROP_IN_BLOCK,
+    CROP_MAPS,
+    IMAGE_BLOCK,
+    JPEG_BLOCK,
+    JPEG_STREAMS,
+    MAPS_BLOCK,
+    MAPS_DTYPE,
+    WORD_TABLE,
+    block_bytes,
+    block_tiles,
+)
 
 
 class CacheDataset(RecordReader, Dataset):
@@ -46,6 +58,12 @@ class CacheDataset(RecordReader, Dataset):
              block's corner (collate writes it over the copied maps)
       table  float32 (L, 9): per legible word of the page, the columns page_record.TABLE_COLUMNS (cos, sin of the
              angle, first vertex ax, ay, rotated box x0, x1, y0, y1, input px from the crop's corner, angle rad)
+    A jpeg page cache's compact items (--image-codec jpeg) hold, instead of tiles, maps and patch, J = 128, n =
+    block_tiles(S, J):
+      jpeg_tiles    uint8 (n, n, J, J, 3): the block of the page's JPEG tiles, decoded where the item is written
+                    into its batch (np.asarray decodes it); with decode_on_device(), jpeg_streams, uint8
+                    (capacity,): the block's JPEG streams, which expand_batch decodes on the device
+      crop_maps     uint16 (m, m): the crop's maps (bits as in maps), drawn from the page's words where written
     A crop-mode cache (--crop build) ignores compact. The keys of a store's crop record (store/format.py CROP) and
     those above (store/page_record.py) are declared there once.
 
@@ -55,14 +73,23 @@ class CacheDataset(RecordReader, Dataset):
 
     def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False):
         super().__init__(cache_dir, in_memory, check_stale)
-        self.pages = self.spec.kind.name == PAGE.name   # --crop read: records are pages, items crops of them
+        self.pages = self.spec.kind.packed   # --crop read: records are pages, items crops of them
+        self.jpeg = self.spec.kind.page_codec == "jpeg"
         self.compact = compact and self.pages
         self.cropper = PageCropper(self, self.compact) if self.pages else None
         # what an item holds, as one structured record: a crop record, whichever kind is stored
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
-        self.fields = (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE) if self.compact else self.item_dtype.names
-        # bytes an item delivers (a compact crop: its blocks of tiles; its word table is a few hundred more)
-        self.item_bytes = block_bytes(self.config) if self.compact else self.item_dtype.itemsize
+        self.fields = self.item_dtype.names
+        if self.compact:
+            self.fields = ((JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
+                           (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE))
+        # bytes an item delivers (a compact crop: its blocks of tiles, or its decoded JPEG tiles and drawn maps; its
+        # word table is a few hundred more)
+        self.item_bytes = self.item_dtype.itemsize
+        if self.compact:
+            n, m = block_tiles(self.config.input_size, JPEG_TILE_PX), self.config.map_size
+            self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
+                               else block_bytes(self.config))
         self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
@@ -140,6 +167,14 @@ class CacheDataset(RecordReader, Dataset):
         state = super().__getstate__()
         state["_epoch"], state["_epoch_shared"] = np.array([self.epoch], np.int64), False
         return state
+
+    def decode_on_device(self, on: bool = True) -> None:
+        """Compact crops of a jpeg page cache carry their JPEG streams (JPEG_STREAMS) for reader/expand.py to decode
+        where the batch goes (nvJPEG on a CUDA device), instead of pixels decoded where the batch is written; nothing
+        for other caches."""
+        if self.compact and self.jpeg:
+            self.cropper.decode_on_device(on)
+            self.fields = (JPEG_STREAMS if on else JPEG_BLOCK, *self.fields[1:])
 
     def table_rows(self) -> int:
         """The most legible words any page of the cache holds: the rows a compact crop's word table can have

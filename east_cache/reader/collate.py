@@ -24,7 +24,7 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
         for k, t in out.items():
             copy_rows(t, rows[k])
         return out
-    out = {k: empty_batch((len(batch), *np.shape(v)), np.asarray(v).dtype, pin) for k, v in fixed_fields(batch[0])}
+    out = {k: empty_batch((len(batch), *shape), dtype, pin) for k, (shape, dtype) in field_layouts(batch[0]).items()}
     arrays = {k: t.numpy() for k, t in out.items()}
     for j, item in enumerate(batch):
         copy_item(arrays, j, item)
@@ -35,17 +35,29 @@ def collate(batch, pin: bool = False) -> dict[str, torch.Tensor]:
 
 def fixed_fields(item: dict) -> list[tuple[str, object]]:
     """An item's fields of the same shape in every item, those a batch tensor holds: all but a compact crop's
-    word table (its length varies) and maps patch (written over the maps by copy_item)."""
+    word table (its length varies) and maps patch (written over the maps by copy_item). A field is an array, or a
+    value made where it is written (a jpeg page's block of tiles, a crop's drawn maps): an object with shape, dtype
+    and into(out)."""
     return [(k, v) for k, v in item.items() if k not in (WORD_TABLE, MAPS_PATCH)]
 
 
+def field_layouts(item: dict) -> dict[str, tuple[tuple, np.dtype]]:
+    """(shape, dtype) of each of an item's fixed fields, without making a value made where it is written."""
+    return {k: (tuple(v.shape), np.dtype(v.dtype)) if hasattr(v, "into") else (np.shape(v), np.asarray(v).dtype)
+            for k, v in fixed_fields(item)}
+
+
 def copy_item(out: dict[str, np.ndarray], j: int, item: dict) -> None:
-    """Item j of a batch into out[k][j] for each of its fixed fields, then its maps patch (what a compact page-mode
+    """Item j of a batch into out[k][j] for each of its fixed fields (made there where a field is made where it is
+    written: fixed_fields), then its maps patch (what a compact page-mode
     crop's cut words change, over the maps tiles copied from the page) where it has one; and its word table, zero rows
     after its own, where out has a table of fixed rows (a loader worker's batch slot). out: arrays (a slot's, or
     a batch tensor's memory): numpy's copies, whose dispatch per field costs less than torch's on one thread."""
     for k, v in fixed_fields(item):
-        np.copyto(out[k][j], v)
+        if hasattr(v, "into"):   # decoded or drawn straight into the batch
+            v.into(out[k][j])
+        else:
+            np.copyto(out[k][j], v)
     if item.get(MAPS_PATCH) is not None:
         put_rect(out[MAPS_BLOCK][j], *item[MAPS_PATCH])
     if WORD_TABLE in out and WORD_TABLE in item:

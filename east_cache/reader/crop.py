@@ -6,7 +6,9 @@ crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its
 pixels in the crop, zeros beyond the canvas (tests/test_page.py checks both against a direct
 computation). Without cut words, owner and ROI are a slice of the page's packed maps and the
 geometry is rebuilt from the owner slice (fill_geometry, the code make_targets runs); with cut
-words, the pixels they owned are drawn again from the uncut words (crop_maps).
+words, the pixels they owned are drawn again from the uncut words (crop_maps). A jpeg page stores no
+maps: its crop's are drawn from its words (east_cache/reader/raster.py), bit for bit the same, and its
+image is decoded from the JPEG tiles the crop covers.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import NamedTuple
 import numpy as np
 
 from east_cache.budget import ByteBudget
+from east_cache.reader.jpeg_device import BlockStreams
+from east_cache.reader.raster import DrawnMaps, PagePolygons
 from east_cache.sample.crop_draw import CropDraw, grid_step, word_boxes
 from east_cache.sample.geometry import shrink_quads
 from east_cache.sample.targets import (
@@ -25,8 +29,11 @@ from east_cache.sample.targets import (
 )
 from east_cache.store.page_record import (
     CROP_IN_BLOCK,
+    CROP_MAPS,
     DONT_CARE_BIT,
     IMAGE_BLOCK,
+    JPEG_BLOCK,
+    JPEG_STREAMS,
     MAPS_BLOCK,
     MAPS_DTYPE,
     MAPS_PATCH,
@@ -49,6 +56,7 @@ class PageWords(NamedTuple):
     draw: CropDraw | None         # the page's crop draw (None: not asked for)
     table: np.ndarray             # float64 (L, C) page px: word_table of the legible quads (a crop's is a shift of it)
     patches: Patches | None = None   # the page's maps patches by set of cut words, kept (None: not kept)
+    polygons: PagePolygons | None = None   # a page without stored maps (jpeg): its polygons, to draw a crop's maps
 
 
 class Patches(dict):
@@ -71,10 +79,15 @@ def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
     for the maps patches the page keeps, None: it keeps none; best: its budget for the draw's best origins, None:
     the draw keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
+    polygons = None
+    if page.maps is None:
+        w, h = page.size
+        polygons = PagePolygons(page.points, page.offsets, page.care, map_scale,
+                                (round(h * map_scale), round(w * map_scale)))
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
                      CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight, best) if draw else None,
                      word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, len(TABLE_COLUMNS))),
-                     None if patches is None else Patches(patches))
+                     None if patches is None else Patches(patches), polygons)
 
 
 def shifted_table(table: np.ndarray, origin) -> np.ndarray:
@@ -89,7 +102,8 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
 def words_bytes(words: PageWords) -> int:
     """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins have their own budget)."""
     arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
-    return sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
+    return (sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
+            + (0 if words.polygons is None else words.polygons.nbytes))
 
 
 def legible_boxes(page: Page) -> np.ndarray:
@@ -112,31 +126,40 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
-                      words: PageWords | None = None) -> dict[str, np.ndarray]:
+                      words: PageWords | None = None, streams: int | None = None) -> dict[str, np.ndarray]:
     """The compact crop item (its keys and what they hold: store/page_record.py) for east_cache/reader/expand.py:
     the blocks of the page's image and maps tiles that hold the crop (Tiled.block; the crop's maps begin at
     (dx, dy) x s in theirs), where the crop begins in them, the maps patch of the cut words (collate writes it
-    over the copied tiles: page_record.put_rect) and the word table shifted into the crop."""
+    over the copied tiles: page_record.put_rect) and the word table shifted into the crop. A jpeg page's item
+    holds its block of JPEG tiles (decoded where collate writes it; as streams of at most `streams` bytes for the
+    device to decode, where given) and the crop's maps, drawn where collate writes them."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
     ox, oy = int(origin[0]), int(origin[1])
     tiles, (dx, dy) = page.image.block(ox, oy, size)
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
+    at, table = np.array([dx, dy, size], np.int32), shifted_table(words.table, origin)
+    if page.maps is None:
+        image = {JPEG_STREAMS: BlockStreams(tiles, streams)} if streams else {JPEG_BLOCK: tiles}
+        return {**image, CROP_IN_BLOCK: at, CROP_MAPS: DrawnMaps(words.polygons, mx, my, m, cut), WORD_TABLE: table}
     maps, (mdx, mdy) = page.maps.block(mx, my, m)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         maps = np.full(maps.shape, 1 << DONT_CARE_BIT, MAPS_DTYPE)
     side = len(maps) * page.maps.tile
     patch = rect_patch(page, cut, words, mx - mdx, my - mdy, side, side)
-    return {IMAGE_BLOCK: tiles, CROP_IN_BLOCK: np.array([dx, dy, size], np.int32), MAPS_BLOCK: maps,
-            MAPS_PATCH: patch, WORD_TABLE: shifted_table(words.table, origin)}
+    return {IMAGE_BLOCK: tiles, CROP_IN_BLOCK: at, MAPS_BLOCK: maps, MAPS_PATCH: patch, WORD_TABLE: table}
 
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
     The page's maps in the crop (maps_and_patch), with its patch applied to a copy where it has one."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
-    maps, patch = maps_and_patch(page, origin, cut, size, map_scale, words)
-    if patch is not None:
-        apply_patch(maps, patch)
+    if words.polygons is not None:   # no stored maps: drawn, the cut words don't-care
+        m = round(size * map_scale)
+        maps = words.polygons.maps(round(int(origin[0]) * map_scale), round(int(origin[1]) * map_scale), m, cut)
+    else:
+        maps, patch = maps_and_patch(page, origin, cut, size, map_scale, words)
+        if patch is not None:
+            apply_patch(maps, patch)
     return maps, words.quads - np.array([int(origin[0]), int(origin[1])], np.float64), page.theta
 
 

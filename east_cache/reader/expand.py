@@ -5,15 +5,24 @@ position (east_cache/sample/targets.py), so the loader can hand over the owner m
 pixel) and a small per-word table (targets.word_table) instead of 10 bytes of float16 geometry,
 and the device rebuilds score and geometry in a few elementwise kernels. The float32 operations
 are those of targets.fill_geometry, in the same order, so the result equals it bit for bit.
+
+A crop's image comes as the block of page tiles that holds it: raw pages' tiles channels first (n, n, 3, T, T),
+jpeg pages' decoded tiles channels last (n, n, J, J, 3), or their JPEG streams, decoded here for the whole batch
+(east_cache/reader/jpeg_device.py: nvJPEG on a CUDA device); one untile cuts the crops out of either layout.
+A jpeg page's crop maps come drawn, the crop's own (m, m).
 """
 from __future__ import annotations
 
 import torch
 
+from east_cache.reader.jpeg_device import blocks_of, decode_blocks
 from east_cache.store.page_record import (
     CROP_IN_BLOCK,
+    CROP_MAPS,
     DONT_CARE_BIT,
     IMAGE_BLOCK,
+    JPEG_BLOCK,
+    JPEG_STREAMS,
     MAPS_BLOCK,
     OWNER_MASK,
     TABLE_COLUMNS,
@@ -50,8 +59,9 @@ def batch_len(batch: dict) -> int:
 
 
 def untile(tiles: torch.Tensor, at: list) -> torch.Tensor:
-    """(B, C, S, S) crops from their blocks of page tiles (B, n, n, C, T, T) and, per item, (dx, dy, S): where each
-    crop begins in its block (a list, so that no device value is waited for)."""
+    """(B, C, S, S) crops from their blocks of page tiles (B, n, n, C, T, T), or a view of that shape (JPEG tiles
+    channels last, permuted), and, per item, (dx, dy, S): where each crop begins in its block (a list, so that no
+    device value is waited for)."""
     b, n, _, c, t, _ = tiles.shape
     pixels = tiles.permute(0, 3, 1, 4, 2, 5).reshape(b, c, n * t, n * t)
     return torch.stack([pixels[k, :, dy:dy + side, dx:dx + side] for k, (dx, dy, side) in enumerate(at)])
@@ -69,21 +79,34 @@ def _on(t: torch.Tensor, device) -> torch.Tensor:
     return t if device is None else t.to(device, non_blocking=True)
 
 
+def batch_tiles(batch: dict, device=None) -> torch.Tensor:
+    """A compact page-mode batch's blocks of image tiles (B, n, n, 3, T, T) on the device (default: where they are):
+    raw tiles as they are, decoded JPEG tiles seen channels first (a view), JPEG streams decoded here first."""
+    if JPEG_STREAMS in batch:
+        blocks, n, tile = blocks_of(batch[JPEG_STREAMS].numpy())
+        return decode_blocks(blocks, n, n, tile, "cpu" if device is None else device).permute(0, 1, 2, 5, 3, 4)
+    if JPEG_BLOCK in batch:
+        return _on(batch[JPEG_BLOCK], device).permute(0, 1, 2, 5, 3, 4)
+    return _on(batch[IMAGE_BLOCK], device)
+
+
 def batch_images(batch: dict, device=None) -> torch.Tensor:
     """The batch's images (B, 3, S, S) on the device (default: where they are): a batch's "image", or the crops cut
     out of its blocks of tiles (compact page-mode batches)."""
-    if IMAGE_BLOCK not in batch:
+    if "image" in batch:
         return _on(batch["image"], device)
-    return untile(_on(batch[IMAGE_BLOCK], device), batch[CROP_IN_BLOCK].tolist())
+    return untile(batch_tiles(batch, device), batch[CROP_IN_BLOCK].tolist())
 
 
 def batch_maps(batch: dict, device=None) -> torch.Tensor:
-    """A compact page-mode batch's maps (B, 1, m, m) on the device (default: where they are), cut out of their
-    blocks of maps tiles: int16 holding the stored uint16 bits (torch's uint16 has few kernels on devices;
-    int16 has all of them, and `& 0xFFFF` of its int32 gives the unsigned value back)."""
-    maps = batch[MAPS_BLOCK]
+    """A compact page-mode batch's maps (B, 1, m, m) on the device (default: where they are): the crops' own (jpeg
+    pages), or cut out of their blocks of maps tiles; int16 holding the stored uint16 bits (torch's uint16 has few
+    kernels on devices; int16 has all of them, and `& 0xFFFF` of its int32 gives the unsigned value back)."""
+    maps = batch[CROP_MAPS] if CROP_MAPS in batch else batch[MAPS_BLOCK]
     if maps.dtype == torch.uint16:
         maps = maps.view(torch.int16)
+    if CROP_MAPS in batch:
+        return _on(maps, device)[:, None]
     return untile_maps(_on(maps, device), batch[IMAGE_BLOCK], batch[CROP_IN_BLOCK].tolist())
 
 
@@ -92,7 +115,7 @@ def expand_batch(batch: dict, device=None) -> dict:
     crops (tiles, at, maps, table: east_cache/reader/crop.py crop_page_compact) becomes image, score uint8, geo float32
     and roi uint8, rebuilt where the batch goes; any other batch is moved as it is. The map scale is the maps'
     side over the crop's."""
-    if MAPS_BLOCK not in batch:
+    if MAPS_BLOCK not in batch and CROP_MAPS not in batch:
         return {k: _on(v, device) for k, v in batch.items()}
     image, maps, table = batch_images(batch, device), batch_maps(batch, device), _on(batch[WORD_TABLE], device)
     map_scale = maps.shape[-1] / image.shape[-1]

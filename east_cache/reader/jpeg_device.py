@@ -11,6 +11,11 @@ A block is the tiles that hold one crop (jpeg_tiles.block_streams: whole JPEG st
 read, None off the page's grid); both paths return (B, ny, nx, T, T, 3) uint8 RGB tiles, zeros off the page,
 the layout a loader worker's CPU decode writes into its slot: tiles.permute(0, 1, 2, 5, 3, 4) is the (B, n, n, 3,
 T, T) that expand.untile cuts crops from.
+
+On its way to the device a block travels as bytes in a batch's field of fixed size (BlockStreams writes it where
+a loader worker would write its pixels; blocks_of reads a batch of them back): STREAMS_HEAD int32 values (tiles,
+tx, ty, n, width, height, tile, header bytes), the tiles' scan offsets int32 (tiles + 1,), the shared JPEG header,
+then the scans (an empty one for a tile off the page's grid).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from east_cache.errors import CacheError
 from east_cache.store.jpeg_tiles import REPAIR, clear_outside, decode_stream
 
 MIN_TORCHVISION = (0, 19)   # decode_jpeg takes a list of streams, decoded on CUDA in one batch, from this version
+STREAMS_HEAD = 8            # int32 values before a block's scan offsets in its bytes
 
 
 class Block(NamedTuple):
@@ -104,3 +110,57 @@ def device_blocks(blocks: list[Block], ny: int, nx: int, tile: int, device, deco
     for b, block in enumerate(blocks):
         clear_outside(out[b], block.tx, block.ty, block.width, block.height)
     return out
+
+
+def streams_capacity(n: int, page_bytes: int) -> int:
+    """Bytes a block of n x n tiles of a page whose packed tiles take at most page_bytes needs as streams, rounded up
+    to a multiple of 64 (the next field of a batch slot starts aligned)."""
+    return -(-(4 * (STREAMS_HEAD + n * n + 1) + page_bytes) // 64) * 64
+
+
+class BlockStreams(NamedTuple):
+    """A crop's block of JPEG tiles (page_jpeg.JpegBlock) as a batch field of `capacity` bytes: `into` writes its
+    CRC-checked scans there (the module docstring's layout); np.asarray into a new array."""
+    block: object           # page_jpeg.JpegBlock
+    capacity: int
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.capacity,)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    def into(self, out: np.ndarray) -> None:
+        b, tiles = self.block, self.block.tiles
+        scans = [s[len(tiles.header):] if s is not None else b"" for s in b.streams()]
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in scans])]).astype(np.int32)
+        head = np.array([len(scans), b.tx, b.ty, b.n, tiles.width, tiles.height, tiles.tile, tiles.header.size],
+                        np.int32)
+        data = b"".join([head.tobytes(), offsets.tobytes(), tiles.header.tobytes(), *scans])
+        if len(data) > out.size:
+            raise CacheError(f"{b.where}: a crop's JPEG tiles take {len(data)} bytes, more than the {out.size} of "
+                             f"its batch field: {REPAIR}")
+        out[:len(data)] = np.frombuffer(data, np.uint8)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.zeros(self.capacity, np.uint8)
+        self.into(out)
+        return out if dtype is None else out.astype(dtype)
+
+
+def blocks_of(fields: np.ndarray, where: str = "a batch's crop") -> tuple[list[Block], int, int]:
+    """(blocks, n, tile) of a batch's stream fields (B, capacity) uint8 (BlockStreams wrote them)."""
+    blocks, n, tile = [], 0, 0
+    for b, field in enumerate(fields):
+        head = field[:4 * STREAMS_HEAD].view(np.int32)
+        tiles, tx, ty, n, width, height, tile, header_bytes = (int(v) for v in head)
+        at = 4 * STREAMS_HEAD
+        offsets = field[at:at + 4 * (tiles + 1)].view(np.int32).tolist()
+        at += 4 * (tiles + 1)
+        header = field[at:at + header_bytes].tobytes()
+        at += header_bytes
+        streams = [header + field[at + s:at + e].tobytes() if e > s else None for s, e in zip(offsets, offsets[1:])]
+        blocks.append(Block(streams, tx, ty, width, height, f"{where} {b}"))
+    return blocks, n, tile

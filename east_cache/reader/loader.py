@@ -24,6 +24,7 @@ from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
 from east_cache.reader.expand import expand_batch
 from east_cache.reader.images import NORMALIZATIONS, prepare_images
+from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches
 from east_cache.reader.sampler import make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
@@ -62,6 +63,7 @@ def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank:
     loader_workers picks), pinned for a CUDA device. Call loader.sampler.set_epoch(epoch) before each epoch."""
     sampler = EpochSampler(make_sampler(ds, batch_size, train, seed, rank, world))
     cuda, workers = device.type == "cuda", loader_workers(ds, device, world, workers)
+    ds.decode_on_device(nvjpeg(device) is not None)   # jpeg pages: nvJPEG decodes each batch where it goes
     drop_last = train and len(sampler) >= batch_size
     if uses_slots(workers):
         return WorkerLoader(ds, sampler, batch_size, workers, drop_last)

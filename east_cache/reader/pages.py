@@ -6,7 +6,8 @@ Every epoch draws from the same pages, so a process keeps what it derives from e
 ByteBudgets: the page's views of its record (they cost nothing; making them again does), its words' boxes,
 polygons, word table and crop draw (crop.PageWords), and the maps patches of the word sets its crops cut. Where
 the cache fits in half the memory, a page's stored bytes are mapped into the process at its first read (map_in),
-not fault by fault as the next epochs' crops touch them.
+not fault by fault as the next epochs' crops touch them. A jpeg page's crop is decoded from the tiles it covers
+(or, for the device to decode, handed out as their streams: decode_on_device) and its maps drawn from its words.
 """
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import numpy as np
 
 from east_cache.budget import ByteBudget
 from east_cache.reader.crop import PageWords, crop_page, crop_page_compact, crop_words, page_words, words_bytes
+from east_cache.reader.jpeg_device import streams_capacity
 from east_cache.reader.records import RecordReader
 from east_cache.sample.crop_draw import epoch_crop, grid_step
-from east_cache.store.page_record import Page
+from east_cache.store.page_jpeg import JPEG_TILE_PX, codec_of
+from east_cache.store.page_record import Page, block_tiles
 from east_cache.store.sidecar import row_words
 
 MADV_POPULATE_READ = 22   # madvise(2), Linux 5.14 and later (Python's mmap module does not name it)
@@ -33,6 +36,8 @@ class PageCropper:
         self.records, self.compact = records, compact
         c = records.config
         self.size, self.map_scale, self.step, self.seed = c.input_size, c.map_scale, grid_step(c.map_scale), c.seed
+        self.codec = codec_of(c)
+        self.streams: int | None = None   # jpeg pages for the device to decode: the bytes of a crop's streams field
         self._reset()
         self._table_rows: int | None = None
         self._fits: bool | None = None   # the data files fit in half the memory (fits_in_memory), once asked
@@ -51,7 +56,19 @@ class PageCropper:
         page = self.page(i, variant)
         words = self.page_words(i, variant, page)
         origin, cut = self.crop_origin(i, variant, epoch, page, words)
-        return (crop_page_compact if self.compact else crop_page)(page, origin, cut, self.size, self.map_scale, words)
+        if self.compact:
+            return crop_page_compact(page, origin, cut, self.size, self.map_scale, words, self.streams)
+        return crop_page(page, origin, cut, self.size, self.map_scale, words)
+
+    def decode_on_device(self, on: bool) -> None:
+        """Compact crops of jpeg pages hand out their blocks' JPEG streams (for reader/expand.py to decode on the
+        device) instead of decoding them where they are written; nothing for raw pages."""
+        if self.codec.stores_maps or not on:
+            self.streams = None
+            return
+        most = max((int(self.records.file_records(f).lengths("image").max(initial=0))
+                    for f in range(len(self.records.files))), default=0)
+        self.streams = streams_capacity(block_tiles(self.size, JPEG_TILE_PX), most)
 
     def crop_words(self, i: int, variant: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32 crop px, offsets (N + 1,) int64, care (N,) uint8) of that crop's words: those
@@ -70,9 +87,8 @@ class PageCropper:
                           self.step, page.weight, words.draw)
 
     def page(self, i: int, variant: int) -> Page:
-        """Image i's page at a variant: views of its record, its words from the sidecar; kept per page in this
-        process where they are views of a memory map or of a file read whole, not where a format's reader returns
-        a copy."""
+        """Image i's page at a variant: views of its record (a packed file's: formats/packed.py), its words from the
+        sidecar; kept per page in this process."""
         f, r = self.records.locate(i, variant)
         records = self.records.file_records(f)   # this process's own: opened anew after a fork
         kept = self._pages.get(f)
@@ -81,14 +97,15 @@ class PageCropper:
         page = kept[1].get(r)
         if page is not None:
             return page
-        rec = records[r]
+        fields = records[r]
         points, offsets, care = self.records.stored_quads(i, variant)
         weight = row_words(self.records.sidecar(f), r)["weight"][care > 0]
-        page = Page.from_fields(rec["image"], rec["maps"], rec["size"], points, offsets, care, weight, self.map_scale)
-        if isinstance(records, np.ndarray):
-            kept[1][r] = page
-            if self.fits_in_memory():
-                map_in(records, [page.image.tiles, page.maps.tiles])
+        where = f"{self.records.path(f)}: image {self.records.names[i]}, variant {variant}"
+        page = Page.from_fields(fields["image"], fields.get("maps"), fields["size"], points, offsets, care, weight,
+                                self.map_scale, codec=self.codec, where=where)
+        kept[1][r] = page
+        if self.fits_in_memory():
+            map_in(records.data, list(fields.values()))
         return page
 
     def page_words(self, i: int, variant: int, page: Page) -> PageWords:
@@ -120,8 +137,8 @@ class PageCropper:
         return self._table_rows
 
     def fits_in_memory(self) -> bool:
-        """Whether the cache's data files take at most half of this machine's memory (blocks on disk: page files
-        are sparse), so that its pages stay in the page cache once read."""
+        """Whether the cache's data files take at most half of this machine's memory (blocks on disk), so that its
+        pages stay in the page cache once read."""
         if self._fits is None:
             try:
                 memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -142,12 +159,12 @@ class PageCropper:
         self._reset()
 
 
-def map_in(records, arrays: list[np.ndarray]) -> None:
-    """Map the pages of the file that hold `arrays` (views of the memory-mapped `records`) into this process's
+def map_in(data: np.ndarray, arrays: list[np.ndarray]) -> None:
+    """Map the pages of the file that hold `arrays` (views of `data`, its memory-mapped bytes) into this process's
     page table now, one call per array (populate_ranges), instead of fault by fault as crops first touch them,
-    epoch after epoch. Reads what is not in the page cache yet. Nothing where the records are not a memory map
-    or the kernel does not know the call."""
-    mm = getattr(records, "_mmap", None)
+    epoch after epoch. Reads what is not in the page cache yet. Nothing where data is not a memory map or the
+    kernel does not know the call."""
+    mm = getattr(data, "_mmap", None)
     if mm is None:
         return
     try:

@@ -12,6 +12,8 @@ words, its whole polygon don't-care). Beyond the page's canvas a crop is backgro
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import cv2
 import numpy as np
 
@@ -40,14 +42,23 @@ class PagePolygons:
         self.dont_care_boxes = polygon_boxes(self.dont_care)
         self.shape = map_shape   # (h, w) of the page's maps
 
-    def maps(self, x: int, y: int, m: int, cut: np.ndarray | None = None) -> np.ndarray:
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays (a reader keeps one per page within a budget)."""
+        return sum(a.nbytes for a in (self.shrunk, self.whole, *self.dont_care, self.shrunk_boxes, self.whole_boxes,
+                                      self.dont_care_boxes))
+
+    def maps(self, x: int, y: int, m: int, cut: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """uint16 (m, m): the page's packed maps in the window [x, x + m) x [y, y + m) page map px, with the legible
-        words `cut` (L,) bool made don't-care."""
+        words `cut` (L,) bool made don't-care; drawn into out (m, m) MAPS_DTYPE where given (a batch slot's row)."""
         h, w = self.shape
+        owner = np.empty((m, m), MAPS_DTYPE) if out is None else out
         if not h or not w:   # an empty page (an image --skip-bad could not decode): all don't-care
-            return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE)
+            owner[...] = 1 << DONT_CARE_BIT
+            return owner
         cut = np.zeros(len(self.shrunk), bool) if cut is None else np.asarray(cut, bool)
-        owner, dont_care = np.zeros((m, m), MAPS_DTYPE), np.zeros((m, m), np.uint8)
+        owner[...] = 0
+        dont_care = np.zeros((m, m), np.uint8)
         at = np.array([x, y], np.int32)
         owners = meeting(self.shrunk_boxes, x, y, m)
         fill_all(owner, self.shrunk, self.shrunk_boxes, owners[~cut[owners]], at, m, owners=True)
@@ -57,7 +68,33 @@ class PagePolygons:
             off = np.ones((m, m), bool)
             off[max(0, -y):max(0, h - y), max(0, -x):max(0, w - x)] = False
             owner[off], dont_care[off] = 0, 0
-        return owner | (dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT)
+        owner |= dont_care.astype(MAPS_DTYPE) << DONT_CARE_BIT
+        return owner
+
+
+class DrawnMaps(NamedTuple):
+    """A crop's maps not drawn yet: `into` draws them into a buffer (m, m) MAPS_DTYPE (a batch slot's row), np.asarray
+    into a new one (PagePolygons.maps of the window at (x, y) page map px, the words `cut` don't-care)."""
+    polygons: PagePolygons
+    x: int
+    y: int
+    m: int
+    cut: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.m, self.m
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(MAPS_DTYPE)
+
+    def into(self, out: np.ndarray) -> None:
+        self.polygons.maps(self.x, self.y, self.m, self.cut, out)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        maps = self.polygons.maps(self.x, self.y, self.m, self.cut)
+        return maps if dtype is None else maps.astype(dtype)
 
 
 def meeting(boxes: np.ndarray, x: int, y: int, m: int) -> np.ndarray:

@@ -9,9 +9,10 @@ Python that holds the GIL of its own process) and copies them into their rows of
 the main process hands the slot out as tensors, uncopied, and gives it to a later batch once nothing refers to
 it any more (a tensor of torch.from_numpy holds its array for as long as it, or a view of it, lives: the rule of
 east_cache/reader/buffers.py). So the per-item Python runs in N processes beside the training loop, which does no
-per-item work at all. Items go to workers by image (worker_of()), each batch split among them: a worker reads the
-same pages every epoch, so each page's crop draw is derived, its memory mapped in and its patches kept by
-one process, not by every worker.
+per-item work at all (a jpeg page's crop is decoded by its worker straight into the slot and its maps drawn
+there; or its JPEG streams are written there, for the training process to decode on the GPU). Items go to
+workers by image (worker_of()), each batch split among them: a worker reads the same pages every epoch, so each
+page's crop draw is derived, its memory mapped in and its patches kept by one process, not by every worker.
 
 Batches come in the sampler's order whatever worker made them; a batch depends only on its keys (a page-mode
 crop on (seed, epoch, image, variant)), so the batches equal those of a DataLoader over the same sampler.
@@ -37,7 +38,7 @@ from multiprocessing import connection
 import numpy as np
 import torch
 
-from east_cache.reader.collate import collate, copy_item, fixed_fields
+from east_cache.reader.collate import collate, copy_item, field_layouts
 from east_cache.store.page_record import TABLE_COLUMNS, WORD_TABLE
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
@@ -183,7 +184,7 @@ class WorkerLoader:
         item has, so that it is written in the slot, not pickled to this process), then the workers, forked
         with them."""
         items = self.dataset.__getitems__(probe[:1])
-        fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fixed_fields(items[0])}
+        fields = field_layouts(items[0])
         if WORD_TABLE in items[0]:
             fields[WORD_TABLE] = ((max(1, self.dataset.table_rows()), len(TABLE_COLUMNS)), np.dtype(np.float32))
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]

@@ -47,8 +47,8 @@ WORD_REACH_PX = 32.0         # page px past the image that the canvas grows to h
 class PageContent(NamedTuple):
     """What make_page makes: a page of W x H page px and its maps of (W s) x (H s) map px."""
     image: np.ndarray      # uint8 RGB (3, H, W), channels first (a view of the warped canvas)
-    owner: np.ndarray      # int32 (H s, W s): 1 + legible word index (order of the care == 1 words), 0 = none
-    roi: np.ndarray        # uint8 (H s, W s): 0 inside don't-care words, 1 elsewhere
+    owner: np.ndarray | None   # int32 (H s, W s): 1 + legible word index (order of the care == 1 words), 0 = none
+    roi: np.ndarray | None     # uint8 (H s, W s): 0 inside don't-care words, 1 elsewhere (both None: not made)
     points: np.ndarray     # float32 (P, 2): every word's vertices, page px
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
     care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
@@ -103,8 +103,9 @@ def max_page_size(cfg: BuildConfig) -> tuple[int, int]:
     return step * math.ceil(w / step), step * math.ceil(h / step)
 
 
-def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> PageContent:
-    """Page `variant` of image `rec` under `cfg`."""
+def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = True) -> PageContent:
+    """Page `variant` of image `rec` under `cfg`; maps=False: without its owner and ROI maps (a record that does not
+    store them: a reader draws a crop's from the words)."""
     params = sample_params(sample_rng(cfg.seed, rec.name, variant), rec.width, rec.height, cfg)
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
@@ -120,8 +121,8 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int) -> PageContent:
     except ValueError as e:
         raise DataError(f"{rec.source}: image {rec.name}: {e}") from None
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
-    owner = owner_map(quads, cfg.map_scale, shape)
-    roi = roi_map(points, offsets, care, cfg.map_scale, shape)
+    owner = owner_map(quads, cfg.map_scale, shape) if maps else None
+    roi = roi_map(points, offsets, care, cfg.map_scale, shape) if maps else None
     weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
     return PageContent(image.transpose(2, 0, 1), owner, roi, points, offsets, care, min_rect_angles(quads), weight,
                        d.warning, d.exif_applied)

@@ -1,14 +1,15 @@
 """What a build is about to do, told before the first data file is written (the CLI prints it as the plan)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from east_cache.config import BuildConfig
-from east_cache.store.format import SPARSE_KINDS, record_spec, sample_bytes
+from east_cache.config import IMAGE_CODECS, BuildConfig
+from east_cache.store.format import record_spec, sample_bytes
 from east_cache.store.formats import FileFormat
 from east_cache.store.manifest import Manifest, Source
 from east_cache.store.plan import Plan
@@ -37,23 +38,33 @@ class BuildPlan:
     source_changes: str         # images changed, added or removed since the previous build ("" for a first build)
     changes: list[str] = field(default_factory=list)    # recorded source options this build changes: "k: a -> b"
     warnings: list[str] = field(default_factory=list)   # settings that misfit the data, shown before the work
+    image_codec: str = "raw"    # the page image codec (resolved), and why
+    codec_reason: str = ""
+    image_quality: int = 0      # jpeg: its quality
+    codec_bytes: dict[str, int] = field(default_factory=dict)   # page caches: estimated data bytes under each codec
 
 
 
 def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None, source: Source,
-             records, strategy_reason: str, full_rebuild_reason: str, changes: Staleness) -> BuildPlan:
-    """The plan of a build of cfg (strategy resolved) of records from source into out, whose previous manifest is
-    old. Pages (sparse records) count their own bytes."""
+             records, strategy_reason: str, full_rebuild_reason: str, changes: Staleness,
+             codec_reason: str = "") -> BuildPlan:
+    """The plan of a build of cfg (strategy and image codec resolved) of records from source into out, whose
+    previous manifest is old. Pages (packed records) count their own bytes, under both image codecs."""
     spec = record_spec(cfg)
-    if spec.kind.name in SPARSE_KINDS:
-        disk = sum(sample_bytes(cfg, records, f.members) for f in plan.files)
+    codec_bytes = {}
+    if spec.kind.packed:
+        members = [m for f in plan.files for m in f.members]
+        codec_bytes = {c: sample_bytes(dataclasses.replace(cfg, image_codec=c), records, members)
+                       for c in IMAGE_CODECS}
+        disk = codec_bytes[cfg.image_codec]
     else:
         disk = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.files)
     warning = upscale_warning([(r.width, r.height) for r in records], cfg)
     return BuildPlan(out, old is None, cfg.strategy, strategy_reason, fmt.name, len(records), cfg.variants,
                      len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
                      full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
-                     option_changes(old, source, fmt), [warning] if warning else [])
+                     option_changes(old, source, fmt), [warning] if warning else [], cfg.image_codec, codec_reason,
+                     cfg.image_quality if cfg.image_codec == "jpeg" else 0, codec_bytes)
 
 
 def upscale_warning(sizes: Sequence[tuple[int, int]], cfg: BuildConfig) -> str | None:

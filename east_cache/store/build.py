@@ -36,7 +36,6 @@ from east_cache.store.fingerprint import (
 from east_cache.store.format import (
     DATA_DIR,
     MANIFEST,
-    SPARSE_KINDS,
     record_spec,
     sample_bytes,
 )
@@ -53,12 +52,13 @@ from east_cache.store.plan import (
     FilePlan,
     Plan,
     make_plan,
+    stage_name,
     tmp_name,
 )
 from east_cache.store.pool import running
 from east_cache.store.sidecar import quads_checksum, quads_path, sidecar_arrays
 from east_cache.store.stale import Staleness, compare_sources, sources_unchanged
-from east_cache.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy
+from east_cache.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy, resolve_codec
 from east_cache.store.worker import SKIPPED_NOTE, RowResult
 
 
@@ -110,6 +110,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
     source.json_files = json_fingerprints(source.data_dirs, split, check_content)
     records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
+    cfg, codec_reason = resolve_codec(cfg, records, old.config if old is not None else None)
     cfg, reason = _resolve_strategy(cfg, records, old, fmt)
     report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
                          first_build=old is None)
@@ -130,7 +131,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         return report
     if on_plan is not None:
         on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
-                         report.changes))
+                         report.changes, codec_reason))
     # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
     unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
     notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
@@ -145,7 +146,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
                        report.copied, report.files_reused)
     _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes,
-                          sorted(exif), stats))
+                          sorted(exif), stats, codec_reason=codec_reason))
     report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
                                                          if v.startswith(SKIPPED_NOTE)]
     try:
@@ -191,15 +192,15 @@ def rebuild(cache_dir, jobs: int = -1, quiet: bool = False) -> BuildReport:
 
 def _pick_format(name: str | None, old: Manifest | None, cfg: BuildConfig) -> FileFormat:
     """The format asked for; else the cache's, unless it cannot hold the strategy or crop mode asked for; else
-    npy. Pages (--crop read) are npy only: their records are sparse, which zarr's shards would fill in."""
-    sparse = record_spec(cfg).kind.name in SPARSE_KINDS
+    npy. Pages (--crop read) are npy only: their records are packed (store/formats/packed.py)."""
+    packed = cfg.crop == "read"
     if name is not None:
-        if sparse and name != "npy":
-            raise BuildError(f"--format {name} holds --crop build caches only (a page record is mostly a sparse "
-                             f"hole that {name} would store); pass --crop build, or --format npy")
+        if packed and name != "npy":
+            raise BuildError(f"--format {name} holds --crop build caches only; page caches (--crop read, the "
+                             f"default) are packed into npy files: pass --format npy, or --crop build")
         return get_format(name)
     kept = old.format if old is not None else get_format("npy")
-    if not sparse and (cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies):
+    if not packed and (cfg.strategy == AUTO or kept.strategies is None or cfg.strategy in kept.strategies):
         return kept
     return get_format("npy")
 
@@ -209,6 +210,8 @@ def _nothing_to_do(old: Manifest, cfg: BuildConfig, source: Source, out: Path, f
     UFO and image files untouched, every data file in place. Anything else takes the full comparison."""
     if cfg.strategy == AUTO:
         cfg = dataclasses.replace(cfg, strategy=old.config.strategy)
+    if cfg.image_codec == AUTO:
+        cfg = dataclasses.replace(cfg, image_codec=old.config.image_codec)
     in_place = all(data_path(out, f.name).exists() and quads_path(data_path(out, f.name)).exists() for f in old.files)
     return (old.source.request() == source.request() and old.build_fingerprint == build_fingerprint(cfg)
             and old.config == cfg
@@ -277,10 +280,12 @@ def _corrupt_files(out: Path) -> set[str]:
 
 def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, records) -> None:
     """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write. Page files
-    are sparse: the check counts the pages' own bytes, and their blocks are taken as the pages are written."""
+    are packed from sparse staging files: the check counts the pages' own bytes, and one file's staging beside its
+    packed copy; their blocks are taken as the pages are written."""
     spec = record_spec(cfg)
-    if spec.kind.name in SPARSE_KINDS:
-        need = sum(sample_bytes(cfg, records, f.members) for f in plan.to_write)
+    if spec.kind.packed:
+        need = (sum(sample_bytes(cfg, records, f.members) for f in plan.to_write)
+                + max((sample_bytes(cfg, records, f.members, staging=True) for f in plan.to_write), default=0))
     else:
         need = sum(fmt.disk_bytes(spec, len(f.keys)) for f in plan.to_write)
     free = shutil.disk_usage(out).free
@@ -290,7 +295,7 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, recor
                          f"the existing cache is unchanged.")
     fmt.check_writers(spec, max((len(f.keys) for f in plan.to_write), default=0))
     for f in plan.to_write:
-        path = data_path(out, tmp_name(f.name))
+        path = data_path(out, stage_name(f.name, spec))
         try:
             fmt.preallocate(path, spec, len(f.keys))
         except OSError as e:
@@ -315,7 +320,7 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
                 rows = pending[r.file]
                 rows[r.row] = r
                 if len(rows) == len(plan.files[r.file].keys):
-                    entries[r.file] = _finish_file(out, plan.files[r.file], rows)
+                    entries[r.file] = _finish_file(out, plan.files[r.file], rows, record_spec(cfg))
                     report.files_written += 1
                     del pending[r.file]
             progress.update(len(batch))
@@ -336,11 +341,16 @@ def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
         notes.pop(r.name, None)
 
 
-def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult]) -> FileEntry:
-    """Write the sidecar, make the data file durable, then rename both into place (sidecar first)."""
+def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> FileEntry:
+    """Pack a page file's staging slots, write the sidecar, make the data file durable, then rename both into place
+    (sidecar first)."""
     tmp = data_path(out, tmp_name(f.name))
     ordered = [rows[i] for i in range(len(f.keys))]
     final = data_path(out, f.name)
+    if spec.kind.packed:
+        stage = data_path(out, stage_name(f.name, spec))
+        format_of(final).pack(stage, tmp, spec, [r.lengths for r in ordered])
+        stage.unlink()
     final_quads = quads_path(final)
     tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
     np.savez(tmp_quads, **sidecar_arrays(ordered))
@@ -363,4 +373,4 @@ def _file_entry(path: Path, f: FilePlan, checksum: str, fmt: FileFormat) -> File
     """A data file's manifest entry. checksum covers the decoded records, the same in every format; a file of
     several parts (a zarr group) adds one per part, which verify compares without decoding."""
     return FileEntry(f.name, len(f.keys), f.keys, checksum, quads_checksum(quads_path(path)),
-                     fmt.part_checksums(path))
+                     fmt.part_checksums(path), fmt.file_bytes(path))

@@ -22,13 +22,17 @@ from east_cache.ingest.ufo import find_split
 from east_cache.store.format import FORMAT_VERSION
 
 # The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets, the crop draw's
-# rule (a page's word weights assume it), a page's record layout.
+# rule (a page's word weights assume it), a page's record layout and its image codecs.
 SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
-                  "sample/crop_draw", "store/page_record")
-# Top-level definitions of those modules that only a reader runs, left out of the hash so that making them faster
-# rebuilds no cache: the crop draw's fast form and its per-crop generator (tests/test_crop_draw.py checks that
-# they draw what the rule draws).
-READ_ONLY = {"sample/crop_draw": ("CropDraw", "crop_rng", "epoch_crop", "COUNTS_CELLS_MAX", "CROP_RNG_SALT", "_thread")}
+                  "sample/crop_draw", "store/page_record", "store/jpeg_tiles", "store/page_jpeg")
+# Top-level definitions of those modules that only a reader (or a size estimate) runs, left out of the hash so that
+# changing them rebuilds no cache: the crop draw's fast form and its per-crop generator (tests/test_crop_draw.py
+# checks that they draw what the rule draws); decoding JPEG tiles; a jpeg page image as a reader sees it.
+READ_ONLY = {"sample/crop_draw": ("CropDraw", "crop_rng", "epoch_crop", "COUNTS_CELLS_MAX", "CROP_RNG_SALT", "_thread"),
+             "store/jpeg_tiles": ("tile_stream", "block_streams", "decode_stream", "clear_outside", "decode_block",
+                                  "block_of", "decode_window", "check_tiles"),
+             "store/page_jpeg": ("JPEG_BYTES_PER_PX", "jpeg_estimate", "page_estimate", "JpegBlock", "page_tiles",
+                                 "tiles_problem")}
 
 
 def digest(*parts) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from east_cache.config import BuildConfig
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 2   # 2: a page record's maps in tiles (page_record.map_tile), like its image
+FORMAT_VERSION = 3   # 3: page files packed (formats/packed.py), the image codec (raw or jpeg) in the config
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
@@ -61,6 +61,12 @@ class MapShape:
 class RecordKind:
     name: str
     fields: tuple[Field, ...]
+    page_codec: str | None = None   # a page kind's image codec (store/page_record.py, page_jpeg.py); None: crops
+
+    @property
+    def packed(self) -> bool:
+        """Records that use a prefix of each field (pages): a file holds only those (formats/packed.py)."""
+        return self.page_codec is not None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -103,16 +109,19 @@ CROP = RecordKind("crop", (
 @dataclass(frozen=True)
 class PageShape:
     """A flat field as long as the largest page under the config (sample.page.max_page_size) needs: a page is
-    written at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
-    (page_record.image_values) or, with map=True, its maps' tiles (page_record.map_values)."""
-    map: bool = False
+    written at the start of it (the rest of a build's fixed slot stays a hole of its sparse staging file, and a
+    packed file holds the prefix alone). What: "image", the page's raw image tiles (page_record.image_values);
+    "maps", its maps' tiles (page_record.map_values); "jpeg", its JPEG tiles packed (page_jpeg.jpeg_values)."""
+    what: str = "image"
 
     def __call__(self, c: BuildConfig) -> tuple[int, ...]:
         # sample code (cv2) loads where pages are made or read
         from east_cache.sample.page import max_page_size
+        from east_cache.store.page_jpeg import jpeg_values
         from east_cache.store.page_record import image_values, map_values
         size = max_page_size(c)
-        return (map_values(size, c.map_scale),) if self.map else (image_values(size),)
+        return ({"image": image_values(size), "maps": map_values(size, c.map_scale),
+                 "jpeg": jpeg_values(size)}[self.what],)
 
 
 @dataclass(frozen=True)
@@ -125,23 +134,32 @@ class Fixed:
 
 # A warped page that crops are cut from at read time: its layout is store/page_record.py's.
 PAGE = RecordKind("page", (
-    Field("image", np.dtype(np.uint8), PageShape(),
+    Field("image", np.dtype(np.uint8), PageShape("image"),
           doc="RGB page, 0..255, in square tiles of page_record.TILE_PX, each CHW, row after row of tiles, zero "
               "past (W, H): the first page_record.image_values(W, H) values"),
-    Field("maps", np.dtype(np.uint16), PageShape(map=True),
+    Field("maps", np.dtype(np.uint16), PageShape("maps"),
           doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
               "words (top bit); in square tiles of page_record.map_tile(s) map px, the same page px as the "
               "image's, row after row of tiles: the first page_record.map_values((W, H), s) values"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
-))
-RECORD_KINDS = {k.name: k for k in (CROP, PAGE)}
+), page_codec="raw")
+# The same page with its image as JPEG tiles and no maps: a reader draws a crop's maps from the page's words.
+JPEG_PAGE = RecordKind("jpeg-page", (
+    Field("image", np.dtype(np.uint8), PageShape("jpeg"),
+          doc="RGB page as JPEG tiles of page_jpeg.JPEG_TILE_PX at the config's image_quality, 4:4:4, packed by "
+              "jpeg_tiles.pack (shared header, CRC32 per tile)"),
+    Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
+), page_codec="jpeg")
+RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE)}
 FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
-SPARSE_KINDS = (PAGE.name,)   # kinds whose records use only a prefix of their fields: files are sparse
 
 
 def record_kind(cfg: BuildConfig) -> RecordKind:
-    """The one place that picks the record kind: --crop read caches pages, --crop build crops."""
-    return PAGE if cfg.crop == "read" else CROP
+    """The one place that picks the record kind: --crop read caches pages (raw or JPEG images, by the resolved
+    image_codec), --crop build crops."""
+    if cfg.crop == "build":
+        return CROP
+    return JPEG_PAGE if cfg.image_codec == "jpeg" else PAGE
 
 
 def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:
@@ -153,16 +171,20 @@ def record_dtype(cfg: BuildConfig, kind: RecordKind | None = None) -> np.dtype:
     return record_spec(cfg, kind).dtype
 
 
-PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at the ends of its two prefixes
+PACKED_OVERHEAD_BYTES = 256   # a packed page's index entries and its fields' alignment (formats/packed.py)
+STAGING_OVERHEAD_BYTES = 3 * 4096   # a staging slot's partly used blocks at the ends of its field prefixes
 
 
-def sample_bytes(cfg: BuildConfig, records, members) -> int:
-    """Bytes the samples (image index into records, variant) take on disk: a record each, or for pages (sparse
-    records) the pages' own bytes, from each image's frame size and augmentation draw (expected_page_size)."""
+def sample_bytes(cfg: BuildConfig, records, members, staging: bool = False) -> int:
+    """Bytes the samples (image index into records, variant) take on disk: a record each, or for pages (packed
+    records) the pages' own bytes, from each image's frame size and augmentation draw (expected_page_size) under
+    the config's image codec (page_jpeg.page_estimate: an estimate above what JPEG tiles of photos take). staging:
+    in a build's staging file of fixed slots instead."""
     spec = record_spec(cfg)
-    if spec.kind.name not in SPARSE_KINDS:
+    if not spec.kind.packed:
         return len(members) * spec.dtype.itemsize
     from east_cache.sample.page import expected_page_size   # sample code loads only for pages
-    from east_cache.store.page_record import page_bytes
-    return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
-                          cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)
+    from east_cache.store.page_jpeg import page_estimate
+    extra = STAGING_OVERHEAD_BYTES if staging else PACKED_OVERHEAD_BYTES
+    return sum(page_estimate(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v), cfg)
+               + extra for i, v in members)

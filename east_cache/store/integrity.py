@@ -37,7 +37,7 @@ def file_problem(m: Manifest, cache_dir, entry: FileEntry) -> str | None:
         return f"its path resolves outside CACHE/{DATA_DIR}"
     if not os.path.lexists(path):
         return "missing"
-    why = m.format.check(path, m.spec, entry.rows)
+    why = m.format.check(path, m.spec, entry.rows, entry.bytes)
     if why:
         return why
     sidecar = inside_data(cache_dir, quads_path(path).name)

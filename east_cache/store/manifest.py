@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from east_cache.config import STRATEGIES, BuildConfig
+from east_cache.config import IMAGE_CODECS, STRATEGIES, BuildConfig
 from east_cache.errors import CacheError
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import write_atomic
@@ -51,6 +51,7 @@ class FileEntry:
     checksum: str                 # of the decoded records, the same in every format
     quads_checksum: str           # of the sidecar's bytes
     shards: dict[str, str] | None = None   # per part of a multi-part file (a zarr group), by relative path
+    bytes: int | None = None      # the file's size (a file of one part: npy), which readers and downloads check
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Manifest:
     exif_applied: list[str] = field(default_factory=list)
     build: BuildStats = field(default_factory=BuildStats)
     format_version: int = FORMAT_VERSION
+    codec_reason: str = ""        # why config.image_codec (resolved, never "auto") was picked
 
     @property
     def spec(self) -> RecordSpec:
@@ -140,14 +142,16 @@ class Manifest:
                       for n, v in _get(d, "images", dict).items()}
             files = [FileEntry(_get(f, "name", str), _get(f, "rows", int), _get(f, "keys", list),
                                _get(f, "checksum", str), _get(f, "quads_checksum", str),
-                               _get(f, "shards", dict) if "shards" in f else None)
+                               _get(f, "shards", dict) if "shards" in f else None,
+                               _get(f, "bytes", int) if "bytes" in f else None)
                      for f in _get(d, "files", list)]
             b = _get(d, "build", dict)
             build = BuildStats(_get(b, "seconds", (int, float)), _get(b, "finished_at", str), _get(b, "computed", int),
                                _get(b, "copied", int), _get(b, "files_reused", int))
             return cls(_get(d, "build_fingerprint", str), cfg, source, images, files,
                        _get(d, "file_format", str), _get(d, "strategy_reason", str), _get(d, "ingest", dict),
-                       _get(d, "notes", dict), _get(d, "exif_applied", list), build, _get(d, "format_version", int))
+                       _get(d, "notes", dict), _get(d, "exif_applied", list), build, _get(d, "format_version", int),
+                       _get(d, "codec_reason", str) if "codec_reason" in d else "")
         except (KeyError, TypeError, ValueError) as e:
             raise CacheError(f"{where}: damaged manifest ({e}). {repair_hint(Path(where).parent, None)}") from None
 
@@ -160,6 +164,8 @@ class Manifest:
             fail(f"unknown file format {self.file_format!r}")
         if self.config.strategy not in STRATEGIES:
             fail(f"strategy {self.config.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if self.config.image_codec not in IMAGE_CODECS:
+            fail(f"image codec {self.config.image_codec!r} is not one of {', '.join(IMAGE_CODECS)}")
         expected = [len(m) for m in self.layout.members()]
         if [f.rows for f in self.files] != expected or any(len(f.keys) != f.rows for f in self.files):
             fail(f"its {len(self.files)} files do not hold {len(self.images)} images x {self.config.variants} "

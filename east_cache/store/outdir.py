@@ -18,7 +18,7 @@ from east_cache.ingest.files import open_regular
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path
-from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, Plan, tmp_name
+from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, Plan, temp_names, tmp_name
 from east_cache.store.sidecar import quads_path
 
 LOCK = ".lock"
@@ -113,7 +113,7 @@ def remove_temp_files(out: Path, plan: Plan) -> None:
     """The preallocated temp files of a build that failed, and their sidecars' (gigabytes, of no use)."""
     for f in plan.to_write:
         sidecar = quads_path(data_path(out, f.name))
-        for p in (data_path(out, tmp_name(f.name)), sidecar.with_name(tmp_name(sidecar.name))):
+        for p in (*(data_path(out, n) for n in temp_names(f.name)), sidecar.with_name(tmp_name(sidecar.name))):
             try:
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
             except OSError:   # a failing disk: the next build collects them by name

@@ -1,9 +1,11 @@
 """The page record, declared once: how a page (east_cache/sample/page.py makes its content) is laid out in a
 record of the page kind (store/format.py PAGE), and what a compact crop item cut from it holds.
 
-A page record has three fields, each written from its start (the rest is a hole of the sparse file):
+A page record has three fields, each written from its start (a packed file holds only that prefix:
+store/formats/packed.py):
 - image: uint8 RGB in square tiles of TILE_PX page px (Tiled), each (3, T, T), row after row of tiles,
-  zero past (W, H), through an image codec (RawTiles: the tiles as they are);
+  zero past (W, H), through an image codec (RawTiles: the tiles as they are; store/page_jpeg.py JpegCodec:
+  JPEG tiles, whose record has no maps field);
 - maps: MAPS_DTYPE per map pixel, the owner (1 + the legible word whose shrunk quad covers it) in the low
   DONT_CARE_BIT bits and the don't-care bit on top (pack_maps), in square tiles of map_tile(s) map px that
   cover the same page px as the image's tiles;
@@ -14,8 +16,10 @@ place, which a core copies at a lower rate. A block holds a few more pixels than
 tiles): the device cuts the crop out of it (east_cache/reader/expand.py), the CPU paths through Tiled.rect.
 
 A compact crop item (CacheDataset(compact=True)) is such a block of image tiles and of maps tiles, where the
-crop begins in it, the maps patch of the words it cuts and a word table whose columns TABLE_COLUMNS names;
-its keys are declared here for the reader that makes it, collate and the device expansion that read it.
+crop begins in it, the maps patch of the words it cuts and a word table whose columns TABLE_COLUMNS names; of a
+jpeg page, the block of its JPEG tiles (decoded where the batch is written, or on the device) and the crop's maps
+drawn from its words. Its keys are declared here for the reader that makes it, collate and the device expansion
+that read it.
 """
 from __future__ import annotations
 
@@ -43,6 +47,9 @@ CROP_IN_BLOCK = "at"    # int32 (3,): (dx, dy) page px where the crop begins in 
 MAPS_BLOCK = "maps"     # MAPS_DTYPE (n, n, t, t): the same block of the page's maps tiles, packed as stored
 MAPS_PATCH = "patch"    # None or (x0, y0, values (h, w)): what the cut words change in MAPS_BLOCK (put_rect)
 WORD_TABLE = "table"    # float32 (L, len(TABLE_COLUMNS)): row k describes the word of owner value k + 1
+JPEG_BLOCK = "jpeg_tiles"      # jpeg pages: uint8 (n, n, J, J, 3): the block of the page's JPEG tiles, decoded, RGB
+JPEG_STREAMS = "jpeg_streams"  # jpeg pages decoded on the device: uint8 (capacity,): that block's JPEG streams
+CROP_MAPS = "crop_maps"        # jpeg pages: MAPS_DTYPE (m, m): the crop's maps, drawn from its words
 
 
 def table_columns(*names: str) -> np.ndarray:
@@ -207,33 +214,38 @@ class RawTiles:
     """Image codec "raw": a page's image tiles stored as they are, uint8 (rows, columns, 3, T, T) flattened.
 
     A page record's image field is read and written through an image codec only: values (the field's length for
-    a page size), encode (the page image as readers see it), write (into the field) and view (a page image over
-    the field, nothing copied). A second codec (compressed tiles, decoded per crop) is another class with these
-    four whose page images answer what readers ask of one: width, height, block, rect and array, as Tiled does."""
+    a page size), encode (the page image as readers see it), write (into the field's start, returning the values
+    written), view (a page image over the field, nothing copied) and stores_maps (whether the record holds the
+    maps). The other codec (store/page_jpeg.py: JPEG tiles, decoded per crop) is another class with these whose
+    page images answer what readers ask of one: width, height, block, rect and array, as Tiled does."""
     name = "raw"
+    stores_maps = True
 
     def values(self, size: tuple[int, int]) -> int:
         return image_values(size)
 
-    def encode(self, image: np.ndarray) -> Tiled:
+    def encode(self, image: np.ndarray, where: str = "") -> Tiled:
         """The page image of uint8 RGB (3, H, W)."""
         return Tiled.from_array(image, TILE_PX)
 
-    def write(self, image: Tiled, field: np.ndarray) -> None:
+    def write(self, image: Tiled, field: np.ndarray) -> int:
         field[:image.tiles.size] = image.tiles.ravel()
+        return image.tiles.size
 
-    def view(self, field: np.ndarray, size: tuple[int, int]) -> Tiled:
+    def view(self, field: np.ndarray, size: tuple[int, int], where: str = "") -> Tiled:
         tx, ty = tile_grid(size)
         return Tiled(field[:self.values(size)].reshape(ty, tx, 3, TILE_PX, TILE_PX), *size)
 
 
-RAW_TILES = RawTiles()   # the codec of every page record so far
+RAW_TILES = RawTiles()
 
 
 class Page(NamedTuple):
-    """A page as a record stores it: its image and maps as tiles, its words as its sidecar row holds them."""
-    image: Tiled           # uint8 RGB (3, H, W), page px, in tiles of TILE_PX (RAW_TILES)
-    maps: Tiled            # MAPS_DTYPE (H * s, W * s): owner | (1 - roi) << DONT_CARE_BIT, in tiles of map_tile(s)
+    """A page as a record stores it: its image through its codec, its maps as tiles, its words as its sidecar row
+    holds them."""
+    image: Tiled           # uint8 RGB (3, H, W), page px, in tiles of TILE_PX (RAW_TILES); or a codec's page image
+    maps: Tiled | None     # MAPS_DTYPE (H * s, W * s): owner | (1 - roi) << DONT_CARE_BIT, in tiles of map_tile(s);
+                           # None where the codec stores none (a reader draws them from the words)
     points: np.ndarray     # float32 (P, 2): every word's vertices, page px
     offsets: np.ndarray    # int64 (N + 1,): word k is points[offsets[k]:offsets[k + 1]], record order
     care: np.ndarray       # uint8 (N,): 1 = legible quad (drawn in score and geometry), 0 = don't-care
@@ -243,42 +255,52 @@ class Page(NamedTuple):
     exif_applied: bool = False    # the decoder turned the image as its EXIF orientation says
 
     @classmethod
-    def make(cls, rec: ImageRecord, cfg: BuildConfig, variant: int) -> "Page":
-        """Page `variant` of image `rec` under `cfg` (sample.page.make_page), laid out as its record holds it."""
+    def make(cls, rec: ImageRecord, cfg: BuildConfig, variant: int, codec=RAW_TILES) -> "Page":
+        """Page `variant` of image `rec` under `cfg` (sample.page.make_page), laid out as its record holds it under
+        an image codec (page_jpeg.codec_of(cfg))."""
         legible = int(np.sum(rec.reason == CARE))
         if legible > MAX_LEGIBLE:
             raise DataError(f"{rec.source}: image {rec.name} has {legible} legible words; a page holds at most "
                             f"{MAX_LEGIBLE}: split the image, or build with --crop build")
-        return cls.from_content(make_page(rec, cfg, variant), cfg.map_scale)
+        content = make_page(rec, cfg, variant, maps=codec.stores_maps)
+        return cls.from_content(content, cfg.map_scale, codec, f"{rec.source}: image {rec.name}")
 
     @classmethod
-    def from_content(cls, c: PageContent, map_scale: float, codec: RawTiles = RAW_TILES) -> "Page":
-        """A page's content laid out: its image through the codec, its owner and ROI maps packed, both tiled."""
-        return cls(codec.encode(c.image), Tiled.from_array(pack_maps(c.owner, c.roi), map_tile(map_scale)),
-                   c.points, c.offsets, c.care, c.theta, c.weight, c.warning, c.exif_applied)
+    def from_content(cls, c: PageContent, map_scale: float, codec=RAW_TILES, where: str = "") -> "Page":
+        """A page's content laid out: its image through the codec, its owner and ROI maps packed and tiled where the
+        codec stores them. where: the image, for errors."""
+        maps = Tiled.from_array(pack_maps(c.owner, c.roi), map_tile(map_scale)) if codec.stores_maps else None
+        return cls(codec.encode(c.image, where), maps, c.points, c.offsets, c.care, c.theta, c.weight, c.warning,
+                   c.exif_applied)
 
     @classmethod
-    def from_fields(cls, image: np.ndarray, maps: np.ndarray, size, points: np.ndarray, offsets: np.ndarray,
+    def from_fields(cls, image: np.ndarray, maps: np.ndarray | None, size, points: np.ndarray, offsets: np.ndarray,
                     care: np.ndarray, weight: np.ndarray, map_scale: float, theta: np.ndarray | None = None,
-                    codec: RawTiles = RAW_TILES) -> "Page":
-        """A page over flat record fields (views, nothing copied) and its words; theta computed when not given."""
+                    codec=RAW_TILES, where: str = "") -> "Page":
+        """A page over flat record fields (views, nothing copied; maps None where the codec stores none) and its
+        words; theta computed when not given. where: the file and page, for errors."""
         w, h = (int(v) for v in size)
         if theta is None:
             theta = min_rect_angles(gather_quads(points, offsets, care > 0))
-        tx, ty = tile_grid((w, h))
-        t = map_tile(map_scale)
-        return cls(codec.view(image, (w, h)),
-                   Tiled(maps[:map_values((w, h), map_scale)].reshape(ty, tx, t, t),
-                         round(w * map_scale), round(h * map_scale)),
-                   points, offsets, care, theta, weight)
+        tiled_maps = None
+        if maps is not None:
+            tx, ty = tile_grid((w, h))
+            t = map_tile(map_scale)
+            tiled_maps = Tiled(maps[:map_values((w, h), map_scale)].reshape(ty, tx, t, t),
+                               round(w * map_scale), round(h * map_scale))
+        return cls(codec.view(image, (w, h), where), tiled_maps, points, offsets, care, theta, weight)
 
-    def write_into(self, image: np.ndarray, maps: np.ndarray, size: np.ndarray, codec: RawTiles = RAW_TILES) -> None:
-        """Store the page in flat fields of a fixed-size record (max_page_size): the image's and the maps' tiles
-        at the start of their fields, the rest left untouched (a hole in a sparse file costs no disk), and (W, H)
-        in size."""
-        codec.write(self.image, image)
-        maps[:self.maps.tiles.size] = self.maps.tiles.ravel()
-        size[:] = self.size
+    def write_into(self, fields, codec=RAW_TILES) -> dict[str, int]:
+        """Store the page at the start of the flat fields of a fixed-size record (max_page_size; fields by name: its
+        image, its maps where the codec stores them, its size (W, H)), the rest left untouched (a hole of a sparse
+        staging file costs no disk). Returns the values written into each field."""
+        used = {"image": codec.write(self.image, fields["image"])}
+        if self.maps is not None:
+            fields["maps"][:self.maps.tiles.size] = self.maps.tiles.ravel()
+            used["maps"] = self.maps.tiles.size
+        fields["size"][:] = self.size
+        used["size"] = 2
+        return used
 
     @property
     def size(self) -> tuple[int, int]:

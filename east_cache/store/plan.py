@@ -65,6 +65,7 @@ def sample_keys(build_fp: str, records, sources: dict[str, ImageSource]) -> list
 
 
 TMP_SUFFIX = ".tmp"   # a file being written; renamed to its final name when complete
+STAGE_SUFFIX = ".slots"   # before TMP_SUFFIX: a packed kind's staging file of fixed slots (formats/packed.py)
 
 
 def file_name(strategy: str, index: int, digest16: str, file_format: str) -> str:
@@ -76,15 +77,26 @@ def tmp_name(name: str) -> str:
     return name + TMP_SUFFIX + (".npz" if name.endswith(".npz") else "")
 
 
+def stage_name(name: str, spec: RecordSpec) -> str:
+    """The temp file a data file's rows are written into: its temp name, or for a packed kind (pages) its staging
+    file of fixed slots, packed into the temp name once every row is in."""
+    return name + STAGE_SUFFIX + TMP_SUFFIX if spec.kind.packed else tmp_name(name)
+
+
+def temp_names(name: str) -> list[str]:
+    """Every temp name a build may write a data file under (outdir.remove_temp_files removes them)."""
+    return [tmp_name(name), name + STAGE_SUFFIX + TMP_SUFFIX]
+
+
 def _alternatives(words) -> str:
     return "(" + "|".join(re.escape(w) for w in words) + ")"
 
 
 # Every name a build writes in CACHE/data/: file_name's data files (X.npy, X.zarr), their sidecars (X.quads.npz,
-# named from the stem), and the temp names of both. Garbage collection deletes only these, so that a --out holding
-# anything else (a dataset's own data/ folder) loses nothing.
+# named from the stem), the temp names of both, and the staging files of packed data files. Garbage collection
+# deletes only these, so that a --out holding anything else (a dataset's own data/ folder) loses nothing.
 OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}"
-                      rf"(\.{_alternatives(FILE_FORMATS)}({re.escape(TMP_SUFFIX)})?"
+                      rf"(\.{_alternatives(FILE_FORMATS)}(({re.escape(STAGE_SUFFIX)})?{re.escape(TMP_SUFFIX)})?"
                       rf"|{re.escape(QUADS_SUFFIX)}({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)")
 
 
@@ -96,7 +108,7 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, Image
     spec = record_spec(cfg)
     # A file whose header, size or sidecar is damaged is neither kept nor copied from, verify or not.
     old_files = {f.name: f for f in (old.files if old else [])
-                 if f.name not in corrupt and _sound(data_path(out, f.name), spec, f.rows)}
+                 if f.name not in corrupt and _sound(data_path(out, f.name), spec, f.rows, f.bytes)}
     # Where each old sample lives, to copy instead of recompute.
     old_rows = {k: (f.name, r) for f in old_files.values() for r, k in enumerate(f.keys)}
     plan = Plan(files=[], file_format=file_format)
@@ -108,7 +120,7 @@ def make_plan(cfg: BuildConfig, build_fp: str, records, sources: dict[str, Image
         plan.files.append(fp)
         if fp.reuse is not None:
             continue
-        dst = str(data_path(out, tmp_name(name)))
+        dst = str(data_path(out, stage_name(name, spec)))
         for row, ((i, v), key) in enumerate(zip(members, keys)):
             if key in old_rows and data_path(out, old_rows[key][0]).exists():
                 src_name, src_row = old_rows[key]
@@ -122,15 +134,15 @@ def _reusable(out: Path, name: str, entry: FileEntry | None, corrupt: set[str], 
               rows: int) -> FileEntry | bool | None:
     """The old manifest entry if the file can be kept; True for a file finished by an interrupted build."""
     path = data_path(out, name)
-    if name in corrupt or not _sound(path, spec, rows):
+    if name in corrupt or not _sound(path, spec, rows, entry.bytes if entry is not None else None):
         return None
     return entry if entry is not None else True
 
 
-def _sound(path: Path, spec: RecordSpec, rows: int) -> bool:
+def _sound(path: Path, spec: RecordSpec, rows: int, nbytes: int | None = None) -> bool:
     """A finished file and its sidecar whose headers and sizes are right (what integrity.py checks at reading)."""
     try:
-        return (path.exists() and quads_path(path).exists() and format_of(path).check(path, spec, rows) is None
+        return (path.exists() and quads_path(path).exists() and format_of(path).check(path, spec, rows, nbytes) is None
                 and sidecar_file_problem(path, rows) is None)
     except ValueError:   # a name of no known format
         return False

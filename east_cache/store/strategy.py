@@ -1,7 +1,13 @@
-"""`--strategy auto`: pick how many records go in a file from the cache size and the RAM at hand."""
+"""`--strategy auto` and `--image-codec auto`: how many records go in a file, and how a page's image is stored,
+from the cache's size and the RAM at hand."""
 from __future__ import annotations
 
+import dataclasses
 import os
+
+from east_cache.config import AUTO, BuildConfig
+from east_cache.errors import BuildError
+from east_cache.store.format import sample_bytes
 
 # A cache that fits in this share of available RAM stays in the page cache across epochs: one file.
 WHOLE_RAM_SHARE = 0.5
@@ -41,3 +47,39 @@ def choose_strategy(n_samples: int, record_bytes: int, ram: int | None = None) -
                            f"many per-batch files: chunks of samples")
     return "batch", (f"the cache ({gib(total)}) exceeds half the RAM ({gib(ram)}): one file per training batch, "
                      f"read in one sequential read")
+
+
+CODEC_BY_FLAG = "chosen with --image-codec"   # the recorded reason of an image codec the user named
+CROP_BUILD_CODEC = "--crop build records keep raw images"
+
+
+def choose_codec(raw_bytes: int, ram: int | None = None) -> tuple[str, str]:
+    """(image codec, the reason in words) of a page cache whose raw pages take raw_bytes: raw while it fits in the
+    share of RAM that --strategy auto keeps in the page cache (read at memory speed, nothing decoded), else jpeg
+    (a cache near the photos' own size; each crop decodes the tiles it covers)."""
+    ram = available_ram() if ram is None else ram
+    gib = lambda b: f"{b / 2**30:.1f} GiB"  # noqa: E731
+    if raw_bytes <= WHOLE_RAM_SHARE * ram:
+        return "raw", (f"the raw cache ({gib(raw_bytes)}) fits in half the available RAM ({gib(ram)}): pages stay "
+                       f"in the page cache and are read without decoding")
+    return "jpeg", (f"the raw cache ({gib(raw_bytes)}) exceeds half the available RAM ({gib(ram)}): JPEG tiles keep "
+                    f"it near the photos' size, and each crop decodes only the tiles it covers")
+
+
+def resolve_codec(cfg: BuildConfig, records, old: BuildConfig | None = None) -> tuple[BuildConfig, str]:
+    """cfg with a concrete image codec, and why it was picked: --crop build keeps raw crops; a codec named stays;
+    auto keeps an existing cache's (old, its config) where nothing else changes, else choose_codec from the raw
+    pages' size."""
+    if cfg.crop == "build":
+        if cfg.image_codec == "jpeg":
+            raise BuildError("--image-codec jpeg stores pages (--crop read); a --crop build record keeps its crop's "
+                             "pixels raw: pass --crop read, or --image-codec raw")
+        return dataclasses.replace(cfg, image_codec="raw"), CROP_BUILD_CODEC
+    if cfg.image_codec != AUTO:
+        return cfg, CODEC_BY_FLAG
+    if old is not None and dataclasses.replace(cfg, strategy=old.strategy, image_codec=old.image_codec) == old:
+        return (dataclasses.replace(cfg, image_codec=old.image_codec),
+                f"kept the existing cache's image codec ({old.image_codec}) so that it can be updated in place")
+    members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
+    codec, reason = choose_codec(sample_bytes(dataclasses.replace(cfg, image_codec="raw"), records, members))
+    return dataclasses.replace(cfg, image_codec=codec), AUTO_REASON + reason

@@ -1,9 +1,11 @@
 """What a joblib worker does: fill rows of data files through their format's writer.
 
 A worker writes its samples straight into their rows and returns only small things (row checksum,
-the sample's words, a decode note), never image arrays, so the parent's memory does not grow with
-the dataset. npy rows are filled in place through a memory map, a few per call; a format that writes
-a file in one piece (zarr) gets a whole file per call, assembled in the worker's memory.
+the sample's words, a decode note, the values it wrote into each field of a page), never image arrays, so the
+parent's memory does not grow with the dataset. npy rows are filled in place through a memory map, a few per
+call (pages: a prefix of each field of their staging file's slot, which the build packs once the file's rows
+are in); a format that writes a file in one piece (zarr) gets a whole file per call, assembled in the worker's
+memory.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from east_cache.config import BuildConfig
 from east_cache.errors import DataError
 from east_cache.store.fingerprint import record_crc
 from east_cache.ingest.ufo import CARE
-from east_cache.store.format import PAGE, SPARSE_KINDS, RecordSpec, record_spec
+from east_cache.store.format import RecordSpec, record_spec
 from east_cache.store.formats import format_of, get_format
+from east_cache.store.formats.packed import parts_crc
 from east_cache.store.plan import Task
 from east_cache.store.sidecar import load_sidecar, row_quads, row_words
 
@@ -45,6 +48,7 @@ class RowResult:
     word: np.ndarray | None = None     # int32 (N,): each word's index among its image's words
     weight: np.ndarray | None = None   # float32 (N,): page records: each word's draw weight
     legible: int = 0              # legible words of the source image
+    lengths: tuple[int, ...] | None = None   # packed kinds (pages): the values written into each field, in order
 
 
 def init_worker(build_pid: int) -> None:
@@ -89,10 +93,11 @@ def _fill(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, sources: dict, skip_
     if t.src not in sources:
         sources[t.src] = (format_of(t.src).open(t.src, spec), load_sidecar(Path(t.src)))
     src, quads = sources[t.src]
-    if spec.kind.name in SPARSE_KINDS:   # only the page's prefix: a whole-record copy would fill the holes
-        copy_page(src[t.src_row], dst[t.row], cfg.map_scale)
-    else:
-        dst[t.row] = src[t.src_row]
+    if spec.kind.packed:   # only the page's prefixes: a whole-slot copy would fill the holes
+        used = copy_page(src[t.src_row], dst[t.row])
+        return RowResult(t.file, t.row, page_crc(dst[t.row], spec, used), *row_quads(quads, t.src_row),
+                         **row_words(quads, t.src_row), lengths=used)
+    dst[t.row] = src[t.src_row]
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), *row_quads(quads, t.src_row),
                      **row_words(quads, t.src_row))
 
@@ -100,41 +105,49 @@ def _fill(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, sources: dict, skip_
 def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -> RowResult:
     # cv2 and the sample maths load in workers only, not in a no-op build
     from east_cache.sample.make import make_sample
+    from east_cache.store.page_jpeg import codec_of
     from east_cache.store.page_record import Page
-    rec, page = dst[t.row], spec.kind.name == PAGE.name
+    rec, page = dst[t.row], spec.kind.packed
     legible = int(np.sum(t.record.reason == CARE))
     try:
-        s = Page.make(t.record, cfg, t.variant) if page else make_sample(t.record, cfg, t.variant)
+        s = Page.make(t.record, cfg, t.variant, codec_of(cfg)) if page else make_sample(t.record, cfg, t.variant)
     except DataError as e:
         if not skip_bad:
             raise
         # An image that cannot be decoded becomes an all-don't-care sample (an empty page): it keeps its place
         # in the layout, adds nothing to the loss, and is listed in the manifest.
+        used = None
         for f in spec.kind.fields:
             if not page or f.name == "size":
                 rec[f.name] = 0
+        if page:   # an empty page: nothing but its size (0, 0)
+            used = tuple(2 if name == "size" else 0 for name in spec.kind.names)
         empty = np.zeros((0, 2), np.float32)
-        return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), empty, np.zeros(1, np.int64),
+        crc = page_crc(rec, spec, used) if page else record_crc(dst[t.row:t.row + 1])
+        return RowResult(t.file, t.row, crc, empty, np.zeros(1, np.int64),
                          np.zeros(0, np.uint8), t.record.name, f"{SKIPPED_NOTE}{e}", word=np.zeros(0, np.int32),
-                         weight=np.zeros(0, np.float32) if page else None, legible=legible)
+                         weight=np.zeros(0, np.float32) if page else None, legible=legible, lengths=used)
     if page:
-        s.write_into(rec["image"], rec["maps"], rec["size"])
+        written = s.write_into(rec, codec_of(cfg))
+        used = tuple(written[name] for name in spec.kind.names)
         weight = np.zeros(len(s.care), np.float32)
         weight[s.care > 0] = s.weight
-        words = np.arange(len(s.care), dtype=np.int32)
-    else:
-        for f in spec.kind.fields:
-            rec[f.name] = f.stored(getattr(s, f.name))
-        weight, words = None, s.words
+        return RowResult(t.file, t.row, page_crc(rec, spec, used), s.points, s.offsets, s.care, t.record.name,
+                         s.warning, s.exif_applied, np.arange(len(s.care), dtype=np.int32), weight, legible, used)
+    for f in spec.kind.fields:
+        rec[f.name] = f.stored(getattr(s, f.name))
     return RowResult(t.file, t.row, record_crc(dst[t.row:t.row + 1]), s.points, s.offsets, s.care,
-                     t.record.name, s.warning, s.exif_applied, words, weight, legible)
+                     t.record.name, s.warning, s.exif_applied, s.words, None, legible)
 
 
-def copy_page(src, dst, map_scale: float) -> None:
-    """The used prefix of a page record's fields, and its size."""
-    w, h = (int(v) for v in src["size"])
-    from east_cache.store.page_record import image_values, map_values   # sample code (cv2) loads with pages
-    n_image, n_maps = image_values((w, h)), map_values((w, h), map_scale)
-    dst["image"][:n_image] = src["image"][:n_image]
-    dst["maps"][:n_maps] = src["maps"][:n_maps]
-    dst["size"] = src["size"]
+def copy_page(src: dict, dst) -> tuple[int, ...]:
+    """A page record read from a packed file (its fields as flat views) into a staging slot's field prefixes;
+    the values of each field, in order."""
+    for name, values in src.items():
+        dst[name][:len(values)] = values
+    return tuple(len(values) for values in src.values())
+
+
+def page_crc(rec, spec: RecordSpec, used: tuple[int, ...]) -> int:
+    """The CRC32 of a page record as its packed file will hold it: each field's written prefix (packed.parts_crc)."""
+    return parts_crc(rec[name][:n] for name, n in zip(spec.kind.names, used))

@@ -113,13 +113,13 @@ def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGE
             records, sidecar, r = row(i, v)
             points, offsets, care = row_quads(sidecar, r)
             extra = row_words(sidecar, r)
-            if m.spec.kind.name == "page":
+            if m.spec.kind.packed:
                 size = tuple(int(x) for x in records[r]["size"])
                 per_variant.append((word_boxes(points, offsets)[care > 0], size, extra["weight"][care > 0]))
             else:
                 per_variant.append(extra["word"][care > 0])
         legible.append(extra["legible"])
-        (pages if m.spec.kind.name == "page" else crops).append(per_variant)
+        (pages if m.spec.kind.packed else crops).append(per_variant)
     offsets = layout.variant_offsets(names, c.seed)[pick]
     whole = (page_mode([names[i] for i in pick], pages, offsets, c.seed, c.input_size, grid_step(c.map_scale))
              if pages else build_mode(crops, offsets))

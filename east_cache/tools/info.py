@@ -7,6 +7,7 @@ from pathlib import Path
 
 from east_cache.errors import skipped_reason
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_jpeg import JPEG_TILE_PX
 from east_cache.store.sidecar import quads_path
 from east_cache.tools.coverage import TRAIN_EPOCHS, cache_coverage
 
@@ -23,8 +24,17 @@ def coverage_line(c: dict) -> str:
             f"{c['text_free']:.1%} (images without legible words {c['blank_pages']:.1%})")
 
 
+def codec_line(s: dict) -> str:
+    """How the cache stores its images, and why."""
+    c = s["config"]
+    what = (f"jpeg: JPEG tiles of {JPEG_TILE_PX} px at quality {c['image_quality']}, 4:4:4, a crop decodes those "
+            f"it covers; maps drawn from the words" if s["image_codec"] == "jpeg"
+            else "raw: pixels as they are, nothing to decode")
+    return f"{what} ({s['codec_reason']})" if s["codec_reason"] else what
+
+
 def disk_bytes(path: Path) -> int:
-    """Bytes a file takes on disk: its blocks (a sparse page file's holes take none), else its size."""
+    """Bytes a file takes on disk: its blocks (a file's holes take none), else its size."""
     st = path.stat()
     return st.st_blocks * BLOCK if hasattr(st, "st_blocks") else st.st_size
 
@@ -38,7 +48,7 @@ def summary(cache_dir, epochs: int = TRAIN_EPOCHS) -> dict:
     cov, replayed = cache_coverage(cache_dir, [e for e in REPORTED_EPOCHS if e < epochs] + [epochs])
     return {
         "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
-        "file_format": m.file_format,
+        "file_format": m.file_format, "image_codec": cfg.image_codec, "codec_reason": m.codec_reason,
         "images": len(m.images), "variants": cfg.variants, "samples": sum(f.rows for f in m.files),
         "files": len(m.files), "record_bytes": m.spec.dtype.itemsize,
         "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),
@@ -59,6 +69,7 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS) -> st
         f"samples    {s['samples']} = {s['images']} images x {s['variants']} variants, in {s['files']} "
         f"{s['file_format']} data files",
         f"crops      {CROP_WORDS[s['config']['crop']]}",
+        f"images     {codec_line(s)}",
         f"on disk    {mib(s['data_bytes'])} data + {mib(s['quads_bytes'])} word quads; "
         f"{mib(s['data_bytes'] / max(1, s['samples']))} per sample",
         f"coverage   {coverage_line(s['coverage'])}",

@@ -1,5 +1,8 @@
 """`python -m preprocess verify CACHE`: recompute every checksum; mark bad files for the next build.
 
+A jpeg page cache's tiles are each checked against their CRC32 first, so that a damaged tile is named with its
+image, variant and place, not only as its file's checksum mismatch.
+
 A damaged file may make its decoder raise anything (numpy's header parser raises SyntaxError and
 TokenError as well as ValueError); verify reports it as that file's damage and goes on, never crashes.
 What it found is returned, and printed by the CLI, before the marker is written: on a read-only cache
@@ -13,6 +16,7 @@ from pathlib import Path
 from east_cache.store.atomic import write_atomic
 from east_cache.store.integrity import file_problem
 from east_cache.store.manifest import FileEntry, Manifest, data_path
+from east_cache.store.page_jpeg import tiles_problem
 from east_cache.store.plan import CORRUPT_MARKER
 from east_cache.store.sidecar import quads_checksum, quads_path
 
@@ -43,6 +47,9 @@ def _check(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
         return why
     path = data_path(cache_dir, entry.name)
     try:
+        why = _tiles(m, path, m.files.index(entry)) if m.spec.kind.page_codec == "jpeg" else None
+        if why:
+            return why
         why = m.format.verify(path, m.spec, entry.checksum, entry.shards)
         if why:
             return why
@@ -50,4 +57,15 @@ def _check(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
             return "word quads checksum mismatch"
     except Exception as e:   # noqa: BLE001  whatever a damaged file makes its decoder raise is that file's damage
         return f"unreadable ({type(e).__name__}: {e})"
+    return None
+
+
+def _tiles(m: Manifest, path: Path, f: int) -> str | None:
+    """The first damaged tile of a jpeg page file (page_jpeg.tiles_problem), named by its image and variant."""
+    records, names = m.format.open(path, m.spec), sorted(m.images)
+    for r, (i, v) in enumerate(m.layout.members()[f]):
+        fields = records[r]
+        why = tiles_problem(fields["image"], fields["size"], f"image {names[i]}, variant {v}")
+        if why:
+            return why
     return None

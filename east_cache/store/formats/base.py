@@ -49,14 +49,19 @@ class FileFormat(ABC):
         do not have spec's dtype raises CacheError naming it."""
 
     @abstractmethod
-    def check(self, path, spec: RecordSpec, rows: int) -> str | None:
+    def check(self, path, spec: RecordSpec, rows: int, nbytes: int | None = None) -> str | None:
         """What is wrong with a finished file, judged from its header or metadata and its size alone (no record is
         decoded, so a reader can afford it for every file when it opens a cache): records of another dtype (byte
-        order included) or count, a truncated or unparsable file. None when it looks right."""
+        order included) or count, a truncated or unparsable file, a size other than nbytes (the manifest's, where
+        it records one). None when it looks right."""
 
     @abstractmethod
     def stored_files(self, path) -> list[Path]:
         """The plain files a data file is made of (for sizes, page-cache control and checksums)."""
+
+    def file_bytes(self, path) -> int | None:
+        """The size in bytes of a finished file of one part, which the manifest records; None for several parts."""
+        return None
 
     def disk_bytes(self, spec: RecordSpec, rows: int) -> int:
         """Bytes the file takes at the least, for the free-space check before a build."""

@@ -117,7 +117,7 @@ class ZarrFormat(FileFormat):
         records = ZarrRecords(path, spec)
         return records[:] if in_memory else records
 
-    def check(self, path, spec: RecordSpec, rows: int) -> str | None:
+    def check(self, path, spec: RecordSpec, rows: int, nbytes: int | None = None) -> str | None:
         path = Path(path)
         if not path.is_dir():
             return "not a zarr group (a directory)"

@@ -1,0 +1,142 @@
+"""Packed data files: records whose fields each use a prefix of a fixed-size slot (pages), stored as just those
+prefixes, back to back, with an index, so that a file takes on disk (and in a bucket) only its content.
+
+A build's workers fill a sparse staging file of fixed slots in place (npy of the kind's record dtype: any worker
+writes any row, a copied row is a prefix copy); once every row is in, `pack` writes the packed file from it in
+one sequential pass. The packed file is a `.npy` array of uint8 (np.load maps it), laid out as:
+
+    head     int64 (3,)            PACKED_MAGIC, rows R, fields F
+    index    int64 (R, F, 2)       (start, bytes) of field k of record r, from the array's first byte
+    records  each field's bytes at an ALIGN-byte boundary, zero padding between, records in row order
+
+A record read back (PackedRecords[r]) is a dict of flat views, one per field, of the field's dtype: exactly
+the prefix the worker wrote. A record's checksum (parts_crc) covers its fields' bytes without the padding, so the
+staging row and the packed record give the same CRC.
+"""
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from east_cache.errors import CacheError
+from east_cache.store.format import RecordSpec
+
+PACKED_MAGIC = int.from_bytes(b"EASTPK01", "little")   # bump the digits when the layout changes
+HEAD_VALUES = 3
+ALIGN = 64   # bytes: every field starts on a cache line, so its views are aligned for any dtype
+
+
+def parts_crc(parts) -> int:
+    """CRC32 of arrays' bytes one after another (a record's used fields)."""
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(p)).cast("B"), crc)
+    return crc
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def layout(spec: RecordSpec, lengths: list) -> tuple[np.ndarray, int]:
+    """(index (R, F, 2) int64, total bytes) of a packed file whose record r's field k holds lengths[r][k] values."""
+    sizes = np.array([[n * spec.dtype[f].base.itemsize for f, n in zip(spec.kind.names, row)] for row in lengths],
+                     np.int64).reshape(len(lengths), len(spec.kind.names))
+    index = np.zeros((*sizes.shape, 2), np.int64)
+    at = _aligned(8 * (HEAD_VALUES + index.size))
+    for r, row in enumerate(sizes):
+        for k, n in enumerate(row):
+            index[r, k] = at, n
+            at += _aligned(int(n))
+    return index, at
+
+
+def pack(stage: Path, dst: Path, spec: RecordSpec, lengths: list) -> None:
+    """Write the packed file dst from the staging file of fixed slots at stage, whose row r's field k holds
+    lengths[r][k] values; dst is flushed (the caller syncs and renames it)."""
+    slots = np.load(stage, mmap_mode="r")
+    index, total = layout(spec, lengths)
+    out = npformat.open_memmap(dst, mode="w+", dtype=np.uint8, shape=(total,))
+    head = np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names)], "<i8")
+    out[:8 * HEAD_VALUES] = head.view(np.uint8)
+    out[8 * HEAD_VALUES:8 * (HEAD_VALUES + index.size)] = index.astype("<i8").ravel().view(np.uint8)
+    for r, row in enumerate(index):
+        for k, (name, (start, nbytes)) in enumerate(zip(spec.kind.names, row)):
+            out[start:start + nbytes] = slots[name][r].reshape(-1)[:lengths[r][k]].view(np.uint8)
+    out.flush()
+    del out, slots
+
+
+class PackedRecords:
+    """A packed file's records over its bytes (a memory map, or an array read whole): [r] is record r as a dict of
+    flat field views; lengths(name) every record's values of a field."""
+
+    def __init__(self, data: np.ndarray, spec: RecordSpec, where):
+        self.data, self.spec = data, spec
+        why = index_problem(data, data.size, spec)
+        if why:
+            raise CacheError(f"{where}: {why}: the file is damaged. Run `python -m preprocess verify CACHE`, then "
+                             f"the build command it prints")
+        rows, fields = int(data[8:16].view("<i8")[0]), len(spec.kind.names)
+        self.index = data[8 * HEAD_VALUES:8 * (HEAD_VALUES + 2 * rows * fields)].view("<i8").reshape(rows, fields, 2)
+        self.dtypes = [spec.dtype[f].base for f in spec.kind.names]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, r: int) -> dict[str, np.ndarray]:
+        if not -len(self) <= r < len(self):
+            raise IndexError(f"record {r} of {len(self)}")
+        return {name: self.data[start:start + n].view(dtype)
+                for name, dtype, (start, n) in zip(self.spec.kind.names, self.dtypes, self.index[r].tolist())}
+
+    def lengths(self, name: str) -> np.ndarray:
+        """int64 (R,): values of field `name` in each record."""
+        k = self.spec.kind.names.index(name)
+        return self.index[:, k, 1] // self.dtypes[k].itemsize
+
+
+def index_problem(head: np.ndarray, size: int, spec: RecordSpec, rows: int | None = None) -> str | None:
+    """What is wrong with a packed file's head and index, None when they add up: head, the array's first bytes (at
+    least its head and index); size, the array's bytes. Its magic, records (rows, where known) and fields, every
+    field within the array, aligned, in order, of whole values."""
+    fields = len(spec.kind.names)
+    if head.size < 8 * HEAD_VALUES:
+        return f"its packed array of {size} bytes is shorter than its head"
+    magic, found, f = (int(v) for v in head[:8 * HEAD_VALUES].view("<i8"))
+    if magic != PACKED_MAGIC or f != fields or found < 0 or (rows is not None and found != rows):
+        return (f"its packed head says {found} records of {f} fields (magic {magic:#x}), where the cache's "
+                f"{spec.kind.name} records have {fields} fields")
+    end = 8 * (HEAD_VALUES + 2 * found * fields)
+    if end > head.size:
+        return f"its packed index ends at byte {end}, past the array's {size}"
+    index = head[8 * HEAD_VALUES:end].view("<i8").reshape(found, fields, 2)
+    starts, sizes = index[..., 0].ravel(), index[..., 1].ravel()
+    items = np.tile([spec.dtype[name].base.itemsize for name in spec.kind.names], found)
+    if len(starts) and (starts.min() < end or (starts % ALIGN).any() or (sizes < 0).any()
+                        or (starts + sizes).max() > size or (sizes % items).any()
+                        or (np.diff(starts) < sizes[:-1]).any()):
+        return "its packed index does not add up (fields overlap or lie past the array)"
+    return None
+
+
+def check_file(f, spec: RecordSpec, rows: int, nbytes: int | None) -> str | None:
+    """A packed file's header, size and index against what the manifest says (nbytes: the file's size, where
+    recorded); f: the file, open for reading at its start. Reads the npy header, the head and the index, nothing
+    of the records."""
+    version = npformat.read_magic(f)
+    read = npformat.read_array_header_1_0 if version == (1, 0) else npformat.read_array_header_2_0
+    shape, fortran, dtype = read(f)
+    offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    if dtype != np.uint8 or len(shape) != 1 or fortran:
+        return f"its header says {dtype} x {shape}, not the packed bytes of the cache's {spec.kind.name} records"
+    if nbytes is not None and size != nbytes:
+        return f"{size} bytes, where the manifest recorded {nbytes} (truncated or extended)"
+    if size != offset + shape[0]:
+        return f"{size} bytes, where its header says {offset + shape[0]} (truncated or extended)"
+    head = np.frombuffer(f.read(min(shape[0], 8 * (HEAD_VALUES + 2 * rows * len(spec.kind.names)))), np.uint8)
+    return index_problem(head, shape[0], spec, rows)
