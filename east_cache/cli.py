@@ -11,7 +11,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.model import evaluate_cli   # flags only: the scorer loads when `evaluate` runs
+from east_cache.model import scoring   # numpy and DetEval, no torch
 from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
@@ -287,8 +287,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.set_defaults(func=cmd_show)
     ev = sub.add_parser("evaluate", help="score UFO predictions against UFO ground truth: DetEval precision, "
                                          "recall, hmean")
-    evaluate_cli.add_arguments(ev)
-    ev.set_defaults(func=evaluate_cli.run)
+    scoring.add_arguments(ev)
+    ev.set_defaults(func=scoring.run)
     return p
 
 

@@ -1,4 +1,5 @@
-"""Score UFO predictions against UFO ground truth: `python -m preprocess evaluate`.
+"""Score UFO predictions against UFO ground truth: `east-cache evaluate` (`python -m preprocess evaluate`), its
+flags (add_arguments) and the command (run).
 
 Ground-truth words become cared-for or don't-care exactly as a build decides (east_cache.ingest.ufo:
 illegible, an ignore tag, not a quad, smaller than min_area; degenerate or malformed words are dropped).
@@ -8,15 +9,17 @@ Metric `rect` is the competition scorer (east_cache.model.deteval_rect), `poly` 
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import io
+import json
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from east_cache.model import deteval, deteval_rect
-from east_cache.config import BuildConfig
+from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError
 from east_cache.ingest import ufo
 from east_cache.store.atomic import write_atomic
@@ -158,3 +161,38 @@ def write_per_image(path, result: dict) -> None:
         w.writerow([name, c.gt_care, c.det_care, f"{c.recall_accum:.4f}", f"{c.precision_accum:.4f}",
                     *(f"{t[k]:.4f}" for k in ("precision", "recall", "hmean")), *(m[k] for k in MATCH_KINDS)])
     write_atomic(Path(path), buf.getvalue())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BuildConfig()
+    p.add_argument("--gt", type=Path, required=True, help="ground truth: a UFO file such as ROOT/ufo/val.json")
+    p.add_argument("--pred", type=Path, required=True,
+                   help='predictions: UFO JSON {"images": {name: {"words": {"1": {"points": [[x, y], ...]}}}}}; '
+                        "a gt image missing from it has no detections")
+    p.add_argument("--metric", choices=METRICS, default="rect",
+                   help="rect: DetEval on enclosing axis-aligned rectangles, as the UFO competition scores; "
+                        "poly: DetEval on polygon areas (default: rect)")
+    p.add_argument("--per-image", type=Path, metavar="CSV",
+                   help="also write one CSV row of counts and scores per image (default: none)")
+    p.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    # which words are don't-care: the build's rules and defaults (use the flags the cache was built with)
+    p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
+                   help="comma-separated word tags that make a don't-care word (default: %(default)s)")
+    p.add_argument("--min-area", type=float, default=d.min_area,
+                   help="px^2; smaller words are don't-care (default: %(default)s)")
+    p.add_argument("--drop-area", type=float, default=d.drop_area,
+                   help="px^2; smaller words are dropped (default: %(default)s)")
+    p.add_argument("--fit-polygons", action="store_true",
+                   help="fit words with 5+ points to a min-area quad instead of making them don't-care")
+
+
+def run(a: argparse.Namespace) -> int:
+    """`evaluate`: the totals printed (and the per-image CSV written) for the flags add_arguments declared."""
+    rules = BuildConfig(ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
+                        min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons)
+    gt = load_ground_truth(a.gt, rules)
+    result = score(gt, load_predictions(a.pred, gt), a.metric)
+    if a.per_image:
+        write_per_image(a.per_image, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "per_image"}) if a.json else report(result))
+    return 0
