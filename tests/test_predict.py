@@ -133,7 +133,7 @@ class EmptyModel:
 
 
 def run_cli(capsys, *flags) -> tuple[int, str]:
-    from east_cache.model.predict_cli import main
+    from east_cache.model.predict import main
     rc = main([*map(str, flags)])
     return rc, capsys.readouterr().err
 
