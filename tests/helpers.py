@@ -132,7 +132,7 @@ class GroundTruthModel:
         """score (B, 1, h, w) and geo (B, 5, h, w) tensors for normalised images x (B, 3, H, W)."""
         import torch
 
-        from east_cache.model.augment import IMAGENET_MEAN, IMAGENET_STD
+        from east_cache.model.model import IMAGENET_MEAN, IMAGENET_STD
         mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
         images = ((x.float().cpu() * std + mean) * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
         h, w = round(x.shape[2] * self.map_scale), round(x.shape[3] * self.map_scale)

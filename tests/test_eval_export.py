@@ -17,7 +17,8 @@ from helpers import small_config
 from torch import nn
 
 from east_cache.reader import CacheDataset, collate
-from east_cache.model import augment, checkpoint, cli, engine, metrics
+from east_cache.model import checkpoint, cli, engine, metrics
+from east_cache.model import model as east
 from east_cache.model.config import TrainConfig
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError
@@ -64,7 +65,7 @@ class Oracle(nn.Module):
     def __init__(self, ds: CacheDataset):
         super().__init__()
         batch = collate([ds[i] for i in range(len(ds))])
-        self.x = augment.prepare_images(batch["image"], 0.0)
+        self.x = east.prepare_images(batch["image"], 0.0)
         self.score, self.geo = batch["score"].float(), batch["geo"].float()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,7 +127,7 @@ def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
     model = checkpoint.inference_model(checkpoint.load_checkpoint(ckpt), ckpt, torch.device("cpu"))
     torch.manual_seed(0)
     for shape in ((1, 3, 64, 96), (2, 3, 128, 32)):
-        x = augment.prepare_images(torch.randint(0, 256, shape, dtype=torch.uint8), 0.0).contiguous()
+        x = east.prepare_images(torch.randint(0, 256, shape, dtype=torch.uint8), 0.0).contiguous()
         with torch.no_grad():
             want = model(x)
         got = session.run(["score", "geo"], {"image": x.numpy()})

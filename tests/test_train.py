@@ -21,8 +21,9 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from east_cache.reader import BlockSampler, CacheDataset, batches, collate
-from east_cache.model import augment, backbone, checkpoint, cli, config, data, engine, runtime
-from east_cache.model.backbone import load_backbone
+from east_cache.model import checkpoint, cli, config, data, engine, runtime
+from east_cache.model import model as east
+from east_cache.model.model import load_backbone
 from east_cache.model.config import TrainConfig
 from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
@@ -122,14 +123,14 @@ def test_imagenet_weights_are_downloaded_once_checked_and_loaded(tmp_path, monke
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     src, state = imagenet_like_file(tmp_path / "server")
     assert src.stat().st_size < 200_000
-    monkeypatch.setattr(backbone, "IMAGENET_URL", src.as_uri())
+    monkeypatch.setattr(east, "IMAGENET_URL", src.as_uri())
     said, model = [], EAST()
-    assert backbone.init_backbone(model, "imagenet", said.append).startswith("ImageNet vgg16_bn")
+    assert east.init_backbone(model, "imagenet", said.append).startswith("ImageNet vgg16_bn")
     cached = tmp_path / "torch" / "hub" / "checkpoints" / src.name
     assert cached.read_bytes() == src.read_bytes() and str(cached) in said[0]
     assert torch.equal(model.features[40].weight, state["features.40.weight"])
     src.unlink()  # the hub cache serves it from now on
-    backbone.init_backbone(EAST(), "imagenet", said.append)
+    east.init_backbone(EAST(), "imagenet", said.append)
     assert len(said) == 1
 
 
@@ -140,11 +141,11 @@ def test_imagenet_weights_that_cannot_be_had_say_where_to_put_them(case, tmp_pat
         url, expect = (tmp_path / "nowhere" / "vgg16_bn-6c64b313.pth").as_uri(), "cannot download .*Without a network"
     else:
         url, expect = imagenet_like_file(tmp_path / "server", "00000000")[0].as_uri(), "the download .* was corrupt"
-    monkeypatch.setattr(backbone, "IMAGENET_URL", url)
+    monkeypatch.setattr(east, "IMAGENET_URL", url)
     place = tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[-1]
     with pytest.raises(UsageError, match=rf"^--backbone-weights imagenet: {expect}.*put it at {re.escape(str(place))}"
                                          r".*--backbone-weights random"):
-        backbone.init_backbone(EAST(), "imagenet", print)
+        east.init_backbone(EAST(), "imagenet", print)
     assert not place.exists() and not list(place.parent.glob("*.partial"))
 
 
@@ -236,16 +237,16 @@ def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
 def test_jitter_keeps_the_range_and_differs_per_sample():
     torch.manual_seed(0)
     img = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
-    plain = augment.prepare_images(img, 0.0)
-    mean, std = torch.tensor(augment.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(augment.IMAGENET_STD).view(1, 3, 1, 1)
+    plain = east.prepare_images(img, 0.0)
+    mean, std = torch.tensor(east.IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(east.IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(plain, (img / 255 - mean) / std)
     assert plain.is_contiguous(memory_format=torch.channels_last)
-    x = augment.color_jitter(img.float() / 255, 0.5)
+    x = east.color_jitter(img.float() / 255, 0.5)
     assert 0 <= x.min() and x.max() <= 1
-    same = augment.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
+    same = east.color_jitter(img[:1].expand(4, -1, -1, -1).float() / 255, 0.5)
     assert not torch.allclose(same[0], same[1]), "every sample draws its own factors"
     grey = torch.full((2, 3, 4, 4), 0.5)
-    assert torch.allclose(augment.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
+    assert torch.allclose(east.hue_rotate(grey, torch.tensor([0.7, -1.2])), grey, atol=1e-5)
 
 
 # ---------------------------------------------------------------- optimiser step

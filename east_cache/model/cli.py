@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from east_cache.model.augment import IMAGENET_MEAN, IMAGENET_STD
-from east_cache.model.backbone import check_backbone_file
+from east_cache.model.model import IMAGENET_MEAN, IMAGENET_STD
+from east_cache.model.model import check_backbone_file
 from east_cache.model.config import (
     AMP_DTYPES,
     BACKBONES,

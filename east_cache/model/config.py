@@ -43,7 +43,7 @@ class TrainConfig:
     clip_grad: float | None = None         # max gradient L2 norm; None: no clipping
     amp: str = "off"                       # autocast: "fp16" (with GradScaler), "bf16" or "off" (float32)
     compile: bool = False                  # torch.compile the model
-    jitter: float = 0.5                    # colour jitter strength (0: off), see east_cache.model.augment.color_jitter
+    jitter: float = 0.5                    # colour jitter strength (0: off), see east_cache.model.model.color_jitter
     workers: int | None = None             # loader worker processes; 0: a prefetch thread in this process; None: auto
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file

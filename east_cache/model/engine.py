@@ -15,7 +15,7 @@ from torch import nn
 
 from east_cache.reader import batches
 from east_cache.reader.expand import batch_len, expand_batch
-from east_cache.model.augment import prepare_images
+from east_cache.model.model import prepare_images
 from east_cache.model.config import RunState, TrainConfig
 from east_cache.model.loss import LOSS_KEYS, east_loss
 from east_cache.model.runtime import Runtime

@@ -9,7 +9,7 @@ import torch
 
 from east_cache.reader import CacheDataset, collate
 from east_cache.reader.expand import batch_images
-from east_cache.model.augment import prepare_images
+from east_cache.model.model import prepare_images
 from east_cache.model.decode import decode_maps
 from east_cache.model.deteval import dataset_metrics, evaluate_image, gt_quads
 from east_cache.model.engine import Context

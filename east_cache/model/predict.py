@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 import torch
 
-from east_cache.model.augment import prepare_images
+from east_cache.model.model import prepare_images
 from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.runtime import setup_device

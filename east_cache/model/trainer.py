@@ -9,7 +9,7 @@ from contextlib import nullcontext
 import torch
 
 from east_cache.reader import CacheDataset
-from east_cache.model.backbone import init_backbone
+from east_cache.model.model import init_backbone
 from east_cache.model.checkpoint import (
     check_fits_cache,
     checkpoint_name,
