@@ -22,7 +22,7 @@ from east_cache.model.config import (
     resolve_config,
 )
 from east_cache.model.engine import NonFiniteLoss
-from east_cache.model.export import export_onnx
+from east_cache.model.checkpoint import export_onnx
 from east_cache.model.runinfo import INTERRUPTED, invoked_as
 from east_cache.model.runtime import leave_group, setup_device
 from east_cache.model.trainer import evaluate_checkpoint, train
