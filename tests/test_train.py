@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from east_cache.reader import BlockSampler, CacheDataset, batches, collate
-from east_cache.model import checkpoint, cli, config, data, engine, runtime
+from east_cache.model import checkpoint, config, data, engine, runtime, train
 from east_cache.model import model as east
 from east_cache.model.model import load_backbone
 from east_cache.model.config import TrainConfig
@@ -104,7 +104,7 @@ def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
 
 def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
     with pytest.raises(UsageError, match=r"nope\.pth: no such file; --backbone-weights takes"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
+        train.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
 
 
 def imagenet_like_file(folder: Path, hash_prefix: str | None = None) -> tuple[Path, dict]:
@@ -372,7 +372,7 @@ def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
 
 def test_cpu_defaults_are_a_short_check_run():
     def resolve(argv, device):
-        return config.resolve_config(cli.get_args_parser().parse_args(argv), torch.device(device))
+        return config.resolve_config(train.get_args_parser().parse_args(argv), torch.device(device))
 
     cfg = resolve([], "cpu")
     assert (cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.amp) == (1, config.CPU_BUDGET_STEPS, 1, "off")
@@ -394,11 +394,11 @@ def test_cpu_defaults_are_a_short_check_run():
     ("--workers", -1, 0), ("--eval-every", -1, 0), ("--save-every-steps", 0, 1)])
 def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
     with pytest.raises(UsageError, match=f"^{flag} {value}: must be {floor} or more"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
+        train.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
     with pytest.raises(UsageError, match="--time-limit"):
-        cli.run(["--time-limit", "0"])
+        train.run(["--time-limit", "0"])
     with pytest.raises(UsageError, match=r"^--resume .*nope\.pt: no such checkpoint"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
+        train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 
 
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
@@ -432,7 +432,7 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
             os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
         lock, expect = build_lock(stale), r"/c: another build \(pid \d+\) is writing this cache"
     with lock:
-        status = cli.main(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
+        status = train.main(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
     err = capsys.readouterr().err
     assert status == 2 and re.search(f"^error: .*{expect}", err) and "Traceback" not in err, err
 
@@ -471,8 +471,8 @@ def test_two_processes_with_torchrun(cache, tmp_path):
 def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world):
     """entry(): main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes what it printed
     and skips the interpreter's teardown (an atexit hook stands for it), where gloo runs aborted after finishing."""
-    code = ("import atexit, sys; from east_cache.model import cli; atexit.register(lambda: print('teardown')); "
-            "cli.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; cli.entry()")
+    code = ("import atexit, sys; from east_cache.model import train; atexit.register(lambda: print('teardown')); "
+            "train.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; train.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WORLD_SIZE": world})
     assert r.returncode == 3 and r.stdout.startswith("done") and r.stderr == "err", (r.stdout, r.stderr)

@@ -22,8 +22,8 @@ import pytest
 from helpers import QUIET_RUN, REPO, read_log, train_run
 
 from east_cache.reader import CacheDataset
-from east_cache.model.cli import get_args_parser
-from east_cache.model.runinfo import INTERRUPTED
+from east_cache.model.config import get_args_parser
+from east_cache.model.train import INTERRUPTED
 from east_cache.store.build import build_lock
 
 TRAIN = [sys.executable, str(REPO / "train.py")]

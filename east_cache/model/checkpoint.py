@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
+from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
@@ -161,6 +164,33 @@ def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
     else:
         say(f"{path} holds no random state for {rt.world} process(es): the jitter will differ from a run that "
             f"was never stopped", stacklevel=3)
+
+
+def nothing_left(cfg: TrainConfig, state: RunState) -> None:
+    """A resumed run whose epochs or steps are all done already stops here, saying how to go on."""
+    if state.epoch >= cfg.epochs:
+        raise UsageError(f"{cfg.resume} has {state.epoch} epoch(s) done and --epochs is {cfg.epochs}: nothing left "
+                         f"to train. To train on, pass a larger --epochs, e.g. --epochs {state.epoch + cfg.epochs}")
+    if state.step_limit is not None and state.step >= state.step_limit:
+        why = "the check run's limit without a GPU" if cfg.check_run else "--max-steps"
+        raise UsageError(f"{cfg.resume} is at step {state.step} and {why} is {state.step_limit}: nothing left to "
+                         f"train. To train on, pass a larger --max-steps, e.g. --max-steps {2 * state.step}"
+                         + (", or --epochs N" if cfg.check_run else ""))
+
+
+def resume_command(argv: list[str], checkpoint: Path, world: int, drop: tuple[str, ...] = ()) -> str:
+    """The command that was run, with --resume CHECKPOINT in place of any --resume it had, and without the
+    options in `drop` (each takes a value)."""
+    drop, kept, skip = ("--resume", *drop), [], False
+    for a in argv:
+        if skip or a.startswith(tuple(f"{d}=" for d in drop)):
+            skip = False
+            continue
+        skip = a in drop
+        if not skip:
+            kept.append(a)
+    head = ["torchrun", f"--nproc_per_node={world}", sys.argv[0]] if world > 1 else invoked_as()
+    return shlex.join([*head, *kept, "--resume", str(checkpoint)])
 
 
 # ---------------------------------------------------------------- --export-onnx

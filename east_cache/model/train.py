@@ -1,41 +1,104 @@
-"""The run itself, wired from its parts: caches -> model, optimiser, schedule -> epochs of the engine, each
-logged and checkpointed, stopping cleanly on Ctrl-C; and --eval-only, the detection metrics of one checkpoint.
-Epochs are numbered from 1 wherever a user sees them: printed lines, log.jsonl, file names."""
+"""`east-train` (`python train.py`, under torchrun too): the command, and the run it starts, read top to bottom.
+
+main -> run: flags checked and resolved (east_cache.model.config) -> train: caches opened (east_cache.model.data),
+the model, optimiser and schedule made or resumed (east_cache.model.checkpoint) -> run_epochs: each epoch's steps
+(east_cache.model.engine.train_one_epoch), its validation (east_cache.model.validate), its log record and
+checkpoint -> finish: what was done and how to go on. Ctrl-C (or SIGTERM) stops at the next step and saves.
+Epochs are numbered from 1 wherever a user sees them: printed lines, log.jsonl, file names.
+"""
 from __future__ import annotations
 
+import os
+import sys
 import time
 from contextlib import nullcontext
 
 import torch
+import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
-from east_cache.model.model import init_backbone
 from east_cache.model.checkpoint import (
-    check_fits_cache,
     checkpoint_name,
     checkpoint_state,
-    inference_model,
-    load_checkpoint,
+    export_onnx,
+    nothing_left,
     resume,
+    resume_command,
     rng_states,
     save_checkpoint,
 )
-from east_cache.model.config import TrainConfig
-from east_cache.model.data import check_caches, make_loader, open_cache
-from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
-from east_cache.model.metrics import detection_metrics
-from east_cache.model.model import EAST
-from east_cache.model.runinfo import (
-    INTERRUPTED,
-    nothing_left,
-    resume_command,
-    run_header,
-    started_lines,
-)
-from east_cache.model.runtime import Runtime, jsonl_writer, profiler, stop_on_signals
-from east_cache.model.validate import full_page_metrics, val_pages
-from east_cache.config import BuildConfig
-from east_cache.errors import UsageError
+from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
+from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
+from east_cache.model.engine import Context, NonFiniteLoss, evaluate, new_context, train_one_epoch
+from east_cache.model.model import EAST, init_backbone
+from east_cache.model.runtime import Runtime, jsonl_writer, leave_group, profiler, run_header, setup_device, stop_on_signals
+from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
+from east_cache.errors import BuildError, CacheError, DataError, UsageError
+
+INTERRUPTED = 130  # exit status of a run stopped by SIGINT / SIGTERM: 128 + SIGINT, as shells report Ctrl-C
+
+
+def one_line(e: Exception) -> str:
+    """The error's own message. One raised in a DataLoader worker (a cache rebuilt under a run) is re-raised
+    by torch with the worker's traceback in its text, whose last line is "module.Class: message"."""
+    text = str(e)
+    return text.rstrip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console entry point. Returns the exit status: 2 for bad flags, caches or data (also from --rebuild),
+    1 when training diverged, 130 when a signal stopped the run (after saving) or a second Ctrl-C did (unsaved)."""
+    try:
+        return run(argv)
+    except (CacheError, UsageError, DataError, BuildError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except NonFiniteLoss as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing saved since the last checkpoint", file=sys.stderr)
+        return INTERRUPTED
+
+
+def entry() -> None:
+    """`east-train` and train.py: main()'s status as the process's. A rank of a torchrun job (WORLD_SIZE > 1)
+    then ends with os._exit, once its output is flushed: its work is done (the group left, every checkpoint
+    written and renamed into place), and what os._exit skips is the interpreter's and the C++ libraries'
+    teardown, where a 2-process gloo run aborted now and then after finishing ("terminate called without an
+    active exception", no Python frame left on the stack), failing a job whose results were all saved."""
+    status = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The command for these arguments; returns its exit status (0, or INTERRUPTED after Ctrl-C / SIGTERM).
+    Errors propagate: main() turns them into one line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = get_args_parser().parse_args(argv)
+    check_flags(args)
+    if args.export_onnx:
+        export_onnx(args.checkpoint, args.export_onnx)
+        return 0
+    rt = setup_device(args.device)
+    try:
+        cfg = resolve_config(args, rt.device)
+        status = 0
+        if args.eval_only:
+            evaluate_checkpoint(cfg, rt, args.checkpoint)
+        else:
+            status = train(cfg, rt, argv)
+        if rt.world > 1:
+            # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
+            # group down while a peer is still connected can abort at exit (a 2-process gloo run did, once).
+            dist.barrier()
+    finally:
+        leave_group(rt)
+    return status
 
 
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
@@ -172,29 +235,37 @@ def finish(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
-def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
-    """--eval-only: detection metrics of the checkpoint on --val-data's full images (rect DetEval, as training
-    logs them), else on --val-cache, or --cache when there is none; printed and appended to OUT/eval.jsonl (OUT:
-    the checkpoint's folder unless --out is given)."""
-    ck = load_checkpoint(checkpoint)
-    model = inference_model(ck, checkpoint, rt.device)
+def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
+                  steps_per_epoch: int) -> list[str]:
+    c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
+    val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
     if cfg.val_data:
-        pages = val_pages(cfg.val_data, cfg.val_split, BuildConfig.from_dict(ck["config"]), cfg.batch_size)
-        metrics = full_page_metrics(model, pages, rt)
-        source, n, on = {"data": str(cfg.val_data), "split": cfg.val_split}, len(pages.records), \
-            f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
-    else:
-        cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt)
-        check_fits_cache(ck, checkpoint, ds)
-        metrics = detection_metrics(model, ds, new_context(cfg, rt))
-        source, n, on = {"cache": str(cache)}, len(ds), str(cache)
-    if rt.rank != 0:
-        return
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    log = cfg.out / "eval.jsonl"
-    where = f"epoch {ck['epoch']}" + ("" if ck.get("complete", True) else f", step {ck['step']}, inside it")
-    jsonl_writer(log)({"event": "eval", "checkpoint": str(checkpoint), "epoch": ck["epoch"], "step": ck["step"],
-                       **source, "images": n, **metrics})
-    print(f"{checkpoint} ({where}) on {on}, {n} images: precision {metrics['precision']:.4f}, "
-          f"recall {metrics['recall']:.4f}, hmean {metrics['hmean']:.4f}; appended to {log}", flush=True)
+        val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"
+    if cfg.resume:
+        where = (f"inside epoch {state.epoch + 1}, {state.epoch_micro // cfg.accum_steps} of its steps done"
+                 if state.epoch_micro else f"after epoch {state.epoch}")
+        origin = f"{origin}: step {state.step}, {where}"
+    steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
+    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}"
+    return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
+             f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
+            (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
+             f"{describe_reading(loader_workers(cfg, ds, rt))}; {val}"),
+            f"weights: {origin}",
+            describe_length(cfg, state, steps_per_epoch),
+            f"output: {cfg.out} (log.jsonl, {saves})"]
+
+
+def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> str:
+    limits = ([f"profiling {cfg.profile} step(s) after a warm-up one"] if cfg.profile else
+              [f"step {state.step_limit}"] if state.step_limit is not None else [])
+    if cfg.time_limit:
+        limits.append(f"{cfg.time_limit:g} s")
+    text = f"length: {cfg.epochs} epoch(s) of {steps_per_epoch} step(s)"
+    if state.epoch or state.step:
+        text += f", going on from epoch {state.epoch + 1}"
+    if limits:
+        text += ", stopping at " + " or ".join(limits)
+    if cfg.check_run:
+        text += " (the check run without a GPU; --epochs, --max-steps or --time-limit set the length)"
+    return text
