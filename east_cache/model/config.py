@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from east_cache.model.model import IMAGENET_MEAN, IMAGENET_STD, check_backbone_file
-from east_cache.errors import UsageError
+from east_cache.errors import CommandParser, UsageError
 
 EPOCHS = 50                  # epochs when --epochs is not given
 BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (training and --eval-only)
@@ -133,7 +133,7 @@ EXAMPLES = """examples:
 def get_args_parser() -> argparse.ArgumentParser:
     """Flags default to None (not given); TrainConfig's defaults, resolved once in resolve_config, fill them."""
     d = TrainConfig()
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog=shlex.join(invoked_as()),
         description="Train the EAST text detector on a cache built by `python -m preprocess build`, evaluate a "
                     "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
@@ -217,7 +217,8 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "multiples of 32 (the backbone's stride). Outputs, at s = the map scale of the "
                            "checkpoint's cache: 'score' (B, 1, sH, sW) in [0, 1] and 'geo' (B, 5, sH, sW): distances "
                            "to the word's top, bottom, left, right edges in input px, angle in rad "
-                           "(east_cache.model.decode.decode_maps turns them into quads). Needs pip install -e \".[export]\"")
+                           "(east_cache.model.decode.decode_maps turns them into quads). Needs "
+                           "pip install -e \".[export]\"")
     return p
 
 

@@ -29,44 +29,37 @@ from east_cache.model.checkpoint import (
 )
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
-from east_cache.model.engine import Context, NonFiniteLoss, evaluate, new_context, train_one_epoch
+from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
 from east_cache.model.model import EAST, init_backbone
-from east_cache.model.runtime import Runtime, jsonl_writer, leave_group, profiler, run_header, setup_device, stop_on_signals
+from east_cache.model.runtime import (
+    Runtime,
+    jsonl_writer,
+    leave_group,
+    profiler,
+    run_header,
+    setup_device,
+    stop_on_signals,
+)
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
-from east_cache.errors import BuildError, CacheError, DataError, UsageError
+from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
 
-INTERRUPTED = 130  # exit status of a run stopped by SIGINT / SIGTERM: 128 + SIGINT, as shells report Ctrl-C
-
-
-def one_line(e: Exception) -> str:
-    """The error's own message. One raised in a DataLoader worker (a cache rebuilt under a run) is re-raised
-    by torch with the worker's traceback in its text, whose last line is "module.Class: message"."""
-    text = str(e)
-    return text.rstrip().splitlines()[-1].split(": ", 1)[-1] if "Original Traceback" in text else text
+INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
+UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The console entry point. Returns the exit status: 2 for bad flags, caches or data (also from --rebuild),
-    1 when training diverged, 130 when a signal stopped the run (after saving) or a second Ctrl-C did (unsaved)."""
-    try:
-        return run(argv)
-    except (CacheError, UsageError, DataError, BuildError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except NonFiniteLoss as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing saved since the last checkpoint", file=sys.stderr)
-        return INTERRUPTED
+    """The command's exit status: 0; 2 for the user's flags, caches, data or outputs (also from --rebuild) and a
+    killed loader worker, as one line; 1 when training diverged; 130 when a signal stopped the run (after
+    saving) or a second Ctrl-C did (unsaved)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_command(lambda: run(argv), argv, interrupted=UNSAVED)
 
 
 def entry() -> None:
     """`east-train` and train.py: main()'s status as the process's. A rank of a torchrun job (WORLD_SIZE > 1)
-    then ends with os._exit, once its output is flushed: its work is done (the group left, every checkpoint
-    written and renamed into place), and what os._exit skips is the interpreter's and the C++ libraries'
-    teardown, where a 2-process gloo run aborted now and then after finishing ("terminate called without an
-    active exception", no Python frame left on the stack), failing a job whose results were all saved."""
+    ends with os._exit once its output is flushed: its work is done (the group left, every checkpoint written
+    and renamed into place), and the interpreter's and the C++ libraries' teardown, which os._exit skips, can
+    abort a finished gloo job."""
     status = main()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         for stream in (sys.stdout, sys.stderr):
@@ -82,11 +75,13 @@ def run(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     check_flags(args)
     if args.export_onnx:
+        check_output(args.export_onnx, "--export-onnx", folder=False)
         export_onnx(args.checkpoint, args.export_onnx)
         return 0
     rt = setup_device(args.device)
     try:
         cfg = resolve_config(args, rt.device)
+        check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
         status = 0
         if args.eval_only:
             evaluate_checkpoint(cfg, rt, args.checkpoint)
@@ -94,7 +89,7 @@ def run(argv: list[str] | None = None) -> int:
             status = train(cfg, rt, argv)
         if rt.world > 1:
             # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
-            # group down while a peer is still connected can abort at exit (a 2-process gloo run did, once).
+            # group down while a peer is still connected can abort at exit.
             dist.barrier()
     finally:
         leave_group(rt)

@@ -38,6 +38,7 @@ from multiprocessing import connection
 import numpy as np
 import torch
 
+from east_cache.errors import WorkerDied
 from east_cache.reader.collate import collate, fixed_fields, put
 from east_cache.reader.expand import TABLE, TABLE_COLUMNS
 
@@ -292,9 +293,9 @@ class WorkerLoader:
         code = p.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
         self.close()
-        raise RuntimeError(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the kernel's "
-                           f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
-                           f"process") from None
+        raise WorkerDied(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the kernel's "
+                         f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
+                         f"process") from None
 
     def _send(self, gen: int, seq: int, s: int, batch: list) -> set[int]:
         """A batch into slot s, each item by its owner worker, in one part per worker that has items in it; the

@@ -1,0 +1,111 @@
+"""Hostile situations on the model side, kept as promises: predictions stay inside the displayed image whatever
+the file (EXIF-turned, CMYK, 16-bit); a checkpoint killed while it is written, or right after its rename, leaves a
+latest.pt that loads and resumes; evaluate says what a ground-truth file lacks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import QUIET_RUN, REPO, epochs_of, train_run
+from PIL import Image
+
+from east_cache import cli
+from east_cache.model import checkpoint
+from east_cache.model.predict import PredictConfig, pages_from_folder, predict, write_predictions
+from east_cache.model.scoring import PREDICTED_BY
+
+CPU = torch.device("cpu")
+SIZE = (120, 80)   # px, the displayed width and height of every test image
+
+
+class Everywhere:
+    """A model that sees a word at every map pixel, 300 px from each edge: every quad reaches far past the image."""
+
+    def __call__(self, x):
+        h, w = x.shape[2] // 2, x.shape[3] // 2
+        geo = torch.zeros(len(x), 5, h, w)
+        geo[:, :4] = 300.0
+        return torch.ones(len(x), 1, h, w), geo
+
+
+def displayed_image(folder: Path, kind: str) -> None:
+    """A SIZE image as a viewer shows it, stored as kind: a JPEG turned 90 degrees with an EXIF orientation, a CMYK
+    JPEG, or a 16-bit grey PNG."""
+    rgb = Image.new("RGB", SIZE, (200, 180, 160))
+    if kind == "exif":
+        exif = Image.Exif()
+        exif[0x0112] = 6   # the viewer turns the stored (80 x 120) pixels 90 degrees clockwise
+        rgb.transpose(Image.Transpose.ROTATE_90).save(folder / "page.jpg", exif=exif)
+    elif kind == "cmyk":
+        rgb.convert("CMYK").save(folder / "page.jpg")
+    else:
+        Image.fromarray(np.full(SIZE[::-1], 40000, np.uint16)).save(folder / "page.png")
+
+
+@pytest.mark.parametrize("kind", ["exif", "cmyk", "16-bit"])
+def test_predictions_stay_inside_the_displayed_image(kind, tmp_path):
+    displayed_image(tmp_path, kind)
+    pages, bad = pages_from_folder(tmp_path)
+    assert not bad and [(p.width, p.height) for p in pages] == [SIZE]
+    results, _ = predict(Everywhere(), pages, PredictConfig(image_size=128, map_scale=0.5), CPU, progress=False)
+    quads = next(iter(results.values()))[0]
+    assert len(quads) and quads.min() >= 0 and (quads[..., 0].max(), quads[..., 1].max()) <= SIZE
+    assert (quads[..., 0].max(), quads[..., 1].max()) == SIZE, "clipped to the edge, not dropped"
+    write_predictions(tmp_path / "p.json", results)
+    written = np.array([w["points"] for w in json.loads((tmp_path / "p.json").read_text())["images"][pages[0].name]
+                        ["words"].values()])
+    assert written.min() >= 0 and written[..., 0].max() <= SIZE[0] and written[..., 1].max() <= SIZE[1]
+
+
+KILLED = """
+import os, signal, sys, torch
+from east_cache.model import checkpoint, train
+saves, real_save, real_replace = [], torch.save, os.replace
+def save(obj, path):   # the second checkpoint dies halfway through its write
+    saves.append(path)
+    if len(saves) == 2 and sys.argv[1] == "inside torch.save":
+        real_save(obj, path)
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_save(obj, path)
+def replace(src, dst):   # the second checkpoint dies right after latest.pt is renamed into place
+    real_replace(src, dst)
+    if len(saves) == 2 and str(dst).endswith("latest.pt") and sys.argv[1] == "after the rename":
+        os.kill(os.getpid(), signal.SIGKILL)
+torch.save, checkpoint.os.replace = save, replace
+train.run(sys.argv[2:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["inside torch.save", "after the rename"])
+def test_latest_loads_and_resumes_after_a_kill_while_saving(moment, tiny_cache, tmp_path):
+    out = tmp_path / "run"
+    flags = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--epochs", "3", "--batch-size", "1"]
+    r = subprocess.run([sys.executable, "-c", KILLED, moment, *flags], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == -9, r.stderr
+    latest = checkpoint.load_checkpoint(out / "latest.pt")
+    assert latest["epoch"] == (1 if moment == "inside torch.save" else 2)
+    assert not list(out.glob("*.tmp")) or moment == "inside torch.save", "a finished save leaves no temp file"
+    log = train_run(tiny_cache, out, "--epochs", "3", "--batch-size", "1", "--resume", str(out / "latest.pt"))
+    assert epochs_of(log)[-1]["epoch"] == 3
+
+
+def test_evaluate_says_what_the_ground_truth_lacks(tmp_path, capsys):
+    box = [[1, 1], [30, 1], [30, 9], [1, 9]]
+    (tmp_path / "gt.json").write_text(json.dumps({"images": {"a.jpg": {"words": {"1": {"points": box}}},
+                                                            "b.jpg": {"img_w": 9, "img_h": 9, "words": {}}}}))
+    predicted = {"a.jpg": {"words": {"1": {"points": box}}}}
+    (tmp_path / "p.json").write_text(json.dumps({PREDICTED_BY: {}, "images": predicted}))
+    assert cli.main(["evaluate", "--gt", str(tmp_path / "gt.json"), "--pred", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("warning: --gt ") for line in err), err
+    assert "1 of 2 images state no img_w / img_h" in err[0] and "no image has a word with an \"illegibility\"" in err[1]
