@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUIET_RUN, REPO, make_tiny_cache
+from helpers import QUIET_RUN, REPO, edit_ufo, first_image, make_tiny_cache, train_run
 
 from east_cache import cli, errors
-from east_cache.model import predict, train
+from east_cache.model import checkpoint, predict, train
 from east_cache.model.model import EAST
 from east_cache.reader import CacheDataset
 
@@ -41,12 +42,15 @@ def world(tmp_path_factory, tiny_data, tiny_cache) -> dict[str, str]:
     (d / "notes.txt").write_text("mine")
     cfg = CacheDataset(tiny_cache).config
     base = {"model": EAST(cfg.map_scale).state_dict(), "config": cfg.to_dict(), "epoch": 1}
-    torch.save(base, d / "old.pt")
+    torch.save(base, d / "old.pt")   # no `trained_on`: written before it was recorded
+    elsewhere = {"cache": "/data/other_cache", "samples": "0" * 32, "images": 9, "input_size": cfg.input_size,
+                 "map_scale": cfg.map_scale}
+    torch.save({**base, "trained_on": elsewhere}, d / "other.pt")
     box = [[1, 1], [30, 1], [30, 9], [1, 9]]
     legible = {"1": {"points": box, "illegibility": False}}
     gt = ufo(d / "gt.json", {"a.jpg": {"img_w": 64, "img_h": 48, "words": legible}})
     pred = ufo(d / "pred.json", {"a.jpg": {"words": {"1": {"points": box}}}}, predicted_by={"program": "east-predict"})
-    return {"dir": str(d), "notes": str(d / "notes.txt"), "old": str(d / "old.pt"),
+    return {"dir": str(d), "notes": str(d / "notes.txt"), "old": str(d / "old.pt"), "other": str(d / "other.pt"),
             "cache": str(tiny_cache), "data": str(tiny_data), "gt": str(gt), "pred": str(pred)}
 
 
@@ -58,6 +62,10 @@ CASES = [
     ("east-train", "--cache {dir}/nothing --out {dir}/run", r"nothing: no finished cache here"),
     ("east-train", "--cache {cache} --out {dir}/run --resume {dir}/nope.pt",
      r"--resume \S*nope\.pt: no such checkpoint"),
+    ("east-train", "--cache {cache} --out {dir}/run --resume {other} --init-from {other}", r"pass one of them"),
+    ("east-train", "--cache {cache} --out {dir}/run --resume {other} --backbone-weights random",
+     r"--resume \S*other\.pt: it was trained on /data/other_cache \(9 images, 64 px\), but --cache \S+ holds another "
+     r"sample set \(2 images, 64 px\); resume with --cache /data/other_cache, or .* --init-from \S*other\.pt"),
     ("east-train", "--export-onnx {dir} --checkpoint {old}", r"--export-onnx \S+: a folder is there"),
     ("east-predict", "--checkpoint {old} --data {data} --split train --out {dir}",
      r"--out \S+: a folder is there; pass the path of a file"),
@@ -150,6 +158,36 @@ def test_a_killed_build_worker_is_one_line(world, monkeypatch, capsys):
     status = cli.main(argv("build --data {data} --out {dir}/c2 --quiet", world))
     assert_one_line(status, capsys.readouterr().err, r"a worker process of the build died \(exit codes "
                                                      r"\{SIGKILL\(-9\)\}\); .* fewer --jobs")
+
+
+def test_an_old_checkpoint_resumes_with_a_warning(world):
+    """A checkpoint written before `trained_on` was recorded cannot be checked: it is resumed as before, saying so."""
+    said = []
+    ds = CacheDataset(world["cache"])
+    checkpoint.check_same_samples(torch.load(world["old"], weights_only=True), Path(world["old"]), ds,
+                                  lambda msg, **k: said.append(msg))
+    assert len(said) == 1 and re.search(r"old\.pt does not record the cache it was trained on .*unchecked", said[0])
+    ck = {**torch.load(world["other"], weights_only=True), "trained_on": checkpoint.sample_set(ds)}
+    checkpoint.check_same_samples(ck, Path(world["other"]), ds, lambda msg, **k: said.append(msg))
+    assert len(said) == 1, "the same sample set: nothing to say"
+
+
+@pytest.mark.slow
+def test_resume_on_another_cache_is_refused_and_init_from_goes_on_there(tiny_data, tiny_cache, tmp_path):
+    """The issue's case: a run stopped inside epoch 1 on cache A, resumed with --cache B (other images, same
+    options); --init-from takes its weights to B with a fresh optimiser and schedule."""
+    train_run(tiny_cache, tmp_path / "a", "--epochs", "2", "--batch-size", "1", "--max-steps", "1")
+    ck = tmp_path / "a" / "latest.pt"
+    assert torch.load(ck, weights_only=True)["trained_on"]["images"] == 2
+    data_b = Path(shutil.copytree(tiny_data, tmp_path / "b_data"))
+    edit_ufo(data_b, lambda images: images.pop(first_image(images)))
+    cache_b = make_tiny_cache(data_b, tmp_path / "b")
+    with pytest.raises(errors.UsageError, match=rf"trained on {re.escape(str(tiny_cache))} \(2 images.*--cache "
+                                                rf"{re.escape(str(cache_b))} holds another sample set \(1 images"):
+        train_run(cache_b, tmp_path / "r", "--resume", str(ck), "--max-steps", "2")
+    log = train_run(cache_b, tmp_path / "r", "--init-from", str(ck), "--max-steps", "1", "--epochs", "1")
+    assert log[0]["weights"].startswith(f"weights of {ck} (epoch 1, trained on {tiny_cache})")
+    assert [r["step"] for r in log if r["event"] == "step"] == [1], "steps, epochs and schedule start afresh"
 
 
 def children(pid: int) -> list[int]:

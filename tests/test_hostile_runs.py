@@ -1,6 +1,7 @@
 """Hostile situations on the model side, kept as promises: predictions stay inside the displayed image whatever
 the file (EXIF-turned, CMYK, 16-bit); a checkpoint killed while it is written, or right after its rename, leaves a
-latest.pt that loads and resumes; evaluate says what a ground-truth file lacks."""
+latest.pt that loads and resumes; --keep-last keeps the newest epochs with latest.pt and best.pt whole; evaluate
+says what a ground-truth file lacks."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ from PIL import Image
 
 from east_cache import cli
 from east_cache.model import checkpoint
+from east_cache.model.config import TrainConfig
 from east_cache.model.predict import PredictConfig, pages_from_folder, predict, write_predictions
 from east_cache.model.scoring import PREDICTED_BY
 
@@ -61,6 +63,44 @@ def test_predictions_stay_inside_the_displayed_image(kind, tmp_path):
     written = np.array([w["points"] for w in json.loads((tmp_path / "p.json").read_text())["images"][pages[0].name]
                         ["words"].values()])
     assert written.min() >= 0 and written[..., 0].max() <= SIZE[0] and written[..., 1].max() <= SIZE[1]
+
+
+def test_prune_keeps_the_newest_epochs_and_the_links(tmp_path):
+    for n in range(1, 6):
+        (tmp_path / f"epoch_{n}.pt").write_text(str(n))
+    (tmp_path / "epoch_6_step_40.pt").write_text("cut")
+    checkpoint.link_as(tmp_path / "epoch_2.pt", checkpoint.BEST)
+    checkpoint.link_as(tmp_path / "epoch_5.pt", checkpoint.LATEST)
+    removed = checkpoint.prune(tmp_path, 2)
+    assert sorted(p.name for p in removed) == ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch_4.pt", "epoch_5.pt", "epoch_6_step_40.pt",
+                                                         "latest.pt"]
+    assert (tmp_path / "best.pt").read_text() == "2", "best.pt outlives the epoch file it was"
+    assert checkpoint.prune(tmp_path, 0) == [], "0 keeps every epoch"
+
+
+def test_best_is_judged_by_hmean_with_detection_metrics_else_by_validation_loss():
+    cfg = TrainConfig(eval_every=1)
+    assert checkpoint.validation_score({"hmean": 0.5, "val_loss": 2.0}, cfg) == ("hmean", 0.5)
+    assert checkpoint.validation_score({"val_loss": 2.0}, cfg) is None, "an epoch without metrics does not compete"
+    assert checkpoint.validation_score({"val_loss": 2.0}, TrainConfig(val_cache=Path("v"))) == ("val_loss", 2.0)
+    assert checkpoint.validation_score({"loss": 2.0}, TrainConfig()) is None
+    best = {"metric": "hmean", "value": 0.5, "epoch": 3}
+    assert checkpoint.improves(("hmean", 0.6), best) and not checkpoint.improves(("hmean", 0.4), best)
+    assert checkpoint.improves(("val_loss", 1.0), {"metric": "val_loss", "value": 2.0, "epoch": 1})
+    assert not checkpoint.improves(("val_loss", 3.0), {"metric": "val_loss", "value": 2.0, "epoch": 1})
+
+
+@pytest.mark.slow
+def test_keep_last_keeps_the_newest_epochs_and_best_is_the_best_validation(tiny_cache, tmp_path, capsys):
+    log = train_run(tiny_cache, tmp_path, "--epochs", "4", "--keep-last", "2", "--val-cache", str(tiny_cache),
+                    "--eval-every", "0")
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["best.pt", "epoch_3.pt", "epoch_4.pt", "latest.pt"]
+    losses = {r["epoch"]: r["val_loss"] for r in epochs_of(log)}
+    best = torch.load(tmp_path / "best.pt", weights_only=True)
+    assert best["epoch"] == min(losses, key=losses.get) and best["best"]["value"] == min(losses.values())
+    output = [line for line in capsys.readouterr().out.splitlines() if line.startswith("output: ")]
+    assert "keeping the newest 2, latest.pt and best.pt; about" in output[0] and "GB free" in output[0], output
 
 
 KILLED = """

@@ -306,7 +306,7 @@ def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
         assert all(math.isfinite(r[k]) for k in ("loss", "cls", "iou", "angle", "val_loss", "samples_per_s"))
         assert 0 <= r["data_wait"] <= 1
     assert ep[1]["lr"] == pytest.approx(1e-4), "MultiStepLR: x0.1 at half the epochs"
-    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_2.pt", "latest.pt"]
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["best.pt", "epoch_1.pt", "epoch_2.pt", "latest.pt"]
     assert not list(tmp_path.glob("*.tmp"))
     ck = torch.load(tmp_path / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scaler", "scheduler", "epoch", "step", "train_config", "fingerprint"} <= ck.keys()

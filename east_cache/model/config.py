@@ -51,6 +51,8 @@ class TrainConfig:
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file
     resume: Path | None = None             # checkpoint to continue from
+    init_from: Path | None = None          # checkpoint whose weights a new run starts from (other data)
+    keep_last: int = 3                     # newest epoch checkpoints kept (latest.pt and best.pt too); 0: all
     save_every: int = 1                    # epochs between checkpoints (the last is always saved)
     save_every_steps: int | None = None    # optimiser steps between mid-epoch checkpoints; None: none
     log_every: int = 20                    # optimiser steps between loss logs (the host syncs)
@@ -83,6 +85,7 @@ class RunState:
     signal: int | None = None                  # SIGINT / SIGTERM received: stop at the next step boundary
     last_checkpoint: Path | None = None        # the newest checkpoint this run wrote
     last_complete: bool = True                 # whether that one ends an epoch (else the next save replaces it)
+    best: dict | None = None                   # {"metric", "value", "epoch"} of best.pt, the best saved epoch
     bad_run: torch.Tensor = field(default_factory=lambda: torch.zeros(()))    # non-finite steps in a row
     bad_total: torch.Tensor = field(default_factory=lambda: torch.zeros(()))  # non-finite steps in all
 
@@ -184,7 +187,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
                      help="start the VGG16-BN backbone from torchvision's ImageNet weights (downloaded once, "
                           "528 MB, into the torch hub cache), from random weights, or from a torchvision vgg16_bn "
-                          f"state dict file; ignored with --resume (default: {d.backbone_weights})")
+                          f"state dict file; ignored with --resume and --init-from (default: {d.backbone_weights})")
     opt.add_argument("--max-bad-steps", type=int, metavar="N",
                      help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
     out = p.add_argument_group("output and resuming")
@@ -192,7 +195,14 @@ def get_args_parser() -> argparse.ArgumentParser:
                      help=f"folder for checkpoints (epoch_N.pt, latest.pt), log.jsonl and eval.jsonl (default: "
                           f"{d.out}; with --eval-only, the checkpoint's folder)")
     out.add_argument("--resume", type=Path, metavar="CKPT",
-                     help="continue the run a checkpoint was saved in, at the step it was saved (default: none)")
+                     help="continue the run a checkpoint was saved in, at the step it was saved, on the cache it "
+                          "was trained on (default: none)")
+    out.add_argument("--init-from", type=Path, metavar="CKPT",
+                     help="start a new run from a checkpoint's weights only (optimiser, schedule and epochs anew): "
+                          "the way to go on with other data; --backbone-weights is then ignored (default: none)")
+    out.add_argument("--keep-last", type=int, metavar="N",
+                     help=f"keep the newest N epoch checkpoints (latest.pt and best.pt, the best by validation, "
+                          f"always); 0: keep all (default: {d.keep_last})")
     out.add_argument("--save-every", type=int, metavar="N",
                      help=f"checkpoint every N epochs and after the last (default: {d.save_every})")
     out.add_argument("--save-every-steps", type=int, metavar="N",
@@ -226,7 +236,7 @@ def get_args_parser() -> argparse.ArgumentParser:
 # 0 for --eval-every: no detection metrics)
 LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batch-size": 1, "--epochs": 1,
                 "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0,
-                "--save-every-steps": 1}
+                "--save-every-steps": 1, "--keep-last": 0}
 
 
 def check_flags(args) -> None:
@@ -252,9 +262,12 @@ def check_flags(args) -> None:
         raise UsageError("--val-split names a split of --val-data ROOT; pass --val-data too")
     if args.backbone_weights not in (None, *BACKBONES):
         check_backbone_file(Path(args.backbone_weights))
-    if args.resume is not None and not args.resume.is_file():
-        raise UsageError(f"--resume {args.resume}: no such checkpoint; pass a file that a run wrote into its --out, "
-                         f"e.g. runs/east/latest.pt")
+    if args.resume is not None and args.init_from is not None:
+        raise UsageError("--resume continues a run, --init-from starts a new one from its weights: pass one of them")
+    for flag, path in (("--resume", args.resume), ("--init-from", args.init_from)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such checkpoint; pass a file that a run wrote into its --out, "
+                             f"e.g. runs/east/latest.pt")
 
 
 def invoked_as() -> list[str]:

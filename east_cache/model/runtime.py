@@ -119,8 +119,8 @@ def run_header(cfg: TrainConfig, rt: Runtime, argv: list[str], ds: CacheDataset,
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
-    """The installed package's version and a hash of the training code's syntax (east_cache/model/*.py): two runs with the
-    same hash ran the same code, whatever the version says."""
+    """The installed package's version and a hash of the training code's syntax (east_cache/model/*.py): two runs
+    with the same hash ran the same code, whatever the version says."""
     try:
         version = importlib.metadata.version("east-cache")
     except importlib.metadata.PackageNotFoundError:

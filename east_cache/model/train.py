@@ -18,14 +18,22 @@ import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
 from east_cache.model.checkpoint import (
+    BEST,
+    LATEST,
     checkpoint_name,
     checkpoint_state,
+    disk_use,
     export_onnx,
+    improves,
+    init_from,
+    link_as,
     nothing_left,
+    prune,
     resume,
     resume_command,
     rng_states,
     save_checkpoint,
+    validation_score,
 )
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
@@ -103,7 +111,10 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     val = open_cache(cfg.val_cache, cfg.rebuild, rt) if cfg.val_cache else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
-    origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)  # a resume overwrites it
+    if cfg.init_from:
+        origin = init_from(cfg.init_from, model, ds)
+    else:   # a resume overwrites the weights
+        origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)
     model.to(rt.device, memory_format=torch.channels_last)
     ctx = new_context(cfg, rt)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=ctx.fused)
@@ -120,7 +131,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
                          f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
-    for line in started_lines(cfg, rt, ds, origin, ctx.state, len(loaders[0]) // cfg.accum_steps):
+    steps = len(loaders[0]) // cfg.accum_steps
+    for line in started_lines(cfg, rt, ds, origin, ctx.state, steps, disk_use(cfg.out, model)):
         rt.say(line)
     cfg.out.mkdir(parents=True, exist_ok=True)
     ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
@@ -183,21 +195,30 @@ def end_epoch(stats: dict, complete: bool, lr: float, model, optimizer, schedule
                    f"iou {stats['iou']:.4f}, angle {stats['angle']:.4f}){val}; {stats['samples_per_s']:.3g} "
                    f"samples/s, {100 * stats['data_wait']:.0f}% of the time waiting for data")
     if not cfg.profile and ((complete and number % cfg.save_every == 0) or last_epoch(state.epoch, ctx)):
-        save(model, optimizer, scheduler, ctx, ds, complete)
+        save(model, optimizer, scheduler, ctx, ds, complete, validation_score(stats, cfg) if complete else None)
 
 
-def save(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, complete: bool) -> None:
+def save(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, complete: bool, score=None) -> None:
     """A checkpoint of where the run is now (all ranks gather their random states; rank 0 writes). The run's
-    previous mid-epoch checkpoint, now superseded, is removed: --save-every-steps keeps one, not one per save."""
+    previous mid-epoch checkpoint, now superseded, is removed: --save-every-steps keeps one, not one per save.
+    A complete epoch whose validation score (metric, value) beats the best so far becomes best.pt; then only
+    the newest --keep-last epoch files stay."""
     rng = rng_states(ctx.rt)
-    state = ctx.state
+    state, out = ctx.state, ctx.cfg.out
     if ctx.rt.rank != 0:
         return
-    path = ctx.cfg.out / checkpoint_name(state.epoch + 1, state.step, complete)
+    path = out / checkpoint_name(state.epoch + 1, state.step, complete)
+    new_best = score is not None and improves(score, state.best)
+    if new_best:
+        state.best = {"metric": score[0], "value": score[1], "epoch": state.epoch + 1}
     save_checkpoint(checkpoint_state(model, optimizer, scheduler, ctx, ds, rng, complete), path)
+    if new_best:
+        link_as(path, BEST)
     if state.last_checkpoint is not None and not state.last_complete and state.last_checkpoint != path:
         state.last_checkpoint.unlink(missing_ok=True)
     state.last_checkpoint, state.last_complete = path, complete
+    if complete:
+        prune(out, ctx.cfg.keep_last)
 
 
 def last_epoch(epoch: int, ctx: Context) -> bool:
@@ -231,7 +252,7 @@ def finish(ctx: Context, argv: list[str]) -> int:
 
 
 def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
-                  steps_per_epoch: int) -> list[str]:
+                  steps_per_epoch: int, disk: str) -> list[str]:
     c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
     val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
     if cfg.val_data:
@@ -241,7 +262,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
                  if state.epoch_micro else f"after epoch {state.epoch}")
         origin = f"{origin}: step {state.step}, {where}"
     steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
-    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}"
+    kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
+    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST} and {BEST}; {disk}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
