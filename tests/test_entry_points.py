@@ -67,6 +67,8 @@ CASES = [
      r"--resume \S*other\.pt: it was trained on /data/other_cache \(9 images, 64 px\), but --cache \S+ holds another "
      r"sample set \(2 images, 64 px\); resume with --cache /data/other_cache, or .* --init-from \S*other\.pt"),
     ("east-train", "--export-onnx {dir} --checkpoint {old}", r"--export-onnx \S+: a folder is there"),
+    ("east-train", "--cache {dir}/nothing --out {dir}/run --val-data {data} --val-split nosuch",
+     r"ufo/nosuch\.json: UFO file not found; .*; the splits there: train$"),
     ("east-predict", "--checkpoint {old} --data {data} --split train --out {dir}",
      r"--out \S+: a folder is there; pass the path of a file"),
     ("east-predict", "--checkpoint {old} --data {data} --split train --out {notes}/p.json", r"notes\.txt is a file"),

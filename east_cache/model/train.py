@@ -39,6 +39,7 @@ from east_cache.model.config import RunState, TrainConfig, check_flags, get_args
 from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
 from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
 from east_cache.model.model import EAST, init_backbone
+from east_cache.model.predict import split_files
 from east_cache.model.runtime import (
     Runtime,
     jsonl_writer,
@@ -90,6 +91,8 @@ def run(argv: list[str] | None = None) -> int:
     try:
         cfg = resolve_config(args, rt.device)
         check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
+        if cfg.val_data:
+            split_files(cfg.val_data, cfg.val_split)
         status = 0
         if args.eval_only:
             evaluate_checkpoint(cfg, rt, args.checkpoint)
