@@ -20,7 +20,7 @@ from east_cache.errors import CommandParser, UsageError
 
 EPOCHS = 50                  # epochs when --epochs is not given
 BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (training and --eval-only)
-CPU_BATCH_SIZE = 1           # the same on a CPU: a 1024 px batch of 8 needs ~9 GB there and minutes per step
+CPU_BATCH_SIZE = 1           # the same on a CPU, where a GPU batch of 1024 px crops needs gigabytes and minutes a step
 # `python train.py` on a CPU without --epochs, --max-steps or --time-limit: a check run that ends within minutes
 CPU_BUDGET_STEPS = 20        # optimiser steps
 CPU_BUDGET_SECONDS = 120.0   # s; stop after the step that crosses this
