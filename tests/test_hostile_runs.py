@@ -1,7 +1,7 @@
-"""Hostile situations on the model side, kept as promises: predictions stay inside the displayed image whatever
-the file (EXIF-turned, CMYK, 16-bit); a checkpoint killed while it is written, or right after its rename, leaves a
-latest.pt that loads and resumes; --keep-last keeps the newest epochs with latest.pt and best.pt whole; evaluate
-says what a ground-truth file lacks."""
+"""Hostile situations past the build, kept as promises: every convert format names a malformed source's file (and
+line or entry); predictions stay inside the displayed image whatever the file (EXIF-turned, CMYK, 16-bit); a
+checkpoint killed while it is written, or right after its rename, leaves a latest.pt that loads and resumes;
+--keep-last keeps the newest epochs with latest.pt and best.pt whole; evaluate says what a ground-truth file lacks."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,7 @@ from helpers import QUIET_RUN, REPO, epochs_of, train_run
 from PIL import Image
 
 from east_cache import cli
+from east_cache.convert import FORMATS
 from east_cache.model import checkpoint
 from east_cache.model.config import TrainConfig
 from east_cache.model.predict import PredictConfig, pages_from_folder, predict, write_predictions
@@ -24,6 +25,55 @@ from east_cache.model.scoring import PREDICTED_BY
 
 CPU = torch.device("cpu")
 SIZE = (120, 80)   # px, the displayed width and height of every test image
+BAD_QUAD = "10,10,70,oops,70,30,10,30,bad"
+
+
+def picture(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", SIZE, (200, 200, 200)).save(path)
+
+
+def malformed_source(fmt: str, d: Path) -> tuple[Path, str, list[str]]:
+    """(SRC for `convert --from fmt`, the file:line or file the error must name, more flags): a source of that format
+    with one malformed annotation, beside a good image."""
+    if fmt == "icdar2015":
+        picture(d / "img" / "img_1.jpg")
+        (d / "gt").mkdir()
+        (d / "gt" / "gt_img_1.txt").write_text(f"10,10,70,10,70,30,10,30,ok\n{BAD_QUAD}\n")
+        return d / "gt", "gt_img_1.txt:2", ["--images", str(d / "img")]
+    if fmt in ("sroie", "icdar2013", "polygon"):
+        picture(d / "a.jpg")
+        name = "gt_a.txt" if fmt == "icdar2013" else "a.txt"
+        line = {"sroie": BAD_QUAD, "icdar2013": '10 10 70 oops "x"', "polygon": "1,2,oops,4,5,6,####a"}[fmt]
+        (d / name).write_text(line + "\n")
+        return d, f"{name}:1", []
+    picture(d / "a.jpg")
+    if fmt == "mmocr":
+        (d / "t.json").write_text('{"metainfo": {}, "data_list": [{"img_path": "a.jpg", "instances": []}]')
+        return d / "t.json", "t.json: invalid JSON at line 1", []
+    if fmt == "wildreceipt":
+        (d / "train.txt").write_text('{"file_name": "a.jpg", "annotations": 5}\n')
+        return d / "train.txt", "train.txt:1", []
+    if fmt == "cord":
+        picture(d / "image" / "r.png")
+        (d / "json").mkdir()
+        (d / "json" / "r.json").write_text('{"valid_line": [{"words": [{"quad": 3}]}]}')
+        return d, "r.json: valid_line[0].words[0]", []
+    if fmt == "cocotext":
+        (d / "C.json").write_text(json.dumps({"imgs": {"1": {"file_name": "a.jpg", "set": "train"}},
+                                              "anns": {"2": {"image_id": 1, "bbox": "x"}}, "imgToAnns": {"1": [2]}}))
+        return d / "C.json", "C.json: anns[2]", []
+    (d / "poly_gt_a.txt").write_text("x: [[1 2 oops]], y: [[1 2 3]], ornt: [u'c'], transcriptions: [u'a']\n")
+    return d, "poly_gt_a.txt:1", []
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_convert_format_names_a_malformed_source(fmt, tmp_path, capsys):
+    src, named, flags = malformed_source(fmt, tmp_path / "src")
+    assert cli.main(["convert", "--from", fmt, str(src), "--out", str(tmp_path / "root"), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and named in err, err
+    assert not (tmp_path / "root").exists(), "nothing is written"
 
 
 class Everywhere:
