@@ -205,7 +205,9 @@ def check_bad_steps(ctx: Context) -> None:
 
 
 @torch.no_grad()
-def evaluate(model, loader, ctx: Context) -> dict:
+def validation_loss(model, loader, ctx: Context) -> dict:
+    """{"val_loss", "val_cls", ...}: the loss's parts over the validation loader, each sample counted once,
+    without jitter; reduced over the ranks."""
     model.eval()
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
     for batch in batches(loader):

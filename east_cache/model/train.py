@@ -37,7 +37,7 @@ from east_cache.model.checkpoint import (
 )
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
-from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
+from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.predict import split_files
 from east_cache.model.runtime import (
@@ -168,7 +168,7 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
             if complete:
                 scheduler.step()
             if loaders[1] is not None and state.signal is None:  # a signal asks to stop now, not to evaluate
-                stats.update(evaluate(net, loaders[1], ctx))
+                stats.update(validation_loss(net, loaders[1], ctx))
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
                 stats.update(full_page_metrics(model, pages, rt) if pages is not None

@@ -31,7 +31,7 @@ from east_cache.model.scoring import Words, score_image
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import ImageRecord, load_splits
 
-METRIC = "rect"   # the headline metric on full pages: the competition scorer
+FULL_PAGE_METRIC = "rect"   # the headline metric on full pages: the competition scorer
 
 
 # ---------------------------------------------------------------- on a cache's crops
@@ -96,7 +96,8 @@ def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
                          progress=rt.rank == 0, desc="validate")
     counts = np.zeros(4)   # cared-for gts, kept detections, recall credits, precision credits
     for rec in mine:
-        counts += score_image(Words.from_record(rec), Words.from_quads(results[rec.name][0]), METRIC)[:4]
+        found = Words.from_quads(results[rec.name][0])
+        counts += score_image(Words.from_record(rec), found, FULL_PAGE_METRIC)[:4]
     return {**dataset_metrics(sum_over_ranks(counts, rt)), "eval_seconds": time.perf_counter() - t0}
 
 
