@@ -289,3 +289,7 @@ def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> 
     if cfg.check_run:
         text += " (the check run without a GPU; --epochs, --max-steps or --time-limit set the length)"
     return text
+
+
+if __name__ == "__main__":
+    entry()
