@@ -32,9 +32,9 @@ from east_cache.reader import CacheDataset, batches
 from east_cache.reader.expand import batch_len
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample.crop_draw import grid_step, word_boxes
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
-from east_cache.sample.window import grid_step, word_boxes
 from east_cache.store.build import build_cache
 from east_cache.store.layout import Layout
 from east_cache.tools.coverage import build_mode, coverage, page_mode
@@ -114,7 +114,7 @@ def read_rate(out: Path, batch_size: int, count: int, late: tuple[int, int], com
     late[0] to late[1] (once every reading process has mapped in its pages and kept their patches), MiB an item
     delivers), through train.py's feeding path: a DataLoader in this process with collate, read one batch ahead
     by batches()'s thread, a new epoch each time round (new crops in page mode). The first epoch is timed apart:
-    in it a page-mode reader derives each page's window draw on its first crop (kept for later epochs).
+    in it a page-mode reader derives each page's crop draw on its first crop (kept for later epochs).
     compact: page-mode items as train.py reads them (image tiles, maps, word table; score and geometry are made
     on the device, not timed here). workers: train.py --workers N, processes that cut batches into shared slots
     (their start is in the first epoch's time). The memcpy after each timed epoch: one core copying as many

@@ -23,10 +23,8 @@ sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path
 
 from torch.utils.data import DataLoader
 
-from east_cache.reader import collate, make_sampler
-from east_cache.reader.workers import WorkerLoader
-from east_cache.model.data import EpochDataset, EpochSampler
-from east_cache.tools.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from east_cache.reader import EpochDataset, EpochSampler, WorkerLoader, collate, make_sampler
+from east_cache.reader.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
 from east_cache.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))

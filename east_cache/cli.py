@@ -1,6 +1,9 @@
 """The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate.
 
-Fills a BuildConfig from flags; imports no torch (only `bench` and `show` load it, when they run).
+The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
+convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
+(evaluate). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
+run).
 """
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.model import scoring   # numpy and DetEval, no torch
 from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, MAP_SCALES, STRATEGIES, BuildConfig
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
@@ -204,10 +206,7 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from east_cache.tools.bench import (  # imports torch: only when benchmarking
-        default_workers,
-        run,
-    )
+    from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
     if a.batches is not None and a.batches < 1:
         print("error: --batches must be at least 1", file=sys.stderr)
         return 2
@@ -216,14 +215,15 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_show(a: argparse.Namespace) -> int:
-    from east_cache.tools.show import show_cached, show_source
     try:
         if a.source is not None:
+            from east_cache.tools.show import show_source   # a sample made now: no reader, no torch
             if a.name is None or a.cache is not None:
                 raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
             cfg = BuildConfig(input_size=a.input_size, map_scale=a.map_scale, seed=a.seed)
             show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
         else:
+            from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
             show_cached(a.cache, a.index, a.variant, a.out)
@@ -239,6 +239,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
+    from east_cache.model import scoring   # evaluate's flags and command: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)

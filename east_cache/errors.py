@@ -38,6 +38,11 @@ class CacheError(UserError, ValueError):
     """A cache that cannot be read as it is; the message says what to run."""
 
 
+class RemoteError(CacheError):
+    """A transfer to or from storage (a bucket) that failed for good: the message names the URL, without
+    credentials, and says what to do; nothing half-transferred is left under a final name."""
+
+
 class BuildError(UserError, RuntimeError):
     """The build cannot go on (lock held, disk full); the existing cache is untouched."""
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from helpers import make_tiny_cache
+from s3 import faulty, no_client_retries, s3, s3_endpoint  # noqa: F401  fixtures: a local S3 server, a bucket, a faulty proxy
 
 from east_cache.tools.sampledata import write_sample_dataset
 

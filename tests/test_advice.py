@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from east_cache.config import BuildConfig
-from east_cache.tools.advice import text_free_warning, upscale_warning
+from east_cache.store.announce import upscale_warning
+from east_cache.tools.advice import text_free_warning
 from east_cache.tools.coverage import Coverage
 
 CFG = BuildConfig(image_size=2048, input_size=1024)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from east_cache.ingest.ufo import CARE, load_splits
+from east_cache.sample.crop_draw import grid_step, word_boxes
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
-from east_cache.sample.window import grid_step, word_boxes
 from east_cache.store.layout import Layout
 from east_cache.tools.coverage import build_mode, coverage, page_mode
 from helpers import small_config

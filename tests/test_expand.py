@@ -8,9 +8,9 @@ from helpers import random_page
 from east_cache.reader.collate import collate
 from east_cache.reader.crop import crop_page, crop_page_compact, legible_boxes
 from east_cache.reader.expand import expand_batch, expand_targets, pad_tables
+from east_cache.sample.crop_draw import cuts_at
 from east_cache.sample.geometry import min_rect_angles
 from east_cache.sample.targets import fill_geometry, owner_map, word_table
-from east_cache.sample.window import cuts_at
 
 
 def random_quads(seed: int, n: int, size: int) -> np.ndarray:

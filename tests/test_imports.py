@@ -1,7 +1,9 @@
-"""The house's shape: every module imports, no import cycle among our modules, no module over MAX_LINES.
+"""The house's shape: every module imports, no import cycle among our modules, imports follow the data path
+(ingest -> sample -> store -> reader -> model), no private name is imported from another module, no module
+over MAX_LINES.
 
 The graph counts every import statement of a module, at any depth: a function-level import written to
-dodge a cycle is still an edge here, so the cycle it hides is found.
+dodge a cycle or a layer is still an edge here, so what it hides is found.
 """
 from __future__ import annotations
 
@@ -101,3 +103,94 @@ def test_the_cycle_finder_finds_one():
 def test_no_module_is_too_long():
     long = {name: n for name, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# The data path's layers, in order: a module may import modules of its own layer and of the layers before it
+# (ingest -> sample -> store -> reader -> model). tools (the build side's user commands, with convert and
+# buildrequest) sit between the store and the reader: they import ingest, sample and store only, and the reader
+# may draw with them. base holds what every layer shares.
+LAYERS = ("base", "ingest", "sample", "store", "tools", "reader", "model")
+BASE = ("east_cache", "east_cache.config", "east_cache.errors", "east_cache.progress", "east_cache.budget")
+BUILD_SIDE = ("east_cache.tools", "east_cache.convert", "east_cache.buildrequest")
+# The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
+# entry-point packages.
+FRONTS = ("east_cache.cli", "preprocess", "preprocess.__main__", "dataset")
+
+
+def layer_of(name: str) -> str | None:
+    """The layer of our module `name`; None for a front."""
+    if name in FRONTS:
+        return None
+    if name in BASE:
+        return "base"
+    if name.startswith(BUILD_SIDE):
+        return "tools"
+    sub = name.split(".")[1]
+    if sub not in LAYERS:
+        raise AssertionError(f"{name} belongs to no layer: add it to LAYERS, BASE, BUILD_SIDE or FRONTS")
+    return sub
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for every import of a module b whose layer comes after a's."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        mine = layer_of(name)
+        if mine is None:
+            continue
+        for t in sorted(targets):
+            theirs = layer_of(t)
+            if theirs is None or LAYERS.index(theirs) > LAYERS.index(mine):
+                if mine != "model":   # the model side may use any module below it, the command lines' helpers too
+                    found.append(f"{name} ({mine}) -> {t} ({theirs or 'front'})")
+    return found
+
+
+def private_imports(name: str, path: Path) -> list[str]:
+    """'a: from b import _c' for every name starting with _ (not a dunder) that `name` imports from another of
+    our modules."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+            base = ".".join(anchor + ([base] if base else []))
+        if base.split(".")[0] not in PACKAGES or base == name:
+            continue
+        found += [f"{name}: from {base} import {a.name}" for a in node.names
+                  if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))]
+    return found
+
+
+def test_imports_follow_the_data_path():
+    """ingest -> sample -> store -> (tools) -> reader -> model, over every import statement at any depth: the
+    build side never reaches the reader or the model, the reader never the model."""
+    graph = {name: imported(name, path) for name, path in MODULES.items()}
+    bad = against_the_layers(graph)
+    assert not bad, "imports against the data path:\n" + "\n".join(bad)
+
+
+def test_the_layer_check_finds_an_import_against_the_path():
+    graph = {"east_cache.store.build": {"east_cache.sample.make", "east_cache.reader.cache"},
+             "east_cache.tools.info": {"east_cache.store.manifest", "east_cache.model.cli"},
+             "east_cache.reader.show": {"east_cache.tools.show"}, "east_cache.cli": {"east_cache.model.cli"},
+             "east_cache.model.trainer": {"east_cache.reader.cache"}}
+    assert against_the_layers(graph) == ["east_cache.store.build (store) -> east_cache.reader.cache (reader)",
+                                         "east_cache.tools.info (tools) -> east_cache.model.cli (model)"]
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = [line for name, path in MODULES.items() for line in private_imports(name, path)]
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_import_check_finds_one(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("from east_cache.sample.make import _select, make_sample\nfrom os import _exit\n"
+                    "from east_cache.reader import __all__\n\ndef f():\n    from .cache import _hidden\n")
+    assert private_imports("east_cache.reader.mod", path) == [
+        "east_cache.reader.mod: from east_cache.sample.make import _select",
+        "east_cache.reader.mod: from east_cache.reader.cache import _hidden"]

@@ -13,10 +13,11 @@ from east_cache.cli import main
 from east_cache.config import STRATEGIES, BuildConfig
 from east_cache.errors import CacheError
 from east_cache.store.build import build_cache
-from east_cache.sample.page import image_values, map_values, max_page_size
+from east_cache.sample.page import max_page_size
 from east_cache.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
 from east_cache.store.layout import Layout
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_record import image_values, map_values
 from east_cache.tools.verify import verify
 
 
@@ -79,11 +80,9 @@ def test_another_format_version_is_refused_with_the_build_command(cache):
 
 @pytest.mark.parametrize("edit", ["format version", "build fingerprint"])
 def test_train_rebuild_makes_a_cache_of_another_version_or_other_code_anew(edit, tiny_data, tmp_path, capsys):
-    """train.py --rebuild (east_cache.model.data.open_cache) rebuilds a cache that another format version or other sample code
-    made, with the settings it records, where a plain open refuses it and names --rebuild."""
-    from types import SimpleNamespace
-
-    from east_cache.model.data import open_cache
+    """train.py --rebuild (east_cache.reader.loader.open_cache) rebuilds a cache that another format version or
+    other sample code made, with the settings it records, where a plain open refuses it and names --rebuild."""
+    from east_cache.reader import open_cache
     from east_cache.store.fingerprint import build_fingerprint
     cache = make_tiny_cache(tiny_data, tmp_path / "c")
     built = Manifest.load(cache).config
@@ -91,7 +90,7 @@ def test_train_rebuild_makes_a_cache_of_another_version_or_other_code_anew(edit,
                   d.update(build_fingerprint="0" * 16))
     with pytest.raises(CacheError, match="pass --rebuild to train.py"):
         CacheDataset(cache)
-    ds = open_cache(cache, True, SimpleNamespace(rank=0, world=1))
+    ds = open_cache(cache, True, rank=0, world=1)
     assert f"{cache}: it " in capsys.readouterr().out
     m = Manifest.load(cache)
     assert m.format_version == FORMAT_VERSION and m.build_fingerprint == build_fingerprint(m.config) == ds.fingerprint

@@ -6,10 +6,11 @@ import pytest
 import torch
 from helpers import page_record, random_page
 
-from east_cache.reader.crop import choose, crop_page, crop_words, legible_boxes
+from east_cache.reader.crop import crop_page, crop_words, legible_boxes
 from east_cache.reader.expand import untile
 from east_cache.config import BuildConfig
-from east_cache.ingest.ufo import ILLEGIBLE
+from east_cache.errors import DataError
+from east_cache.ingest.ufo import CARE, ILLEGIBLE, ImageRecord
 from east_cache.sample.geometry import (
     compose,
     rotation_matrix,
@@ -17,24 +18,21 @@ from east_cache.sample.geometry import (
     transform_points,
 )
 from east_cache.sample.make import decode_for, make_sample, sample_rng, warp
-from east_cache.sample.page import (
-    MAX_BLEED_PX,
+from east_cache.sample.crop_draw import cuts_at, epoch_crop, grid_step
+from east_cache.sample.page import MAX_BLEED_PX, expected_page_size, make_page, max_page_size, page_frame
+from east_cache.sample.targets import make_targets
+from east_cache.store.page_record import (
+    MAX_LEGIBLE,
     TILE_PX,
     Page,
     Tiled,
     block_tiles,
-    expected_page_size,
     image_values,
-    make_page,
     map_values,
-    max_page_size,
+    padded_rect,
     page_bytes,
-    page_frame,
     put_rect,
-    window,
 )
-from east_cache.sample.targets import make_targets
-from east_cache.sample.window import cuts_at, grid_step
 
 CFG = BuildConfig(image_size=256, input_size=96, map_scale=0.5)
 # Words of a 320 x 240 page: spread, rotated, overlapping (the 2nd and 3rd), one sticking out of the frame,
@@ -53,7 +51,7 @@ def crop_reference(page: Page, origin, size: int, map_scale: float):
     care[np.flatnonzero(care)[cuts_at(legible_boxes(page), origin, size)]] = 0
     score, geo, roi = make_targets(points, page.offsets, care, size, map_scale)
     m = score.shape[0]
-    on = window(np.ones(page.owner.shape, bool), *(np.asarray(origin) * map_scale).astype(int), m, m, False)
+    on = padded_rect(np.ones(page.owner.shape, bool), *(np.asarray(origin) * map_scale).astype(int), m, m, False)
     return score * on, geo * on, np.where(on, roi, 1)
 
 
@@ -64,7 +62,7 @@ def assert_crop_exact(page: Page, origin, size: int, map_scale: float) -> bool:
     np.testing.assert_array_equal(got["score"][0], score, err_msg=f"score at {origin}")
     np.testing.assert_array_equal(got["roi"][0], roi, err_msg=f"roi at {origin}")
     np.testing.assert_array_equal(got["geo"], geo.astype(np.float16), err_msg=f"geo at {origin}")
-    np.testing.assert_array_equal(got["image"], page.image.window(*origin, size, size))
+    np.testing.assert_array_equal(got["image"], page.image.rect(*origin, size, size))
     return bool(cut.any())
 
 
@@ -93,7 +91,7 @@ def test_crop_exact_at_origins_that_graze_words():
 
 
 def test_make_page_crops_equal_make_targets(tmp_path):
-    page = make_page(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
+    page = Page.make(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
     w, h = page.size
     assert w % 4 == 0 and h % 4 == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
     assert page.owner.max() == 7 and 0 < page.roi.mean() < 1
@@ -109,21 +107,21 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
     """The crop image is the page slice; warping the source straight into the crop differs only by cv2's
     fixed-point rounding of the source coordinates (1/32 px): a few grey levels at sharp edges."""
     rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
-    page = make_page(rec, CFG, variant)
+    page = Page.make(rec, CFG, variant)
     params = sample_params(sample_rng(CFG.seed, rec.name, variant), rec.width, rec.height, CFG)
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
     x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 4)
     for origin in ([0, 0], [w - 96, h - 96], [48, 20], [-16, h - 80]):
         direct = warp(d, compose(np.array([[1.0, 0, -x0 - origin[0]], [0, 1, -y0 - origin[1]]]), rotate), (96, 96))
-        diff = np.abs(direct.transpose(2, 0, 1).astype(int) - page.image.window(*origin, 96, 96))
+        diff = np.abs(direct.transpose(2, 0, 1).astype(int) - page.image.rect(*origin, 96, 96))
         assert diff.max() <= 32 and diff.mean() < 0.5, (origin, diff.max(), diff.mean())
 
 
 @pytest.mark.parametrize("w, h", [(130, 97), (64, 64), (31, 200)])
 @pytest.mark.parametrize("channels, tile, dtype", [((3,), TILE_PX, np.uint8), ((), 16, np.uint16), ((), 8, np.uint16)])
-def test_tiles_give_every_window_of_the_array(w, h, channels, tile, dtype):
-    """Tiled (a page's image, its maps at map scale 0.5 and 0.25): a window or a block of tiles cut anywhere, on
+def test_tiles_give_every_rect_of_the_array(w, h, channels, tile, dtype):
+    """Tiled (a page's image, its maps at map scale 0.5 and 0.25): a rect or a block of tiles cut anywhere, on
     the array, across its edges or off it, holds the array's values and zeros beyond it, bit for bit."""
     rng = np.random.default_rng(w)
     arr = rng.integers(1, 256 if dtype == np.uint8 else 1 << 16, (*channels, h, w)).astype(dtype)
@@ -133,8 +131,8 @@ def test_tiles_give_every_window_of_the_array(w, h, channels, tile, dtype):
     for _ in range(40):
         x, y = (int(v) for v in rng.integers(-80, [w + 40, h + 40]))
         side = int(rng.integers(1, 100))
-        want = window(arr, x, y, side, side, 0)
-        np.testing.assert_array_equal(tiles.window(x, y, side, side), want, err_msg=str((x, y, side)))
+        want = padded_rect(arr, x, y, side, side, 0)
+        np.testing.assert_array_equal(tiles.rect(x, y, side, side), want, err_msg=str((x, y, side)))
         block, (dx, dy) = tiles.block(x, y, side)
         n = block_tiles(side, tile)
         assert block.shape == (n, n, *channels, tile, tile) and 0 <= dx < tile and 0 <= dy < tile
@@ -164,7 +162,7 @@ def test_page_canvas_keeps_the_rotated_corners(tmp_path):
     """A white frame rotated into the page: nothing touches the canvas border, all four corners are there."""
     rec = page_record(tmp_path, [[[0, 0], [320, 0], [320, 240], [0, 240]]], size=(320, 240))
     for variant in range(4):
-        page = make_page(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant)
+        page = Page.make(rec, BuildConfig(image_size=256, input_size=96, max_rotation=30), variant)
         img = page.image.array().max(axis=0)
         assert not img[[0, -1]].any() and not img[:, [0, -1]].any()
         ys, xs = np.nonzero(img > 128)
@@ -184,7 +182,11 @@ def test_no_page_exceeds_max_page_size(tmp_path):
 def test_a_page_round_trips_through_flat_record_fields(tmp_path):
     cfg = BuildConfig(image_size=128, input_size=64)
     rec = page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS)
-    page = make_page(rec, cfg, 2)
+    content = make_page(rec, cfg, 2)
+    page = Page.from_content(content, cfg.map_scale)
+    np.testing.assert_array_equal(page.image.array(), content.image)
+    np.testing.assert_array_equal(page.owner, content.owner)
+    np.testing.assert_array_equal(page.roi, content.roi)
     w, h = max_page_size(cfg)
     image, maps = np.zeros(image_values((w, h)), np.uint8), np.zeros(map_values((w, h), 0.5), np.uint16)
     size = np.zeros(2, np.int32)
@@ -200,6 +202,16 @@ def test_a_page_round_trips_through_flat_record_fields(tmp_path):
     for v in range(3):
         expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size
         assert np.all(expected >= real) and np.all(expected - real <= 2 * MAX_BLEED_PX + 4)
+
+
+def test_a_page_with_more_legible_words_than_its_maps_hold_is_refused_before_decoding(tmp_path):
+    n = MAX_LEGIBLE + 1
+    quads = np.tile(np.array([[0, 0], [4, 0], [4, 4], [0, 4]], np.float32), (n, 1))
+    rec = ImageRecord(name="dense.png", path=str(tmp_path / "absent.png"), source="train.json", width=8, height=8,
+                      points=quads, offsets=np.arange(0, 4 * n + 1, 4, dtype=np.int64),
+                      reason=np.full(n, CARE, np.uint8), fingerprint="f")
+    with pytest.raises(DataError, match=f"dense.png has {n} legible words; a page holds at most {MAX_LEGIBLE}"):
+        Page.make(rec, CFG, 0)
 
 
 def test_page_words_are_make_sample_words_shifted(tmp_path):
@@ -229,8 +241,10 @@ def test_crop_words_are_the_overlapping_words_with_cuts_dont_care():
 
 def test_crop_choice_is_deterministic_per_key():
     page = random_page(1)
-    a = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
-    b = choose(page, 96, 4, seed=0, epoch=3, name="x.jpg", variant=0)
+
+    def crop(epoch):
+        return epoch_crop(0, epoch, "x.jpg", 0, legible_boxes(page), page.size, 96, 4, page.weight)
+    a, b = crop(3), crop(3)
     np.testing.assert_array_equal(a[0], b[0])
-    others = {tuple(choose(page, 96, 4, 0, e, "x.jpg", 0)[0]) for e in range(20)}
+    others = {tuple(crop(e)[0]) for e in range(20)}
     assert len(others) > 10, "epochs should draw different crops"

@@ -10,15 +10,16 @@ import torch
 from helpers import cache_bytes, edit_ufo, nudge_first_word, small_config
 from torch.utils.data import DataLoader
 
+from east_cache.budget import ByteBudget
 from east_cache.reader import CacheDataset, collate, make_sampler
-from east_cache.reader import cache as cache_module
-from east_cache.reader.crop import choose, crop_page
+from east_cache.reader import pages as pages_module
+from east_cache.reader.crop import crop_page, legible_boxes
 from east_cache.reader.expand import expand_batch
 from east_cache.ingest.ufo import load_splits
-from east_cache.sample.page import make_page
-from east_cache.sample.window import grid_step
+from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.store.build import build_cache
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.page_record import Page
 
 
 def build(data, out, **over):
@@ -45,8 +46,9 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
         ds.set_epoch(epoch)
         for i in (0, 2, 4):
             v = ds.variant(i)
-            page = make_page(recs[i], c, v)
-            origin, cut = choose(page, c.input_size, grid_step(c.map_scale), c.seed, epoch, recs[i].name, v)
+            page = Page.make(recs[i], c, v)
+            origin, cut = epoch_crop(c.seed, epoch, recs[i].name, v, legible_boxes(page), page.size, c.input_size,
+                                     grid_step(c.map_scale), page.weight)
             want, got = crop_page(page, origin, cut, c.input_size, c.map_scale), ds[i]
             for k in ("image", "score", "geo", "roi"):
                 assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
@@ -62,9 +64,9 @@ def test_kept_maps_patches_give_the_crops_made_afresh(cache):
         compact.set_epoch(epoch)
         for i in range(len(ds)):
             v = ds.variant(i)
-            page = ds.page(i, v)
-            origin, cut = ds.crop_origin(i, v)
-            kept = ds.page_words(i, v, page).patches
+            page = ds.cropper.page(i, v)
+            origin, cut = ds.cropper.crop_origin(i, v, epoch)
+            kept = ds.cropper.page_words(i, v, page).patches
             reused += cut.any() and np.flatnonzero(cut).tobytes() in kept
             want = crop_page(page, origin, cut, c.input_size, c.map_scale)
             got = ds[i]
@@ -162,7 +164,7 @@ def test_compact_items_expand_to_the_full_items(cache):
 
 
 def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
-    """A reader keeps each page's window draw while PAGE_WORDS_BYTES lasts; past it, the same crops."""
+    """A reader keeps each page's crop draw while ByteBudget.PAGE_WORDS lasts; past it, the same crops."""
     def items(ds):
         out = []
         for epoch in (1, 7):
@@ -171,40 +173,40 @@ def test_pages_past_the_kept_budget_give_the_same_crops(cache, monkeypatch):
         return out
     kept = CacheDataset(cache, compact=True)
     want = items(kept)
-    monkeypatch.setattr(cache_module, "PAGE_WORDS_BYTES", 0)
+    monkeypatch.setattr(ByteBudget, "PAGE_WORDS", 0)
     fresh = CacheDataset(cache, compact=True)
     for a, b in zip(want, items(fresh), strict=True):
         a, b = collate([a]), collate([b])   # a compact crop's maps patch is applied by collate
         assert all(torch.equal(a[k], b[k]) for k in a)
-    assert kept._words and not fresh._words
+    assert kept.cropper._words and not fresh.cropper._words
 
 
 def test_a_reader_asks_to_map_a_page_in_when_it_first_reads_it(cache, monkeypatch):
-    """The first read of a page asks the kernel to map all of the page's stored bytes in (cache.map_in: one
+    """The first read of a page asks the kernel to map all of the page's stored bytes in (pages.map_in: one
     madvise range per field, covering it exactly from its memory page's start), once per page and process, and
     only where the cache fits in half the memory. What the kernel then does (page faults) is the benchmark's to
     count: a shared machine reclaims pages on its own."""
     import mmap
     calls = []
-    monkeypatch.setattr(cache_module, "map_in", lambda records, arrays: calls.append((records, arrays)))
+    monkeypatch.setattr(pages_module, "map_in", lambda records, arrays: calls.append((records, arrays)))
     ds = CacheDataset(cache)
-    ds._fits = True
-    page = ds.page(0, 0)
-    ds.page(0, 0)
+    ds.cropper._fits = True
+    page = ds.cropper.page(0, 0)
+    ds.cropper.page(0, 0)
     assert len(calls) == 1
     records, arrays = calls[0]
     assert records is ds.file_records(ds.locate(0, 0)[0])
     assert [a.ctypes.data for a in arrays] == [page.image.tiles.ctypes.data, page.maps.tiles.ctypes.data]
     assert [a.nbytes for a in arrays] == [page.image.tiles.nbytes, page.maps.tiles.nbytes]
-    ds.page(1, 0)
+    ds.cropper.page(1, 0)
     assert len(calls) == 2
     ds = CacheDataset(cache)
-    ds._fits = False   # a cache larger than half the memory: pages are faulted in as crops touch them
-    ds.page(0, 0)
+    ds.cropper._fits = False   # a cache larger than half the memory: pages are faulted in as crops touch them
+    ds.cropper.page(0, 0)
     assert len(calls) == 2
 
     page_size = mmap.PAGESIZE
     buf = np.frombuffer(mmap.mmap(-1, 8 * page_size), np.uint8)   # a map: its first byte is page-aligned
     base = buf.ctypes.data
     arrays = [buf[100:100 + 3 * page_size], buf[5 * page_size:6 * page_size], buf[7:7]]
-    assert cache_module.populate_ranges(base, arrays) == [(0, 100 + 3 * page_size), (5 * page_size, page_size)]
+    assert pages_module.populate_ranges(base, arrays) == [(0, 100 + 3 * page_size), (5 * page_size, page_size)]

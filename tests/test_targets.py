@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from reference import reference_targets
 
-from east_cache.sample.geometry import choose_crop, min_rect_angles, polygon_area, shrink_quads
+from east_cache.sample.crop_draw import choose_crop
+from east_cache.sample.geometry import min_rect_angles, polygon_area, shrink_quads
 from east_cache.sample.targets import make_targets
 
 INPUT = 256

@@ -20,8 +20,8 @@ from helpers import REPO, epochs_of, make_tiny_cache, read_log, small_config, tr
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from east_cache.reader import BlockSampler, CacheDataset, batches, collate
-from east_cache.model import checkpoint, config, data, engine, runtime, train
+from east_cache.reader import BlockSampler, CacheDataset, EpochDataset, EpochSampler, batches, collate, make_loader
+from east_cache.model import checkpoint, config, engine, runtime, train
 from east_cache.model import model as east
 from east_cache.model.model import load_backbone
 from east_cache.model.config import TrainConfig
@@ -283,8 +283,8 @@ def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
     """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices (it picks the
     variant and, in page mode, the crop)."""
     ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2))
-    sampler = data.EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
-    loader = DataLoader(data.EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
+    sampler = EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
+    loader = DataLoader(EpochDataset(ds), batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
                         persistent_workers=True)
     seen = []
     for epoch in range(3):
@@ -481,10 +481,10 @@ def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world)
 
 def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     """train.py's loader over a batch cache at its batch size: whole files in a shuffled order, each batch one
-    slice (CacheDataset.__getitems__ gives Rows), read ahead by the prefetch thread when there are no workers."""
+    slice (CacheDataset.__getitems__ gives SliceItems), read ahead by the prefetch thread when there are no workers."""
     build_cache(small_config(strategy="batch", batch_size=2, variants=1, crop="build"), [sample_root], tmp_path, jobs=1, quiet=True)
     ds = CacheDataset(tmp_path)
-    loader = data.make_loader(ds, TrainConfig(batch_size=2, workers=0, seed=0), Runtime(), train=True)
+    loader = make_loader(ds, batch_size=2, train=True, seed=0, workers=0)
     assert isinstance(loader.sampler.base, BlockSampler)
     assert all(hasattr(ds.__getitems__(list(range(s, min(s + 2, len(ds))))), "rows") for s in range(0, len(ds), 2))
     seen = [b["image"] for b in batches(loader)]

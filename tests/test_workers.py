@@ -12,13 +12,12 @@ import torch
 from helpers import small_config
 from torch.utils.data import DataLoader
 
-from east_cache.reader import CacheDataset, collate, make_sampler
+from east_cache.reader import CacheDataset, EpochDataset, EpochSampler, collate, make_sampler
 from east_cache.reader import workers as workers_module
-from east_cache.reader.expand import TABLE
 from east_cache.reader.workers import WorkerLoader, fork_available
-from east_cache.model.data import EpochDataset, EpochSampler
 from east_cache.errors import CacheError
 from east_cache.store.build import build_cache
+from east_cache.store.page_record import WORD_TABLE
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")
 
@@ -46,7 +45,7 @@ def as_bytes(batch: dict) -> dict:
     holds as many rows as the cache's densest page, collate as the batch's)."""
     out = {}
     for k, v in batch.items():
-        if k == TABLE:
+        if k == WORD_TABLE:
             used = v.reshape(-1, v.shape[-1]).any(dim=-1).reshape(v.shape[:2]).any(dim=0)
             v = v[:, :int(torch.nonzero(used).max()) + 1 if used.any() else 0]
         out[k] = (v.dtype, tuple(v.shape), v.numpy().tobytes())
@@ -82,9 +81,9 @@ def test_word_tables_are_written_in_the_slot_as_long_as_the_densest_page(cache):
     ours, theirs = loaders(cache, 2, False, batch=2)
     try:
         for got, want in zip(epoch(ours, 0), epoch(theirs, 0)):
-            assert got[TABLE].shape[1] == ds.table_rows() >= want[TABLE].shape[1]
-            assert torch.equal(got[TABLE][:, :want[TABLE].shape[1]], want[TABLE])
-            assert not got[TABLE][:, want[TABLE].shape[1]:].any()
+            assert got[WORD_TABLE].shape[1] == ds.table_rows() >= want[WORD_TABLE].shape[1]
+            assert torch.equal(got[WORD_TABLE][:, :want[WORD_TABLE].shape[1]], want[WORD_TABLE])
+            assert not got[WORD_TABLE][:, want[WORD_TABLE].shape[1]:].any()
     finally:
         ours.close()
 
@@ -224,16 +223,14 @@ def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeyp
     """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process (at most
     AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the training process; a given
     count is kept."""
-    from east_cache.model import data
-    from east_cache.model.config import TrainConfig
-    from east_cache.model.runtime import Runtime
+    from east_cache.reader import loader
     ds = CacheDataset(cache)
-    gpu = Runtime(device=torch.device("cuda"))
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert data.loader_workers(TrainConfig(workers=3), ds, gpu) == 3
-    assert data.loader_workers(TrainConfig(), ds, Runtime()) == 0
-    want = data.AUTO_WORKERS_MAX if ds.pages else 0
-    assert data.loader_workers(TrainConfig(), ds, gpu) == want
-    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=8)) == (2 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, workers=3) == 3
+    assert loader.loader_workers(ds, cpu) == 0
+    want = loader.AUTO_WORKERS_MAX if ds.pages else 0
+    assert loader.loader_workers(ds, gpu) == want
+    assert loader.loader_workers(ds, gpu, world=8) == (2 if ds.pages else 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    assert data.loader_workers(TrainConfig(), ds, Runtime(device=torch.device("cuda"), world=2)) == (1 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, world=2) == (1 if ds.pages else 0)

@@ -1,6 +1,6 @@
 """One member of a big JSON object at a time, with the standard library's decoder.
 
-`json.load` of a UFO file builds every word of every image as Python objects at once, about 4.5 times
+`json.load` of a UFO file builds every word of every image as Python objects at once, several times
 the file's size, all of it held by the build's parent process. `members(f, "images")` reads the file a
 piece at a time and decodes one image entry at a time with `json.JSONDecoder.raw_decode` (the same
 C scanner), so the memory held is one piece of text plus the entry being decoded.

@@ -39,7 +39,7 @@ from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import find_split, load_ufo
 from east_cache.progress import Progress
 from east_cache.sample.geometry import compose
-from east_cache.sample.make import _decoded_to_frame
+from east_cache.sample.make import decoded_to_frame
 from east_cache.store.atomic import write_atomic
 
 STRIDE = 32                   # px; the backbone's total stride: input sides are padded to a multiple of it
@@ -125,7 +125,7 @@ def load_input(page: Page, image_size: int) -> np.ndarray:
     scale, (h, w), (ph, pw) = input_geometry(page, image_size)
     d = decode_image(page.path, page.width, page.height, scale)
     frame_to_input = np.array([[scale, 0, 0], [0, scale, 0]])
-    m = compose(frame_to_input, _decoded_to_frame(d.sx, d.sy))
+    m = compose(frame_to_input, decoded_to_frame(d.sx, d.sy))
     out = np.zeros((ph, pw, 3), np.uint8)
     out[:h, :w] = cv2.warpAffine(np.ascontiguousarray(d.image), m, (w, h), flags=cv2.INTER_LINEAR,
                                  borderMode=cv2.BORDER_REPLICATE)

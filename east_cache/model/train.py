@@ -1,6 +1,6 @@
 """`east-train` (`python train.py`, under torchrun too): the command, and the run it starts, read top to bottom.
 
-main -> run: flags checked and resolved (east_cache.model.config) -> train: caches opened (east_cache.model.data),
+main -> run: flags checked and resolved (east_cache.model.config) -> train: caches opened (east_cache.reader.loader),
 the model, optimiser and schedule made or resumed (east_cache.model.checkpoint) -> run_epochs: each epoch's steps
 (east_cache.model.engine.train_one_epoch), its validation (east_cache.model.validate), its log record and
 checkpoint -> finish: what was done and how to go on. Ctrl-C (or SIGTERM) stops at the next step and saves.
@@ -36,7 +36,6 @@ from east_cache.model.checkpoint import (
     validation_score,
 )
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
-from east_cache.model.data import check_caches, describe_reading, loader_workers, make_loader, open_cache
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.predict import split_files
@@ -51,6 +50,7 @@ from east_cache.model.runtime import (
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
+from east_cache.reader.loader import check_caches, describe_reading, loader_workers, make_loader, open_cache
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
 UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
@@ -110,8 +110,8 @@ def run(argv: list[str] | None = None) -> int:
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
-    ds = open_cache(cfg.cache, cfg.rebuild, rt)
-    val = open_cache(cfg.val_cache, cfg.rebuild, rt) if cfg.val_cache else None
+    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world)
+    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world) if cfg.val_cache else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
     if cfg.init_from:
@@ -130,7 +130,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     nothing_left(cfg, ctx.state)
     net = torch.nn.parallel.DistributedDataParallel(model) if rt.world > 1 else model
     net = torch.compile(net) if cfg.compile else net
-    loaders = (make_loader(ds, cfg, rt, True), make_loader(val, cfg, rt, False) if val is not None else None)
+    def loader(d, train: bool):
+        return make_loader(d, cfg.batch_size, train, cfg.seed, rt.rank, rt.world, rt.device, cfg.workers)
+    loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
                          f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
@@ -270,7 +272,7 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
-             f"{describe_reading(loader_workers(cfg, ds, rt))}; {val}"),
+             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]

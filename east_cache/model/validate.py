@@ -20,7 +20,6 @@ from east_cache.reader import CacheDataset, collate
 from east_cache.reader.expand import batch_images
 from east_cache.model.checkpoint import check_fits_cache, inference_model, load_checkpoint
 from east_cache.model.config import TrainConfig
-from east_cache.model.data import open_cache
 from east_cache.model.decode import decode_maps
 from east_cache.model.deteval import dataset_metrics, evaluate_image, gt_quads
 from east_cache.model.engine import Context, new_context
@@ -30,6 +29,7 @@ from east_cache.model.runtime import Runtime, jsonl_writer, sum_over_ranks
 from east_cache.model.scoring import Words, score_image
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import ImageRecord, load_splits
+from east_cache.reader.loader import open_cache
 
 FULL_PAGE_METRIC = "rect"   # the headline metric on full pages: the competition scorer
 
@@ -116,7 +116,7 @@ def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
             f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
     else:
         cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt)
+        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
         check_fits_cache(ck, checkpoint, ds)
         metrics = detection_metrics(model, ds, new_context(cfg, rt))
         source, n, on = {"cache": str(cache)}, len(ds), str(cache)

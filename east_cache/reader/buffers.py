@@ -1,8 +1,8 @@
 """Batch tensors: reused in the main process, born in shared memory in a DataLoader worker, or pinned.
 
-Filling freshly allocated memory costs a page fault per 4 KiB: in the main process (workers=0) that
-made a batch 3-4x slower than the copy itself. So the main process takes its batch buffers from a
-pool (POOL) and hands one out again only once nothing references it any more.
+Filling freshly allocated memory costs a page fault per 4 KiB, which in the main process (workers=0) takes
+longer than the copy itself. So the main process takes its batch buffers from a pool (POOL) and hands one out
+again only once nothing references it any more.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Read time of a page-mode cache: one crop of a page (east_cache/sample/page.py), cut as a window of its arrays.
+"""Read time of a page-mode cache: one crop of a page (store/page_record.py), cut out of its arrays.
 
-The crop at origin o (page px, on window.grid_step) equals make_targets applied to the page's words
+The crop at origin o (page px, on crop_draw.grid_step) equals make_targets applied to the page's words
 shifted by -o, with the legible words that the crop cuts turned don't-care, the maps clipped to the
 crop and, beyond the page's canvas, background (score 0, geometry 0, ROI 1); its image is the page's
-pixels in the window, zeros beyond the canvas (tests/test_page.py checks both against a direct
+pixels in the crop, zeros beyond the canvas (tests/test_page.py checks both against a direct
 computation). Without cut words, owner and ROI are a slice of the page's packed maps and the
 geometry is rebuilt from the owner slice (fill_geometry, the code make_targets runs); with cut
 words, the pixels they owned are drawn again from the uncut words (crop_maps).
@@ -14,26 +14,29 @@ from typing import NamedTuple
 
 import numpy as np
 
-from east_cache.reader.expand import AT, PATCH, TILES
-from east_cache.sample.draw import CropDraw, Room, window_rng
+from east_cache.budget import ByteBudget
+from east_cache.sample.crop_draw import CropDraw, grid_step, word_boxes
 from east_cache.sample.geometry import shrink_quads
-from east_cache.sample.page import (
-    DONT_CARE_BIT,
-    MAPS_DTYPE,
-    OWNER_MASK,
-    Page,
-    unpack_maps,
-)
 from east_cache.sample.targets import (
     fill_geometry,
     fill_polygon,
     map_polygon,
     word_table,
 )
-from east_cache.sample.window import (
-    draw_crop,
-    grid_step,
-    word_boxes,
+from east_cache.store.page_record import (
+    CROP_IN_BLOCK,
+    DONT_CARE_BIT,
+    IMAGE_BLOCK,
+    MAPS_BLOCK,
+    MAPS_DTYPE,
+    MAPS_PATCH,
+    MOVES_WITH_X,
+    MOVES_WITH_Y,
+    OWNER_MASK,
+    TABLE_COLUMNS,
+    WORD_TABLE,
+    Page,
+    unpack_maps,
 )
 
 
@@ -43,40 +46,35 @@ class PageWords(NamedTuple):
     quads: np.ndarray             # float64 (L, 4, 2) page px: legible_quads
     whole: np.ndarray             # int32 (L, 4, 2) map px of the page: each legible quad (map_polygon)
     shrunk: np.ndarray            # int32 (L, 4, 2) map px of the page: each shrunk quad, as the page's owner map has it
-    draw: CropDraw | None         # the page's window draw (None: not asked for)
-    table: np.ndarray             # float64 (L, 9) page px: word_table of the legible quads (a crop's is a shift of it)
+    draw: CropDraw | None         # the page's crop draw (None: not asked for)
+    table: np.ndarray             # float64 (L, C) page px: word_table of the legible quads (a crop's is a shift of it)
     patches: Patches | None = None   # the page's maps patches by set of cut words, kept (None: not kept)
 
 
 class Patches(dict):
     """A page's maps patches in page map px (page_patch), by the set of cut words (the bytes of their indices):
     a page's crops cut the same few sets again and again, epoch after epoch, and a patch does not depend on
-    where the crop lies. Kept while the reader's room lasts."""
+    where the crop lies. Kept while the reader's budget for them lasts."""
 
-    def __init__(self, room: Room):
+    def __init__(self, budget: ByteBudget):
         super().__init__()
-        self.room = room
+        self.budget = budget
 
     def keep(self, key: bytes, patch) -> None:
-        if self.room.take(0 if patch is None else patch[2].nbytes + 64):
+        if self.budget.take(0 if patch is None else patch[2].nbytes + 64):
             self[key] = patch
 
 
 def page_words(page: Page, size: int, map_scale: float, draw: bool = True,
-               patches: Room | None = None, best: Room | None = None) -> PageWords:
-    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the reader's room
-    for the maps patches the page keeps, None: it keeps none; best: its room for the draw's best origins, None:
+               patches: ByteBudget | None = None, best: ByteBudget | None = None) -> PageWords:
+    """A page's PageWords for crops of side `size` page px; draw: with its CropDraw; patches: the reader's budget
+    for the maps patches the page keeps, None: it keeps none; best: its budget for the draw's best origins, None:
     the draw keeps none."""
     boxes, quads = legible_boxes(page), page.legible_quads()
     return PageWords(boxes, quads, map_polygon(quads, map_scale), map_polygon(shrink_quads(quads), map_scale),
                      CropDraw(boxes, page.size, size, grid_step(map_scale), page.weight, best) if draw else None,
-                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, 9)),
+                     word_table(quads, page.theta, np.float64) if len(quads) else np.zeros((0, len(TABLE_COLUMNS))),
                      None if patches is None else Patches(patches))
-
-
-# word_table's columns that move with a shift of the quads: ax, ay, then the box x0, x1, y0, y1 (rotated about
-# the first vertex, so shifted alike); cos, sin and theta do not
-TABLE_SHIFT_X, TABLE_SHIFT_Y = np.array([2, 4, 5]), np.array([3, 6, 7])
 
 
 def shifted_table(table: np.ndarray, origin) -> np.ndarray:
@@ -84,12 +82,12 @@ def shifted_table(table: np.ndarray, origin) -> np.ndarray:
     float64 quad by integer px is exact, so this equals word_table of the shifted quads to within float32). One
     subtraction of a row that is +0.0 in the columns that do not move (x - +0.0 is x, -0.0 included)."""
     shift = np.zeros(table.shape[1])
-    shift[TABLE_SHIFT_X], shift[TABLE_SHIFT_Y] = origin[0], origin[1]
+    shift[MOVES_WITH_X], shift[MOVES_WITH_Y] = origin[0], origin[1]
     return (table - shift).astype(np.float32)
 
 
 def words_bytes(words: PageWords) -> int:
-    """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins take the reader's own room)."""
+    """Bytes a PageWords holds (its arrays; its CropDraw's counts: kept best origins have their own budget)."""
     arrays = [words.boxes, words.quads, words.whole, words.shrunk, words.table]
     return sum(a.nbytes for a in arrays) + (0 if words.draw is None else words.draw.nbytes())
 
@@ -97,16 +95,6 @@ def words_bytes(words: PageWords) -> int:
 def legible_boxes(page: Page) -> np.ndarray:
     """float64 (L, 4) boxes of the page's legible words, in owner order."""
     return word_boxes(page.points, page.offsets)[page.care > 0]
-
-
-def choose(page: Page, size: int, step: int, seed: int, epoch: int, name: str, variant: int,
-           words: PageWords | None = None):
-    """(origin, cut) of the crop of page (name, variant) at an epoch (window.draw_crop); words: page_words(page,
-    size, step) when the caller keeps them (the same draw, faster)."""
-    rng = window_rng(seed, epoch, name, variant)
-    if words is None or words.draw is None:
-        return draw_crop(rng, legible_boxes(page), page.size, size, step, page.weight)
-    return words.draw(rng)
 
 
 def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
@@ -119,18 +107,16 @@ def crop_page(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
     geo = np.zeros((5, *maps.shape), np.float16)
     if len(quads):
         fill_geometry(geo, owner, quads, map_scale, theta)
-    return {"image": page.image.window(int(origin[0]), int(origin[1]), size, size),
+    return {"image": page.image.rect(int(origin[0]), int(origin[1]), size, size),
             "score": (owner > 0).view(np.uint8)[None], "geo": geo, "roi": roi[None]}
 
 
 def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale: float,
                       words: PageWords | None = None) -> dict[str, np.ndarray]:
-    """The crop for east_cache/reader/expand.py: tiles uint8 (n, n, 3, T, T), the block of the page's image tiles that holds
-    it (Tiled.block), at int32 (3,): the crop's (dx, dy) in that block and its side S; maps uint16 (n, n, t, t),
-    the same block of the page's maps tiles (owner | don't-care bit, as a page stores them; the crop's maps begin
-    at (dx, dy) x s in it) with patch, None or what the cut words change in that block (page.put_rect: collate
-    writes it over the copied tiles), and table float32 (L, 9), row k the word of owner value k + 1
-    (targets.word_table)."""
+    """The compact crop item (its keys and what they hold: store/page_record.py) for east_cache/reader/expand.py:
+    the blocks of the page's image and maps tiles that hold the crop (Tiled.block; the crop's maps begin at
+    (dx, dy) x s in theirs), where the crop begins in them, the maps patch of the cut words (collate writes it
+    over the copied tiles: page_record.put_rect) and the word table shifted into the crop."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
     ox, oy = int(origin[0]), int(origin[1])
     tiles, (dx, dy) = page.image.block(ox, oy, size)
@@ -140,35 +126,35 @@ def crop_page_compact(page: Page, origin, cut: np.ndarray, size: int, map_scale:
         maps = np.full(maps.shape, 1 << DONT_CARE_BIT, MAPS_DTYPE)
     side = len(maps) * page.maps.tile
     patch = rect_patch(page, cut, words, mx - mdx, my - mdy, side, side)
-    return {TILES: tiles, AT: np.array([dx, dy, size], np.int32), "maps": maps, PATCH: patch,
-            "table": shifted_table(words.table, origin)}
+    return {IMAGE_BLOCK: tiles, CROP_IN_BLOCK: np.array([dx, dy, size], np.int32), MAPS_BLOCK: maps,
+            MAPS_PATCH: patch, WORD_TABLE: shifted_table(words.table, origin)}
 
 
 def crop_maps(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords | None = None):
     """(maps uint16 (m, m) packed as a page's, quads (crop px), theta) of a crop: owner value k + 1 is quads[k].
-    The page's maps in the window (maps_window), with its patch applied to a copy where it has one."""
+    The page's maps in the crop (maps_and_patch), with its patch applied to a copy where it has one."""
     words = page_words(page, size, map_scale, draw=False) if words is None else words
-    maps, patch = maps_window(page, origin, cut, size, map_scale, words)
+    maps, patch = maps_and_patch(page, origin, cut, size, map_scale, words)
     if patch is not None:
         apply_patch(maps, patch)
     return maps, words.quads - np.array([int(origin[0]), int(origin[1])], np.float64), page.theta
 
 
 def apply_patch(maps: np.ndarray, patch: tuple) -> None:
-    """Write a maps_window patch (x0, y0, values (h, w)) into maps (..., m, m)."""
+    """Write a maps_and_patch patch (x0, y0, values (h, w)) into maps (..., m, m)."""
     x0, y0, values = patch
     maps[..., y0:y0 + values.shape[0], x0:x0 + values.shape[1]] = values
 
 
-def maps_window(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
+def maps_and_patch(page: Page, origin, cut: np.ndarray, size: int, map_scale: float, words: PageWords):
     """(maps, patch) of the crop at origin with the legible words `cut` made don't-care: maps (m, m), a copy of
-    the page's maps in the window, patch None or (x0, y0, values (h, w)), the rectangle of it that the cut words
+    the page's maps in the crop, patch None or (x0, y0, values (h, w)), the rectangle of it that the cut words
     change, as it must read instead (apply_patch)."""
     ox, oy = int(origin[0]), int(origin[1])
     m, mx, my = round(size * map_scale), round(ox * map_scale), round(oy * map_scale)
     if not page.maps.size:   # an empty page (an image --skip-bad could not decode): all don't-care
         return np.full((m, m), 1 << DONT_CARE_BIT, MAPS_DTYPE), None
-    return page.maps.window(mx, my, m, m), rect_patch(page, cut, words, mx, my, m, m)
+    return page.maps.rect(mx, my, m, m), rect_patch(page, cut, words, mx, my, m, m)
 
 
 def rect_patch(page: Page, cut: np.ndarray, words: PageWords, x: int, y: int, w: int, h: int):
@@ -196,7 +182,7 @@ def page_patch(page: Page, cut: np.ndarray, words: PageWords):
     (the last one wins, as in make_targets), and the cut words' whole polygons get the don't-care bit, on the
     page's canvas only. Polygons are drawn by fill_polygon, whose pixels move with an integer shift and do not
     depend on where a buffer clips them, so the patch of a crop (whose origin is an even number of map px,
-    where np.around commutes with the shift) is its window of this one."""
+    where np.around commutes with the shift) is its part of this one."""
     key = np.flatnonzero(cut).tobytes()
     if words.patches is not None and key in words.patches:
         return words.patches[key]
@@ -205,7 +191,7 @@ def page_patch(page: Page, cut: np.ndarray, words: PageWords):
     (x0, y0), (x1, y1) = np.maximum(whole.min(axis=(0, 1)), 0), np.minimum(whole.max(axis=(0, 1)) + 1, (mw, mh))
     patch = None
     if x1 > x0 and y1 > y0:
-        region = page.maps.window(int(x0), int(y0), int(x1 - x0), int(y1 - y0))
+        region = page.maps.rect(int(x0), int(y0), int(x1 - x0), int(y1 - y0))
         was_cut = np.zeros(len(words.quads) + 1, bool)
         was_cut[np.flatnonzero(cut) + 1] = True
         hit = was_cut[region & OWNER_MASK]

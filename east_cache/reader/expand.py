@@ -10,22 +10,27 @@ from __future__ import annotations
 
 import torch
 
-from east_cache.sample.page import DONT_CARE_BIT, OWNER_MASK
-
-TABLE_COLUMNS = 9   # targets.word_table: cos, sin, ax, ay, x0, x1, y0, y1, theta
-TABLE = "table"     # the field of a compact crop that holds its word table (its length varies per item)
-TILES = "tiles"     # the field of a compact crop that holds the block of page tiles its image is cut from
-AT = "at"           # the field of a compact crop that says where: (dx, dy) in the block, and the crop's side
-PATCH = "patch"     # the field of a compact crop that holds what its cut words change in its maps (or None)
+from east_cache.store.page_record import (
+    CROP_IN_BLOCK,
+    DONT_CARE_BIT,
+    IMAGE_BLOCK,
+    MAPS_BLOCK,
+    OWNER_MASK,
+    TABLE_COLUMNS,
+    WORD_TABLE,
+)
 
 
 def expand_targets(owner: torch.Tensor, table: torch.Tensor, map_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """owner (B, 1, h, w) integer: 1 + the row of table[b] that owns the pixel, 0 for none; table (B, L, 9)
-    float32 -> score uint8 (B, 1, h, w), geo float32 (B, 5, h, w) (zero where score is 0)."""
+    float32 (columns TABLE_COLUMNS) -> score uint8 (B, 1, h, w), geo float32 (B, 5, h, w) (zero where score is 0)."""
     b, _, h, w = owner.shape
     idx = owner.reshape(b, h * w).long()
-    rows = torch.cat([table.new_zeros(b, 1, TABLE_COLUMNS), table.float()], 1)   # row 0: no word
-    cos, sin, ax, ay, x0, x1, y0, y1, angle = rows.gather(1, idx[..., None].expand(-1, -1, TABLE_COLUMNS)).unbind(-1)
+    n = len(TABLE_COLUMNS)
+    rows = torch.cat([table.new_zeros(b, 1, n), table.float()], 1)   # row 0: no word
+    column = dict(zip(TABLE_COLUMNS, rows.gather(1, idx[..., None].expand(-1, -1, n)).unbind(-1)))
+    cos, sin, ax, ay = column["cos"], column["sin"], column["ax"], column["ay"]
+    x0, x1, y0, y1, angle = column["x0"], column["x1"], column["y0"], column["y1"], column["theta"]
     ys, xs = torch.meshgrid(torch.arange(h, device=owner.device, dtype=torch.float32),
                             torch.arange(w, device=owner.device, dtype=torch.float32), indexing="ij")
     dx = xs.reshape(1, -1) / map_scale - ax
@@ -67,19 +72,19 @@ def _on(t: torch.Tensor, device) -> torch.Tensor:
 def batch_images(batch: dict, device=None) -> torch.Tensor:
     """The batch's images (B, 3, S, S) on the device (default: where they are): a batch's "image", or the crops cut
     out of its blocks of tiles (compact page-mode batches)."""
-    if TILES not in batch:
+    if IMAGE_BLOCK not in batch:
         return _on(batch["image"], device)
-    return untile(_on(batch[TILES], device), batch[AT].tolist())
+    return untile(_on(batch[IMAGE_BLOCK], device), batch[CROP_IN_BLOCK].tolist())
 
 
 def batch_maps(batch: dict, device=None) -> torch.Tensor:
     """A compact page-mode batch's maps (B, 1, m, m) on the device (default: where they are), cut out of their
     blocks of maps tiles: int16 holding the stored uint16 bits (torch's uint16 has few kernels on devices;
     int16 has all of them, and `& 0xFFFF` of its int32 gives the unsigned value back)."""
-    maps = batch["maps"]
+    maps = batch[MAPS_BLOCK]
     if maps.dtype == torch.uint16:
         maps = maps.view(torch.int16)
-    return untile_maps(_on(maps, device), batch[TILES], batch[AT].tolist())
+    return untile_maps(_on(maps, device), batch[IMAGE_BLOCK], batch[CROP_IN_BLOCK].tolist())
 
 
 def expand_batch(batch: dict, device=None) -> dict:
@@ -87,9 +92,9 @@ def expand_batch(batch: dict, device=None) -> dict:
     crops (tiles, at, maps, table: east_cache/reader/crop.py crop_page_compact) becomes image, score uint8, geo float32
     and roi uint8, rebuilt where the batch goes; any other batch is moved as it is. The map scale is the maps'
     side over the crop's."""
-    if "maps" not in batch:
+    if MAPS_BLOCK not in batch:
         return {k: _on(v, device) for k, v in batch.items()}
-    image, maps, table = batch_images(batch, device), batch_maps(batch, device), _on(batch[TABLE], device)
+    image, maps, table = batch_images(batch, device), batch_maps(batch, device), _on(batch[WORD_TABLE], device)
     map_scale = maps.shape[-1] / image.shape[-1]
     maps = maps.int() & 0xFFFF   # the stored uint16 value (batch_maps hands over its bits as int16)
     score, geo = expand_targets(maps & OWNER_MASK, table, map_scale)
@@ -98,9 +103,10 @@ def expand_batch(batch: dict, device=None) -> dict:
 
 
 def pad_tables(tables: list, out: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, L_max, 9) float32 from per-item (L_i, 9) tables, zero rows after each item's own."""
+    """(B, L_max, C) float32 from per-item (L_i, C) word tables (C = len(TABLE_COLUMNS)), zero rows after each
+    item's own."""
     n = max((len(t) for t in tables), default=0)
-    out = torch.zeros(len(tables), n, TABLE_COLUMNS) if out is None else out.zero_()
+    out = torch.zeros(len(tables), n, len(TABLE_COLUMNS)) if out is None else out.zero_()
     for i, t in enumerate(tables):
         out[i, :len(t)] = torch.as_tensor(t)
     return out

@@ -4,9 +4,9 @@ A cached batch is one copy per field out of the page cache, and those copies rel
 copies, torch's of a batch of rows, numpy's of a list of items). So one thread keeps up with a GPU, and its
 batches need no inter-process hand-off, whereas DataLoader worker processes pay for a fresh shared-memory
 segment per batch (page faults in both processes). `prefetch(loader)` overlaps that work with the training
-step, which spends its time waiting on the device. (A second thread making alternate batches was tried for
-page-mode crops, whose window draw and maps are Python that holds the GIL: it read no faster, 0.81-0.91
-against 0.78-0.80 ms per 1024-px crop on 2 cores, and would take the GIL from the training loop more.)
+step, which spends its time waiting on the device. One thread only: page-mode crops (their draw and maps
+patch) are Python that holds the GIL, so a second thread would not read them faster and would take the GIL
+from the training loop more; processes do that (east_cache/reader/workers.py).
 """
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
 """Worker processes that cut batches straight into reused shared-memory slots (train.py --workers N).
 
 DataLoader's worker processes hand every batch over in a new shared-memory segment: made and faulted in page
-by page in the worker, mapped again in the main process, freed after the step. With items of 3-6 MiB that
-costs more than the copy itself (2 DataLoader workers read 0.05-0.12x a memcpy of the same bytes in this
-project's earlier measurements). Here
+by page in the worker, mapped again in the main process, freed after the step. With items of a few MiB that
+costs many times the copy itself. Here
 the main process maps a few batch slots once, in anonymous shared memory that the forked workers inherit. A
-worker reads its batch's items (in a page-mode cache each is a crop: the window draw and the cut words' maps,
+worker reads its batch's items (in a page-mode cache each is a crop: the crop draw and the cut words' maps,
 Python that holds the GIL of its own process) and copies them into their rows of the slot it was given;
 the main process hands the slot out as tensors, uncopied, and gives it to a later batch once nothing refers to
 it any more (a tensor of torch.from_numpy holds its array for as long as it, or a view of it, lives: the rule of
 east_cache/reader/buffers.py). So the per-item Python runs in N processes beside the training loop, which does no
-per-item work at all. Items go to workers by image (owner()), each batch split among them: a worker reads the
-same pages every epoch, so each page's window draw is derived, its memory mapped in and its patches kept by
+per-item work at all. Items go to workers by image (worker_of()), each batch split among them: a worker reads the
+same pages every epoch, so each page's crop draw is derived, its memory mapped in and its patches kept by
 one process, not by every worker.
 
 Batches come in the sampler's order whatever worker made them; a batch depends only on its keys (a page-mode
@@ -39,8 +38,8 @@ import numpy as np
 import torch
 
 from east_cache.errors import WorkerDied
-from east_cache.reader.collate import collate, fixed_fields, put
-from east_cache.reader.expand import TABLE, TABLE_COLUMNS
+from east_cache.reader.collate import collate, copy_item, fixed_fields
+from east_cache.store.page_record import TABLE_COLUMNS, WORD_TABLE
 
 SLOTS_PER_WORKER = 2   # batches a worker may have queued or in hand
 SPARE_SLOTS = 4        # more for the batches the consumer holds (a prefetch, the step's batch, the last one)
@@ -75,9 +74,8 @@ class Slot:
         """Fault every page of the slot into this process's page table, reading a byte of each (which changes
         nothing another process may be writing; the kernel maps the neighbouring pages with it). Each process
         maps a shared page on its first touch (a fork does not copy these entries), and a worker writes some
-        rows of each slot, other rows another time: without this, the faults went on for epochs (two workers
-        of 1024-px crops: 28 800 page faults in their second epoch, 2 200 with it; that epoch read 0.32-0.39x
-        a memcpy without, 0.49-0.70x with)."""
+        rows of each slot, other rows another time: without this, page faults went on for epochs and slowed
+        the copies into the slots."""
         np.frombuffer(self.buffer, np.uint8)[::mmap.PAGESIZE].max()
 
     def _refs(self) -> list[int]:
@@ -129,7 +127,7 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
         try:
             items = dataset.__getitems__(keys)
             for row, item in zip(rows, items):
-                put(slots[s].arrays, row, item)
+                copy_item(slots[s].arrays, row, item)
             result = (gen, seq, s, None)
         except BaseException as e:   # noqa: BLE001 - raised again in the main process, which ends the run
             result = (gen, seq, s, _Failure(e))
@@ -139,10 +137,10 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
             return
 
 
-def owner(key, workers: int) -> int:
+def worker_of(key, workers: int) -> int:
     """The worker that reads item `key`: by its image index (the last element of a tuple key such as
     EpochSampler's (epoch, index)), so that a worker reads the same images every epoch and derives, maps in
-    and keeps each page's window draw, memory and patches once, not once per worker."""
+    and keeps each page's crop draw, memory and patches once, not once per worker."""
     while isinstance(key, tuple):
         key = key[-1]
     return int(key) % workers if isinstance(key, (int, np.integer)) else hash(key) % workers
@@ -187,8 +185,8 @@ class WorkerLoader:
         with them."""
         items = self.dataset.__getitems__(probe[:1])
         fields = {k: (np.shape(v), np.asarray(v).dtype) for k, v in fixed_fields(items[0])}
-        if TABLE in items[0]:
-            fields[TABLE] = ((max(1, self.dataset.table_rows()), TABLE_COLUMNS), np.dtype(np.float32))
+        if WORD_TABLE in items[0]:
+            fields[WORD_TABLE] = ((max(1, self.dataset.table_rows()), len(TABLE_COLUMNS)), np.dtype(np.float32))
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
         for w in range(self.num_workers):
@@ -298,11 +296,11 @@ class WorkerLoader:
                          f"process") from None
 
     def _send(self, gen: int, seq: int, s: int, batch: list) -> set[int]:
-        """A batch into slot s, each item by its owner worker, in one part per worker that has items in it; the
+        """A batch into slot s, each item to its worker (worker_of), in one part per worker that has items in it; the
         workers it went to."""
         parts: dict[int, tuple[list, list]] = {}
         for row, key in enumerate(batch):
-            rows, keys = parts.setdefault(owner(key, self.num_workers), ([], []))
+            rows, keys = parts.setdefault(worker_of(key, self.num_workers), ([], []))
             rows.append(row)
             keys.append(key)
         self._slots[s].busy, self._slots[s].pending = len(parts), True

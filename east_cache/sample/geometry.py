@@ -15,7 +15,6 @@ SHRINK_RATIO = 0.3          # EAST (Zhou et al. 2017, sec. 3.3.1): each edge mov
 MIN_EDGE_TO_SHRINK = 1.0    # px; shorter edges are left alone (and never divided by)
 ANGLES_DEG = np.arange(-90, 90, 1)  # the 1-degree grid min_rect_angles searches, [-90, 90)
 ANGLE_CANDIDATES = 10       # smallest-area angles among which the best vertex order is chosen
-CROP_BATCH = 64             # candidate crops tested at once by choose_crop
 
 
 def polygon_area(points: np.ndarray) -> np.ndarray:
@@ -146,39 +145,3 @@ def augment_matrix(p: AugParams, frame_w: int, frame_h: int, origin) -> np.ndarr
 def transform_points(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
     """Points (..., 2) mapped by the 2x3 matrix m (float64)."""
     return np.asarray(pts, np.float64) @ m[:, :2].T + m[:, 2]
-
-
-def _crop_cuts(origins: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: float) -> np.ndarray:
-    """(C, N): quad n is cut by crop c: its box overlaps the crop but a vertex lies outside it."""
-    o = origins[:, None, :]
-    overlaps = np.all((hi > o) & (lo < o + size), axis=-1)
-    inside = np.all((lo >= o) & (hi <= o + size), axis=-1)
-    return overlaps & ~inside
-
-
-def choose_crop(rng: np.random.Generator, quads: np.ndarray, care: np.ndarray, extent, input_size: int,
-                tries: int) -> tuple[np.ndarray, np.ndarray]:
-    """Origin (2,) of a square input_size crop that cuts no legible quad, and the (N,) quads it cuts.
-
-    Up to `tries` origins are drawn uniformly, CROP_BATCH at a time, so that the crop lies within
-    the image's extent (x0, y0, x1, y1) or, along an axis where the image is smaller than the crop,
-    holds the whole image (the rest is zero padding). The first origin cutting no legible quad
-    wins; failing that the one cutting the fewest, whose cut quads the caller makes don't-care.
-    """
-    q = np.asarray(quads, np.float64).reshape(-1, 4, 2)[np.asarray(care, bool)]
-    lo_q, hi_q = q.min(axis=1), q.max(axis=1)
-    x0, y0, x1, y1 = (float(v) for v in extent)
-    low = np.array([min(x0, x1 - input_size), min(y0, y1 - input_size)])
-    high = np.array([max(x0, x1 - input_size), max(y0, y1 - input_size)])
-    best, best_cuts, tries = None, None, max(tries, 1)
-    for start in range(0, tries, CROP_BATCH):
-        origins = rng.uniform(low, high, size=(min(CROP_BATCH, tries - start), 2))
-        counts = _crop_cuts(origins, lo_q, hi_q, input_size).sum(axis=1)
-        i = int(np.argmin(counts))
-        if best_cuts is None or counts[i] < best_cuts:
-            best, best_cuts = origins[i], counts[i]
-        if best_cuts == 0:
-            break
-    cut = np.zeros(len(care), bool)
-    cut[np.asarray(care, bool)] = _crop_cuts(best[None], lo_q, hi_q, input_size)[0]
-    return best, cut

@@ -16,10 +16,10 @@ import numpy as np
 from east_cache.config import BuildConfig
 from east_cache.ingest.imageio import Decoded, contiguous_source, decode_image
 from east_cache.ingest.ufo import CARE, ImageRecord
+from east_cache.sample.crop_draw import choose_crop
 from east_cache.sample.geometry import (
     AugParams,
     augment_matrix,
-    choose_crop,
     compose,
     gather_quads,
     image_extent,
@@ -59,7 +59,7 @@ def _legible_quads(rec: ImageRecord, legible: np.ndarray) -> np.ndarray:
         raise ValueError(f"{rec.source}: image {rec.name}: {e}") from None
 
 
-def _decoded_to_frame(sx: float, sy: float) -> np.ndarray:
+def decoded_to_frame(sx: float, sy: float) -> np.ndarray:
     """Decoded px -> frame px, pixel centres to pixel centres (the decoded grid is the frame scaled by sx, sy)."""
     return np.array([[1 / sx, 0, 0.5 / sx - 0.5], [0, 1 / sy, 0.5 / sy - 0.5]])
 
@@ -74,7 +74,7 @@ def warp(d: Decoded, frame_to_out: np.ndarray, size: tuple[int, int]) -> np.ndar
     """(h, w, 3) uint8: the decoded image warped once by frame_to_out into a size = (w, h) canvas, zeros outside,
     from the pixels as stored (an EXIF turn is part of the warp, not a copy)."""
     pixels, to_pixels = contiguous_source(d.image)
-    m = compose(frame_to_out, _decoded_to_frame(d.sx, d.sy), cv2.invertAffineTransform(to_pixels))
+    m = compose(frame_to_out, decoded_to_frame(d.sx, d.sy), cv2.invertAffineTransform(to_pixels))
     return cv2.warpAffine(pixels, m, size, flags=cv2.INTER_LINEAR,
                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 

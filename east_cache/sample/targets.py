@@ -23,6 +23,9 @@ import numpy as np
 from east_cache.sample.geometry import gather_quads, min_rect_angles, rotated_boxes, shrink_quads
 
 MAX_BUFFER_SHARE = 64   # fill_polygon draws a polygon reaching past the map in a buffer up to this many maps large
+# word_table's columns: cos and sin of theta, the first vertex (ax, ay), the box x0, x1, y0, y1 of the quad rotated
+# by theta about that vertex, theta (rad); px are those of the quads
+TABLE_COLUMNS = ("cos", "sin", "ax", "ay", "x0", "x1", "y0", "y1", "theta")
 
 
 def map_polygon(points: np.ndarray, scale: float) -> np.ndarray:
@@ -73,12 +76,12 @@ def owner_map(quads: np.ndarray, scale: float, shape: tuple[int, int], dtype=np.
 
 
 def word_table(quads: np.ndarray, theta: np.ndarray | None = None, dtype=np.float32) -> np.ndarray:
-    """(N, 9) per word: cos, sin of theta, first vertex (ax, ay), box x0, x1, y0, y1 of the quad rotated by theta
-    about that vertex, theta. theta, when given, is min_rect_angles(quads) (shifts do not change it). float32, as
-    the geometry maths uses it; float64 for a table that is shifted before use (east_cache/reader/crop.py)."""
+    """(N, len(TABLE_COLUMNS)) per word, the columns TABLE_COLUMNS names. theta, when given, is
+    min_rect_angles(quads) (shifts do not change it). float32, as the geometry maths uses it; float64 for a table
+    that is shifted before use (east_cache/reader/crop.py)."""
     theta = min_rect_angles(quads) if theta is None else theta
     return np.column_stack([np.cos(theta), np.sin(theta), quads[:, 0], rotated_boxes(quads, theta), theta]
-                           ).astype(dtype).reshape(-1, 9)
+                           ).astype(dtype).reshape(-1, len(TABLE_COLUMNS))
 
 
 def fill_geometry(geo: np.ndarray, owner: np.ndarray, quads: np.ndarray, scale: float,

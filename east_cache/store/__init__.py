@@ -1,1 +1,2 @@
-"""Storage: the on-disk format, which sample lives where, the parallel build, the manifest."""
+"""Storage: the on-disk format and the page record's layout, which sample lives where, the parallel build, the
+manifest."""

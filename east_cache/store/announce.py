@@ -1,8 +1,11 @@
 """What a build is about to do, told before the first data file is written (the CLI prints it as the plan)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from east_cache.config import BuildConfig
 from east_cache.store.format import SPARSE_KINDS, record_spec, sample_bytes
@@ -10,7 +13,9 @@ from east_cache.store.formats import FileFormat
 from east_cache.store.manifest import Manifest, Source
 from east_cache.store.plan import Plan
 from east_cache.store.stale import Staleness
-from east_cache.tools.advice import upscale_warning
+
+UPSCALE_LIMIT = 1.25   # linear scale above which resizing only blurs: no detail is added
+MOST = 0.5             # share of images / crops above which a setting is worth a warning
 
 
 @dataclass
@@ -49,6 +54,24 @@ def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Mani
                      len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
                      full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
                      option_changes(old, source, fmt), [warning] if warning else [])
+
+
+def upscale_warning(sizes: Sequence[tuple[int, int]], cfg: BuildConfig) -> str | None:
+    """When --image-size enlarges most images (width, height) by more than UPSCALE_LIMIT."""
+    if not len(sizes):
+        return None
+    long_sides = np.array([max(w, h) for w, h in sizes], np.float64)
+    share = float(np.mean(cfg.image_size / long_sides > UPSCALE_LIMIT))
+    if share <= MOST:
+        return None
+    median = int(np.median(long_sides))
+    return (f"--image-size {cfg.image_size} enlarges {share:.0%} of the images by more than {UPSCALE_LIMIT}x "
+            f"(median long side {median} px): upscaling adds blur, not detail, and makes pages {cfg.image_size} px "
+            f"that a {cfg.input_size} px crop shows a small part of. Consider --image-size {_multiple(median)}")
+
+
+def _multiple(px: float, step: int = 32) -> int:
+    return max(step, int(round(px / step)) * step)
 
 
 def option_changes(old: Manifest | None, source: Source, fmt: FileFormat) -> list[str]:

@@ -21,9 +21,14 @@ from east_cache.ingest.files import open_regular
 from east_cache.ingest.ufo import find_split
 from east_cache.store.format import FORMAT_VERSION
 
-# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets.
+# The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets, the crop draw's
+# rule (a page's word weights assume it), a page's record layout.
 SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
-                  "sample/window")
+                  "sample/crop_draw", "store/page_record")
+# Top-level definitions of those modules that only a reader runs, left out of the hash so that making them faster
+# rebuilds no cache: the crop draw's fast form and its per-crop generator (tests/test_crop_draw.py checks that
+# they draw what the rule draws).
+READ_ONLY = {"sample/crop_draw": ("CropDraw", "crop_rng", "epoch_crop", "COUNTS_CELLS_MAX", "CROP_RNG_SALT", "_thread")}
 
 
 def digest(*parts) -> str:
@@ -41,17 +46,22 @@ def build_fingerprint(cfg: BuildConfig) -> str:
 
 @functools.lru_cache(maxsize=1)
 def sample_code_version() -> str:
-    """A hash of the syntax trees of SAMPLE_MODULES without docstrings: it changes whenever their code does, and
-    only then (comments, layout and docs do not count), with no version number to remember to bump. A cache
-    built by other code is rebuilt, never read as if the maths were the same."""
-    return code_hash([(Path(__file__).parents[1] / f"{name}.py").read_text() for name in SAMPLE_MODULES])
+    """A hash of the syntax trees of SAMPLE_MODULES without docstrings and READ_ONLY definitions: it changes
+    whenever their code does, and only then (comments, layout and docs do not count), with no version number to
+    remember to bump. A cache built by other code is rebuilt, never read as if the maths were the same."""
+    root = Path(__file__).parents[1]
+    return code_hash([(root / f"{name}.py").read_text() for name in SAMPLE_MODULES],
+                     [READ_ONLY.get(name, ()) for name in SAMPLE_MODULES])
 
 
-def code_hash(sources: list[str]) -> str:
-    """Hash of Python sources as syntax trees, docstrings dropped (see sample_code_version)."""
+def code_hash(sources: list[str], leave_out: list[tuple[str, ...]] | None = None) -> str:
+    """Hash of Python sources as syntax trees, docstrings dropped, and of source k the top-level functions,
+    classes and assignments named in leave_out[k] (see sample_code_version)."""
     h = hashlib.blake2b(digest_size=16)
-    for source in sources:
+    for k, source in enumerate(sources):
         tree = ast.parse(source)
+        names = set(leave_out[k]) if leave_out else set()
+        tree.body = [node for node in tree.body if not names & defined(node)]
         for node in ast.walk(tree):
             body = getattr(node, "body", None)
             if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
@@ -60,6 +70,14 @@ def code_hash(sources: list[str]) -> str:
                 node.body = body[1:] or [ast.Pass()]
         h.update(ast.dump(tree).encode())
     return h.hexdigest()
+
+
+def defined(node: ast.stmt) -> set[str]:
+    """The names a top-level statement defines: a function's, a class's, an assignment's targets."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return {t.id for t in targets if isinstance(t, ast.Name)}
 
 
 def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from east_cache.config import BuildConfig
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 2   # 2: a page record's maps in tiles (page.map_tile), like its image
+FORMAT_VERSION = 2   # 2: a page record's maps in tiles (page_record.map_tile), like its image
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
@@ -96,20 +96,21 @@ CROP = RecordKind("crop", (
     Field("score", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="1 inside a legible word's shrunk quad"),
     Field("geo", np.dtype(np.float16), MapShape(5), MAP_CODEC,
           doc="distances to the word box's top, bottom, left, right edges in input px, then its angle in rad"),
-    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 on don't-care words and padding, else 1"),
+    Field("roi", np.dtype(np.uint8), MapShape(1), MAP_CODEC, doc="0 inside don't-care words, else 1 (past the image too)"),
 ))
 
 
 @dataclass(frozen=True)
 class PageShape:
-    """A flat field as long as the largest page under the config (page.max_page_size) needs: a page is written
-    at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
-    (page.image_values) or, with map=True, its maps' tiles (page.map_values)."""
+    """A flat field as long as the largest page under the config (sample.page.max_page_size) needs: a page is
+    written at the start of it, and the rest stays a hole of the sparse file (no disk). The page's image tiles
+    (page_record.image_values) or, with map=True, its maps' tiles (page_record.map_values)."""
     map: bool = False
 
     def __call__(self, c: BuildConfig) -> tuple[int, ...]:
         # sample code (cv2) loads where pages are made or read
-        from east_cache.sample.page import image_values, map_values, max_page_size
+        from east_cache.sample.page import max_page_size
+        from east_cache.store.page_record import image_values, map_values
         size = max_page_size(c)
         return (map_values(size, c.map_scale),) if self.map else (image_values(size),)
 
@@ -122,15 +123,15 @@ class Fixed:
         return self.shape
 
 
-# A warped page that crops are cut from at read time (east_cache/sample/page.py, east_cache/reader/crop.py).
+# A warped page that crops are cut from at read time: its layout is store/page_record.py's.
 PAGE = RecordKind("page", (
     Field("image", np.dtype(np.uint8), PageShape(),
-          doc="RGB page, 0..255, in square tiles of page.TILE_PX, each CHW, row after row of tiles, zero past "
-              "(W, H): the first page.image_values(W, H) values"),
+          doc="RGB page, 0..255, in square tiles of page_record.TILE_PX, each CHW, row after row of tiles, zero "
+              "past (W, H): the first page_record.image_values(W, H) values"),
     Field("maps", np.dtype(np.uint16), PageShape(map=True),
           doc="per map pixel: 1 + the legible word whose shrunk quad covers it (low 15 bits), 1 on don't-care "
-              "words (top bit); in square tiles of page.map_tile(s) map px, the same page px as the image's, "
-              "row after row of tiles: the first page.map_values((W, H), s) values"),
+              "words (top bit); in square tiles of page_record.map_tile(s) map px, the same page px as the "
+              "image's, row after row of tiles: the first page_record.map_values((W, H), s) values"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ))
 RECORD_KINDS = {k.name: k for k in (CROP, PAGE)}
@@ -157,10 +158,11 @@ PAGE_OVERHEAD_BYTES = 4096   # a page's size field and the partly used blocks at
 
 def sample_bytes(cfg: BuildConfig, records, members) -> int:
     """Bytes the samples (image index into records, variant) take on disk: a record each, or for pages (sparse
-    records) the pages' own bytes, from each image's frame size and augmentation draw (page.expected_page_size)."""
+    records) the pages' own bytes, from each image's frame size and augmentation draw (expected_page_size)."""
     spec = record_spec(cfg)
     if spec.kind.name not in SPARSE_KINDS:
         return len(members) * spec.dtype.itemsize
-    from east_cache.sample.page import expected_page_size, page_bytes   # sample code loads only for pages
+    from east_cache.sample.page import expected_page_size   # sample code loads only for pages
+    from east_cache.store.page_record import page_bytes
     return sum(page_bytes(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v),
                           cfg.map_scale) + PAGE_OVERHEAD_BYTES for i, v in members)

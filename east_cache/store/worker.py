@@ -100,11 +100,11 @@ def _fill(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, sources: dict, skip_
 def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -> RowResult:
     # cv2 and the sample maths load in workers only, not in a no-op build
     from east_cache.sample.make import make_sample
-    from east_cache.sample.page import make_page
+    from east_cache.store.page_record import Page
     rec, page = dst[t.row], spec.kind.name == PAGE.name
     legible = int(np.sum(t.record.reason == CARE))
     try:
-        s = make_page(t.record, cfg, t.variant) if page else make_sample(t.record, cfg, t.variant)
+        s = Page.make(t.record, cfg, t.variant) if page else make_sample(t.record, cfg, t.variant)
     except DataError as e:
         if not skip_bad:
             raise
@@ -133,7 +133,7 @@ def _compute(cfg: BuildConfig, spec: RecordSpec, t: Task, dst, skip_bad: bool) -
 def copy_page(src, dst, map_scale: float) -> None:
     """The used prefix of a page record's fields, and its size."""
     w, h = (int(v) for v in src["size"])
-    from east_cache.sample.page import image_values, map_values   # sample code (cv2) loads where pages are made
+    from east_cache.store.page_record import image_values, map_values   # sample code (cv2) loads with pages
     n_image, n_maps = image_values((w, h)), map_values((w, h), map_scale)
     dst["image"][:n_image] = src["image"][:n_image]
     dst["maps"][:n_maps] = src["maps"][:n_maps]

@@ -4,7 +4,7 @@ one training crop within N epochs, and the share of text-free crops.
 A word *appears* when it is legible, and the crop holds its box whole (so it is drawn in score and
 geometry, not cut into a don't-care region). Words are counted per source word: a word seen in two
 variants counts once. Both cache modes are replayed without reading a pixel:
-- page mode: every epoch draws a new crop of page variant (e + o_i) mod K (window.draw_crop, the
+- page mode: every epoch draws a new crop of page variant (e + o_i) mod K (crop_draw.epoch_crop, the
   reader's own draw), from each page's legible word boxes and size;
 - build-time crops: epoch e reads the frozen crop of variant (e + o_i) mod K.
 A *text-free* crop holds no legible word whole: a training step on it teaches only background.
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from east_cache.sample.draw import BEST_BYTES, CropDraw, Room, window_rng
+from east_cache.budget import ByteBudget
+from east_cache.sample.crop_draw import CropDraw, epoch_crop, grid_step, word_boxes
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
@@ -76,21 +77,20 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
     """Page mode's crops: pages[i][v] = (legible word boxes (L, 4) page px, page (W, H), word weights (L,)) of
     image i, variant v. Each page's CropDraw is made on its first epoch: the same crops as draw_crop, faster."""
     draws: dict[tuple[int, int], CropDraw] = {}
-    room = Room(BEST_BYTES)
+    best = ByteBudget(ByteBudget.BEST_ORIGINS)
 
     def whole(i: int, e: int):
         v = (e + int(offsets[i])) % len(pages[i])
         boxes, page_size, weights = pages[i][v]
         if (i, v) not in draws:
-            draws[(i, v)] = CropDraw(boxes, page_size, size, step, weights, room)
-        origin, _ = draws[(i, v)](window_rng(seed, e, names[i], v))
+            draws[(i, v)] = CropDraw(boxes, page_size, size, step, weights, best)
+        origin, _ = epoch_crop(seed, e, names[i], v, boxes, page_size, size, step, weights, draws[(i, v)])
         return (v, *origin.tolist()), whole_in(boxes, origin, size)
     return whole
 
 
 def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGES) -> tuple[Coverage, int]:
     """(coverage, images replayed) of a built cache of either mode, from its records' sizes and sidecar words."""
-    from east_cache.sample.window import grid_step, word_boxes   # numpy only
     from east_cache.store.manifest import Manifest, data_path
     from east_cache.store.sidecar import load_sidecar, row_quads, row_words
     m = Manifest.load(cache_dir)

@@ -1,4 +1,5 @@
-"""`python -m preprocess show`: one PNG to check a sample at a glance.
+"""`python -m preprocess show`: one PNG to check a sample at a glance, drawn here (render_sample); a cached sample
+is read by east_cache/reader/show.py, one made on the fly (--source) here, without the reader or torch.
 
 Left, at 1:1 (a pixel of the PNG is a pixel of the crop): the crop, the score map in translucent red,
 the sample's words outlined (green legible, orange don't-care), ROI = 0 darkened and hatched. Right:
@@ -19,7 +20,6 @@ from PIL import Image, ImageDraw, ImageFont
 from east_cache.ingest.imageio import decode_image
 from east_cache.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, load_splits
 from east_cache.sample.make import make_sample
-from east_cache.store.stale import check_stale
 
 SCORE_RGB = np.array([255, 0, 0], np.float32)
 SCORE_ALPHA = 0.45            # opacity of the score overlay
@@ -114,25 +114,8 @@ def _caption(draw, text: str, size: tuple, y: int) -> None:
         draw.text((2, y + k * LABEL_H), line, fill="black", font=_font())
 
 
-def _words_caption(care) -> str:
+def words_caption(care) -> str:
     return f"{int(np.sum(care))} legible (green), {int(np.sum(care == 0))} don't-care (orange) words"
-
-
-def show_cached(cache, index: str, variant: int, out: Path) -> None:
-    from east_cache.reader import CacheDataset  # imports torch: only when a cached sample is shown
-    ds = CacheDataset(cache, check_stale=False)
-    stale = check_stale(ds.manifest)
-    if stale.stale:
-        print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)
-    i = int(index) if index.isdigit() else (ds.names.index(index) if index in ds.names else -1)
-    if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants:
-        raise ValueError(f"{cache}: no sample {index!r} variant {variant}: it holds images 0..{len(ds) - 1} "
-                         f"(or their names) and variants 0..{ds.config.variants - 1}")
-    ds.set_epoch((variant - int(ds.offsets[i])) % ds.config.variants)  # the epoch at which item i is this variant
-    item = ds[i]
-    points, offsets, care = ds.quads(i, variant)
-    caption = f"{ds.names[i]} (#{i}) variant {variant}: {_words_caption(care)}. Score red, ROI=0 dark + hatched."
-    render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
 
 
 def render_page(rec, decoded) -> Image.Image:
@@ -171,7 +154,7 @@ def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path)
         print(f"note: {decoded.warning}", file=sys.stderr)
     page = render_page(rec, decoded)
     s = make_sample(rec, cfg, variant)
-    caption = f"sample variant {variant}, input {cfg.input_size}, seed {cfg.seed}: {_words_caption(s.care)}"
+    caption = f"sample variant {variant}, input {cfg.input_size}, seed {cfg.seed}: {words_caption(s.care)}"
     if s.warning:
         caption += f". {s.warning}"
     sample = render_sample(s.image, s.score, s.geo, s.roi, s.points, s.offsets, s.care, caption)

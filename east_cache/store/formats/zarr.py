@@ -22,11 +22,10 @@ from east_cache.store.format import RecordSpec
 from east_cache.store.formats.base import FileFormat, RecordWriter
 from east_cache.store.strategy import available_ram
 
-# The field table names codecs "zstd:LEVEL". Level 1 was chosen by measurement (numcodecs on one core; 1024 px
-# crops of benchmark pages, and a camera photo): it shrinks geo 67x, score 210x, roi 500x, decoding 0.04-0.4 ms
-# a sample; level 3 and blosc (lz4 or zstd, shuffle or bitshuffle) gain at most 1.3x on score and roi, less on
-# geo, and decode slower. Images shrink 2.2x on the synthetic white pages but only 1.1x on the photo, for 3 ms
-# of decoding per 1024 px crop (a memcpy of the whole record: 0.6 ms) and 11 ms of encoding: stored raw.
+# The field table names codecs "zstd:LEVEL". Level 1 for the maps, which are mostly zeros: they shrink many
+# times over and decode in a small share of a sample's read; higher levels and blosc's codecs shrink them
+# little further and decode slower. Images are stored raw: photos hardly shrink, and decoding a crop's image
+# costs several times a memcpy of its whole record (benchmarks/bench_zarr.py measures sizes and speeds).
 DIMENSIONS = ("sample", "channel", "y", "x")
 
 

@@ -1,27 +1,32 @@
-"""Crop windows: difference-array counts against a plain per-origin test, and the word-balanced draw."""
+"""The crop draw: difference-array counts against a plain per-origin test, the word-balanced draw, its fast form
+(CropDraw draws what draw_crop draws), and the build fingerprint, which covers the rule and not the fast form."""
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from east_cache.sample import draw as draw_module
-from east_cache.sample.draw import CropDraw, Room, window_rng
-from east_cache.sample.window import (
-    choose_window,
+from east_cache.budget import ByteBudget
+from east_cache.sample import crop_draw as crop_draw_module
+from east_cache.sample.crop_draw import (
+    CropDraw,
+    crop_rng,
     cut_counts,
     cuts_at,
     draw_crop,
+    draw_grid_origin,
     inside_span,
     origin_bounds,
     overlap_span,
     seen_matrix,
     word_weights,
 )
+from east_cache.store.fingerprint import READ_ONLY, SAMPLE_MODULES, code_hash
 
 STEP, SIZE = 4, 64
 
@@ -64,7 +69,7 @@ def test_drawn_crop_holds_the_chosen_word_and_cuts_none_when_it_can():
     bounds = origin_bounds((300, 200), SIZE, STEP)
     holds = np.zeros(len(boxes), int)
     for epoch in range(200):
-        origin, cut = draw_crop(window_rng(0, epoch, "p.jpg", 0), boxes, (300, 200), SIZE, STEP)
+        origin, cut = draw_crop(crop_rng(0, epoch, "p.jpg", 0), boxes, (300, 200), SIZE, STEP)
         i = origin // STEP
         assert np.all(bounds[0] <= i) and np.all(i <= bounds[1]) and origin.dtype == np.int64
         inside = np.all((boxes[:, :2] >= origin) & (boxes[:, 2:] <= origin + SIZE), axis=1)
@@ -81,8 +86,8 @@ def test_a_word_no_crop_can_hold_is_cut_by_the_fewest():
     boxes = np.array([[0, 0, 150, 20], [10, 40, 30, 50], [100, 40, 120, 50]], float)
     bounds = origin_bounds((200, 100), SIZE, STEP)
     for epoch in range(30):
-        rng = window_rng(1, epoch, "p.jpg", 0)
-        i = choose_window(rng, boxes, bounds, SIZE, STEP)
+        rng = crop_rng(1, epoch, "p.jpg", 0)
+        i = draw_grid_origin(rng, boxes, bounds, SIZE, STEP)
         cut = cuts_at(boxes, i * STEP, SIZE)
         region = np.array([np.maximum(overlap_span(boxes[:1], SIZE, STEP)[0, 0], bounds[0]),
                            np.minimum(overlap_span(boxes[:1], SIZE, STEP)[0, 1], bounds[1])])
@@ -91,7 +96,7 @@ def test_a_word_no_crop_can_hold_is_cut_by_the_fewest():
 
 
 def test_a_page_without_legible_words_takes_any_origin_on_it():
-    origins = {tuple(draw_crop(window_rng(0, e, "blank.jpg", 0), np.zeros((0, 4)), (200, 120), SIZE, STEP)[0])
+    origins = {tuple(draw_crop(crop_rng(0, e, "blank.jpg", 0), np.zeros((0, 4)), (200, 120), SIZE, STEP)[0])
                for e in range(100)}
     xs, ys = zip(*origins)
     assert min(xs) >= 0 and max(xs) <= 200 - SIZE and min(ys) >= 0 and max(ys) <= 120 - SIZE
@@ -101,26 +106,26 @@ def test_a_page_without_legible_words_takes_any_origin_on_it():
 def test_a_page_smaller_than_the_crop_lies_inside_it():
     boxes = np.array([[5, 5, 40, 20]], float)
     for e in range(20):
-        origin, cut = draw_crop(window_rng(0, e, "small.jpg", 0), boxes, (48, 40), SIZE, STEP)
+        origin, cut = draw_crop(crop_rng(0, e, "small.jpg", 0), boxes, (48, 40), SIZE, STEP)
         assert np.all(origin <= 0) and np.all(origin + SIZE >= (48, 40)) and not cut.any()
 
 
-def test_window_rng_keys():
-    draw = lambda *key: window_rng(*key).integers(0, 2**62)  # noqa: E731
+def test_crop_rng_keys():
+    draw = lambda *key: crop_rng(*key).integers(0, 2**62)  # noqa: E731
     keys = [(0, 0, "a", 0), (1, 0, "a", 0), (0, 1, "a", 0), (0, 0, "b", 0), (0, 0, "a", 1)]
     assert len({draw(*k) for k in keys}) == len(keys) and draw(*keys[0]) == draw(*keys[0])
 
 
-def test_window_rng_is_each_threads_own_and_the_same_everywhere():
+def test_crop_rng_is_each_threads_own_and_the_same_everywhere():
     """A key's numbers do not depend on the thread that draws them, nor on draws made meanwhile in another
     thread (each thread reseeds a generator of its own), nor on the process (a digest of the key, not hash())."""
-    want = window_rng(3, 7, "photo é.jpg", 1).random(4)
+    want = crop_rng(3, 7, "photo é.jpg", 1).random(4)
     got, stop = [], threading.Event()
 
     def other() -> None:   # draws for other keys all the time
         k = 0
         while not stop.is_set():
-            window_rng(0, k, "x", 0).random(8)
+            crop_rng(0, k, "x", 0).random(8)
             k += 1
     t = threading.Thread(target=other)
     interval = sys.getswitchinterval()
@@ -128,15 +133,15 @@ def test_window_rng_is_each_threads_own_and_the_same_everywhere():
     t.start()
     try:
         for _ in range(2000):
-            got.append(window_rng(3, 7, "photo é.jpg", 1).random(4))
+            got.append(crop_rng(3, 7, "photo é.jpg", 1).random(4))
     finally:
         stop.set()
         t.join()
         sys.setswitchinterval(interval)
     assert all(np.array_equal(g, want) for g in got)
     # the same numbers from a fresh interpreter, whose str hashes are salted differently
-    code = ("from east_cache.sample.draw import window_rng; "
-            "print(repr(window_rng(3, 7, 'photo \\u00e9.jpg', 1).random(4).tolist()))")
+    code = ("from east_cache.sample.crop_draw import crop_rng; "
+            "print(repr(crop_rng(3, 7, 'photo \\u00e9.jpg', 1).random(4).tolist()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert ast.literal_eval(out) == want.tolist()
 
@@ -149,7 +154,7 @@ def test_seen_matrix_is_the_share_of_draws_holding_each_word():
         one_hot = np.eye(len(boxes))[w]
         held = np.zeros(len(boxes))
         for e in range(400):
-            o = choose_window(window_rng(0, e, "p", 0), boxes, bounds, SIZE, STEP, one_hot) * STEP
+            o = draw_grid_origin(crop_rng(0, e, "p", 0), boxes, bounds, SIZE, STEP, one_hot) * STEP
             held += np.all((boxes[:, :2] >= o) & (boxes[:, 2:] <= o + SIZE), axis=1)
         assert seen[w, w] == 1
         np.testing.assert_allclose(held / 400, seen[w], atol=0.08)
@@ -169,29 +174,43 @@ def test_word_weights_raise_the_least_seen_word():
     assert (weights @ seen).min() > 0.4
 
 
-@pytest.mark.parametrize("keep", ["all", "tight room", "no counts", "nothing"])
+@pytest.mark.parametrize("keep", ["all", "tight budget", "no counts", "nothing"])
 def test_crop_draw_draws_what_draw_crop_draws(monkeypatch, keep):
     """A reader's per-page CropDraw makes the same generator calls as draw_crop: the same crops, epoch after
     epoch, and the same cut words, whether or not the kept count at the origin spares counting them. Kept: the
-    cut counts and each drawn word's best origins; the counts and the best origins of the words a tight room
-    holds; best origins only (a page with too many origins to keep their counts); nothing (no room)."""
+    cut counts and each drawn word's best origins; the counts and the best origins of the words a tight budget
+    holds; best origins only (a page with too many origins to keep their counts); nothing (no budget)."""
     if keep == "no counts":
-        monkeypatch.setattr(draw_module, "COUNTS_CELLS_MAX", 0)
+        monkeypatch.setattr(crop_draw_module, "COUNTS_CELLS_MAX", 0)
     boxes = random_boxes(5, 12)
     weights = np.random.default_rng(0).uniform(0.1, 1, 12).astype(np.float32)
     cut_or_not = set()
     for b, page, w in ((boxes, (300, 200), weights), (boxes, (300, 200), None), (np.zeros((0, 4)), (200, 120), None),
                        (random_boxes(6, 3, extent=(48, 40), big=8, inside=True), (48, 40), None)):
-        room = None if keep == "nothing" else Room(4 * 40) if keep == "tight room" else Room(1 << 30)
-        draw = CropDraw(b, page, SIZE, STEP, w, room)
+        budget = None if keep == "nothing" else ByteBudget(4 * 40) if keep == "tight budget" else ByteBudget(1 << 30)
+        draw = CropDraw(b, page, SIZE, STEP, w, budget)
         assert (draw.counts is not None) == (keep != "no counts" and len(b) > 0)
         for epoch in range(60):
-            want = draw_crop(window_rng(2, epoch, "p.jpg", 0), b, page, SIZE, STEP, w)
-            got = draw(window_rng(2, epoch, "p.jpg", 0))
+            want = draw_crop(crop_rng(2, epoch, "p.jpg", 0), b, page, SIZE, STEP, w)
+            got = draw(crop_rng(2, epoch, "p.jpg", 0))
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
             cut_or_not.add(bool(want[1].any()))
         if len(b) > 3:
             kept = len(draw.best)
-            assert (kept == 0 if keep == "nothing" else 0 < kept < len(b) if keep == "tight room" else kept > 3), kept
+            assert (kept == 0 if keep == "nothing" else 0 < kept < len(b) if keep == "tight budget" else kept > 3), kept
     assert cut_or_not == {False, True}
+
+
+def test_the_build_fingerprint_covers_the_draws_rule_and_not_its_fast_form():
+    """A change to the rule (a function the build runs) changes the code hash; one to CropDraw, the reader's fast
+    form, does not: a faster reader rebuilds no cache."""
+    name = "sample/crop_draw"
+    source = Path(crop_draw_module.__file__).read_text()
+    base = code_hash([source], [READ_ONLY[name]])
+    faster = source.replace("class CropDraw:\n", "class CropDraw:\n    FASTER = True\n")
+    other_rule = source.replace("WEIGHT_ROUNDS = 200 ", "WEIGHT_ROUNDS = 201 ")
+    assert faster != source and other_rule != source
+    assert code_hash([faster], [READ_ONLY[name]]) == base
+    assert code_hash([other_rule], [READ_ONLY[name]]) != base
+    assert name in SAMPLE_MODULES

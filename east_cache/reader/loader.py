@@ -1,5 +1,10 @@
-"""Feeding the loop: caches opened (and brought up to date with --rebuild), and DataLoaders whose sampler
-carries the epoch to whichever process reads, so that the cached variants rotate under persistent workers."""
+"""Feeding a training run: caches opened (and brought up to date with rebuild), and loaders whose sampler
+carries the epoch to whichever process reads, so that the cached variants rotate under persistent workers.
+
+Three ways to read, the same batches from each (a batch depends only on its items' keys): in the training
+process, a batch ahead in a thread (workers 0); this project's forked workers, which cut batches into reused
+shared-memory slots (east_cache/reader/workers.py, where fork exists); DataLoader's worker processes elsewhere.
+"""
 from __future__ import annotations
 
 import functools
@@ -12,15 +17,17 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from east_cache.reader import CacheDataset, collate, make_sampler
-from east_cache.reader.workers import WorkerLoader, fork_available
-from east_cache.model.config import TrainConfig
-from east_cache.model.runtime import Runtime
 from east_cache.errors import CacheError
+from east_cache.reader.cache import CacheDataset
+from east_cache.reader.collate import collate
+from east_cache.reader.sampler import make_sampler
+from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.store.build import rebuild as rebuild_cache
 from east_cache.store.manifest import Manifest
 from east_cache.store.outdir import build_holder
 from east_cache.store.stale import out_of_date
+
+AUTO_WORKERS_MAX = 4   # worker processes per training process that loader_workers picks at most
 
 
 class EpochSampler(Sampler):
@@ -64,42 +71,41 @@ class EpochDataset(Dataset):
         return self.ds.__getitems__([i for _, i in keys])
 
 
-def make_loader(ds: CacheDataset, cfg: TrainConfig, rt: Runtime, train: bool) -> DataLoader | WorkerLoader:
-    # seeded by (seed, epoch) and split over the ranks: one code path, reproducible resumes
-    sampler = EpochSampler(make_sampler(ds, cfg.batch_size, train, cfg.seed, rt.rank, rt.world))
-    cuda, workers = rt.device.type == "cuda", loader_workers(cfg, ds, rt)
-    drop_last = train and len(sampler) >= cfg.batch_size
+def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int = 0, world: int = 1,
+                device: torch.device = torch.device("cpu"), workers: int | None = None) -> DataLoader | WorkerLoader:
+    """Batches of ds for one process of a run of `world` (rank `rank`): its share of an order seeded by (seed,
+    epoch), shuffled and without a short last batch when train; read by `workers` processes (None: as many as
+    loader_workers picks), pinned for a CUDA device. Call loader.sampler.set_epoch(epoch) before each epoch."""
+    sampler = EpochSampler(make_sampler(ds, batch_size, train, seed, rank, world))
+    cuda, workers = device.type == "cuda", loader_workers(ds, device, world, workers)
+    drop_last = train and len(sampler) >= batch_size
     if uses_slots(workers):
-        return WorkerLoader(EpochDataset(ds), sampler, cfg.batch_size, workers, drop_last)
+        return WorkerLoader(EpochDataset(ds), sampler, batch_size, workers, drop_last)
     # Without worker processes, collate copies each batch once, straight into pinned memory (on CUDA), in the
     # thread of batches(); worker processes hand over shared memory, which DataLoader then copies to pinned.
     # Its own generator: DataLoader draws a seed from it at every iter(), which from the global one would shift
     # the jitter's random numbers whenever an epoch is begun anew on resume.
-    return DataLoader(EpochDataset(ds), batch_size=cfg.batch_size, sampler=sampler, num_workers=workers,
+    return DataLoader(EpochDataset(ds), batch_size=batch_size, sampler=sampler, num_workers=workers,
                       collate_fn=functools.partial(collate, pin=cuda and workers == 0), pin_memory=cuda and workers > 0,
                       persistent_workers=cuda and workers > 0, drop_last=drop_last,
-                      generator=torch.Generator().manual_seed(cfg.seed), worker_init_fn=ignore_interrupts)
+                      generator=torch.Generator().manual_seed(seed), worker_init_fn=ignore_interrupts)
 
 
-AUTO_WORKERS_MAX = 4   # worker processes per training process that --workers auto starts at most
-
-
-def loader_workers(cfg: TrainConfig, ds: CacheDataset, rt: Runtime) -> int:
-    """--workers, or when not given: for a page-mode cache read for a GPU, one worker process per core this
-    process has (the cores over the processes of the run), 1 to AUTO_WORKERS_MAX, since every crop is Python that
-    holds the GIL, which processes run side by side and out of the training loop's way (page-mode reading on 2
-    cores, README: about 1.5x as fast with 2 workers as in this process); else 0: a CPU run's cores train,
-    and a --crop build batch is copies that release the GIL, which a thread of this process keeps up with."""
-    if cfg.workers is not None:
-        return cfg.workers
-    if rt.device.type != "cuda" or not ds.pages or not fork_available():
+def loader_workers(ds: CacheDataset, device: torch.device, world: int = 1, workers: int | None = None) -> int:
+    """`workers` when given; else, for a page-mode cache read for a GPU, one worker process per core this process
+    has (the cores over the `world` processes of the run), 1 to AUTO_WORKERS_MAX, since every crop is Python that
+    holds the GIL, which processes run side by side and out of the training loop's way; else 0: a CPU run's cores
+    train, and a --crop build batch is copies that release the GIL, which a thread of this process keeps up with."""
+    if workers is not None:
+        return workers
+    if device.type != "cuda" or not ds.pages or not fork_available():
         return 0
-    return max(1, min(AUTO_WORKERS_MAX, (os.cpu_count() or 1) // rt.world))
+    return max(1, min(AUTO_WORKERS_MAX, (os.cpu_count() or 1) // world))
 
 
 def uses_slots(workers: int) -> bool:
-    """Whether `workers` loader processes are this project's (east_cache/reader/workers.py: forked, writing into reused
-    shared batch slots) rather than DataLoader's, which need no fork."""
+    """Whether `workers` loader processes are this project's (east_cache/reader/workers.py: forked, writing into
+    reused shared batch slots) rather than DataLoader's, which need no fork."""
     return workers > 0 and fork_available()
 
 
@@ -114,19 +120,20 @@ def ignore_interrupts(worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def open_cache(path: Path, rebuild: bool, rt: Runtime) -> CacheDataset:
-    """Open a cache; with `rebuild`, rank 0 first brings it up to date while the others wait (a changed
-    source, or a cache of another format version or made by other sample code: stale.out_of_date). Without it
-    such a cache raises a CacheError (StaleCacheError), whose message says what to run."""
+def open_cache(path: Path, rebuild: bool, rank: int = 0, world: int = 1) -> CacheDataset:
+    """Open a cache for a run's process (rank of world), its items compact (page mode: score and geometry are
+    rebuilt on the device). With `rebuild`, rank 0 first brings it up to date while the others wait at a
+    torch.distributed barrier (a changed source, or a cache of another format version or made by other sample
+    code: stale.out_of_date). Without it such a cache raises a CacheError (StaleCacheError) saying what to run."""
     try:
-        if rebuild and rt.rank == 0:
+        if rebuild and rank == 0:
             why = out_of_date(Manifest.load(path, any_version=True))
             if why is not None:
                 print(f"{path}: {why}; updating the cache (--rebuild)", flush=True)
                 rebuild_cache(path, quiet=True)
-        if rebuild and rt.world > 1:
+        if rebuild and world > 1:
             dist.barrier()
-        return CacheDataset(path, compact=True)   # page mode: score and geometry are rebuilt on the device
+        return CacheDataset(path, compact=True)
     except CacheError:
         why = explain_not_a_cache(path)
         if why is None:

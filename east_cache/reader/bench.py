@@ -16,10 +16,9 @@ import time
 import numpy as np
 from torch.utils.data import DataLoader
 
-from east_cache.reader import BlockSampler, CacheDataset, collate
-from east_cache.reader import batches as epoch_batches  # `batches` is a count here
-from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.errors import CacheError
+from east_cache.reader import BlockSampler, CacheDataset, WorkerLoader, collate, fork_available
+from east_cache.reader import batches as epoch_batches  # `batches` is a count here
 from east_cache.store.manifest import data_path
 
 SECONDS = 2.0          # default length of a timed pass when --batches is not given

@@ -1,0 +1,170 @@
+"""PageCropper: the crops of a page-mode cache (--crop read), made from its records by one reading process.
+
+Item i at epoch e is a crop of page (image i, variant v): its origin is drawn from (seed, e, image name, v)
+alone (crop_draw.epoch_crop), whoever reads it, and it is cut out of the page's record (east_cache/reader/crop.py).
+Every epoch draws from the same pages, so a process keeps what it derives from each of them, within its
+ByteBudgets: the page's views of its record (they cost nothing; making them again does), its words' boxes,
+polygons, word table and crop draw (crop.PageWords), and the maps patches of the word sets its crops cut. Where
+the cache fits in half the memory, a page's stored bytes are mapped into the process at its first read (map_in),
+not fault by fault as the next epochs' crops touch them.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from east_cache.budget import ByteBudget
+from east_cache.reader.crop import PageWords, crop_page, crop_page_compact, crop_words, page_words, words_bytes
+from east_cache.reader.records import RecordReader
+from east_cache.sample.crop_draw import epoch_crop, grid_step
+from east_cache.store.page_record import Page
+from east_cache.store.sidecar import row_words
+
+MADV_POPULATE_READ = 22   # madvise(2), Linux 5.14 and later (Python's mmap module does not name it)
+
+
+class PageCropper:
+    """Crops of the pages `records` holds, as items: compact (crop_page_compact: blocks of tiles, maps patch and
+    word table, for the device to expand) or not (crop_page: image, score, geo, roi)."""
+
+    def __init__(self, records: RecordReader, compact: bool):
+        self.records, self.compact = records, compact
+        c = records.config
+        self.size, self.map_scale, self.step, self.seed = c.input_size, c.map_scale, grid_step(c.map_scale), c.seed
+        self._reset()
+        self._table_rows: int | None = None
+        self._fits: bool | None = None   # the data files fit in half the memory (fits_in_memory), once asked
+
+    def _reset(self) -> None:
+        """Forget what this process keeps of its pages (a pickled cropper's reader derives its own)."""
+        # per file: (the records its pages are views of, {row: page}); pages over other records are not kept
+        self._pages: dict[int, tuple[object, dict[int, Page]]] = {}
+        self._words: dict[tuple[int, int], PageWords] = {}   # per (file, row), derived on the page's first crop
+        self._words_budget = ByteBudget(ByteBudget.PAGE_WORDS)
+        self._patches_budget = ByteBudget(ByteBudget.MAPS_PATCHES)
+        self._best_budget = ByteBudget(ByteBudget.BEST_ORIGINS)
+
+    def crop(self, i: int, variant: int, epoch: int) -> dict[str, np.ndarray]:
+        """The item of image i's page at a variant, at an epoch (CacheDataset.__getitem__ says what it holds)."""
+        page = self.page(i, variant)
+        words = self.page_words(i, variant, page)
+        origin, cut = self.crop_origin(i, variant, epoch, page, words)
+        return (crop_page_compact if self.compact else crop_page)(page, origin, cut, self.size, self.map_scale, words)
+
+    def crop_words(self, i: int, variant: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(points (P, 2) float32 crop px, offsets (N + 1,) int64, care (N,) uint8) of that crop's words: those
+        whose box overlaps it, cut legible words as don't-care."""
+        page = self.page(i, variant)
+        origin, cut = self.crop_origin(i, variant, epoch, page)
+        return crop_words(page, origin, cut, self.size)
+
+    def crop_origin(self, i: int, variant: int, epoch: int, page: Page | None = None,
+                    words: PageWords | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(origin (x, y) page px, legible words cut (L,) bool) of image i's crop at an epoch: drawn from (seed,
+        epoch, image name, variant) alone, whoever reads it."""
+        page = self.page(i, variant) if page is None else page
+        words = self.page_words(i, variant, page) if words is None else words
+        return epoch_crop(self.seed, epoch, self.records.names[i], variant, words.boxes, page.size, self.size,
+                          self.step, page.weight, words.draw)
+
+    def page(self, i: int, variant: int) -> Page:
+        """Image i's page at a variant: views of its record, its words from the sidecar; kept per page in this
+        process where they are views of a memory map or of a file read whole, not where a format's reader returns
+        a copy."""
+        f, r = self.records.locate(i, variant)
+        records = self.records.file_records(f)   # this process's own: opened anew after a fork
+        kept = self._pages.get(f)
+        if kept is None or kept[0] is not records:
+            kept = self._pages[f] = (records, {})
+        page = kept[1].get(r)
+        if page is not None:
+            return page
+        rec = records[r]
+        points, offsets, care = self.records.stored_quads(i, variant)
+        weight = row_words(self.records.sidecar(f), r)["weight"][care > 0]
+        page = Page.from_fields(rec["image"], rec["maps"], rec["size"], points, offsets, care, weight, self.map_scale)
+        if isinstance(records, np.ndarray):
+            kept[1][r] = page
+            if self.fits_in_memory():
+                map_in(records, [page.image.tiles, page.maps.tiles])
+        return page
+
+    def page_words(self, i: int, variant: int, page: Page) -> PageWords:
+        """Image i's page's word boxes, polygons, word table and crop draw (crop.page_words): derived once per page
+        and process while ByteBudget.PAGE_WORDS lasts; a page past that derives what its crop needs each time (the
+        same crop, drawn without the kept cut counts)."""
+        key = self.records.locate(i, variant)
+        words = self._words.get(key)
+        if words is not None:
+            return words
+        if self._words_budget.spent:
+            return page_words(page, self.size, self.map_scale, draw=False)
+        words = self._words[key] = page_words(page, self.size, self.map_scale, patches=self._patches_budget,
+                                              best=self._best_budget)
+        self._words_budget.spend(words_bytes(words))
+        return words
+
+    def table_rows(self) -> int:
+        """The most legible words any page of the cache holds: the rows a compact crop's word table can have. Read
+        from the word sidecars once per process."""
+        if self._table_rows is None:
+            most = 0
+            for f in range(len(self.records.files)):
+                sidecar = self.records.sidecar(f)
+                legible = np.concatenate([[0], np.cumsum(sidecar["care"] > 0)])
+                starts = sidecar["sample_offsets"]
+                most = max(most, int((legible[starts[1:]] - legible[starts[:-1]]).max(initial=0)))
+            self._table_rows = most
+        return self._table_rows
+
+    def fits_in_memory(self) -> bool:
+        """Whether the cache's data files take at most half of this machine's memory (blocks on disk: page files
+        are sparse), so that its pages stay in the page cache once read."""
+        if self._fits is None:
+            try:
+                memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+                data = sum(os.stat(self.records.path(f)).st_blocks * 512 for f in range(len(self.records.files)))
+                self._fits = data <= memory // 2
+            except (OSError, ValueError, AttributeError):   # no such sysconf name, or st_blocks, here
+                self._fits = False
+        return self._fits
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in ("_pages", "_words", "_words_budget", "_patches_budget", "_best_budget"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+
+def map_in(records, arrays: list[np.ndarray]) -> None:
+    """Map the pages of the file that hold `arrays` (views of the memory-mapped `records`) into this process's
+    page table now, one call per array (populate_ranges), instead of fault by fault as crops first touch them,
+    epoch after epoch. Reads what is not in the page cache yet. Nothing where the records are not a memory map
+    or the kernel does not know the call."""
+    mm = getattr(records, "_mmap", None)
+    if mm is None:
+        return
+    try:
+        base = np.frombuffer(mm, np.uint8, 1).ctypes.data
+        for start, length in populate_ranges(base, arrays):
+            mm.madvise(MADV_POPULATE_READ, start, length)
+    except (OSError, ValueError):   # an older kernel (EINVAL), a closed map
+        return
+
+
+def populate_ranges(base: int, arrays: list[np.ndarray]) -> list[tuple[int, int]]:
+    """(start, length) in bytes from the map's first byte at address `base`: one range per non-empty array,
+    its start rounded down to a memory page (madvise takes page-aligned starts), ending at the array's end."""
+    ranges = []
+    for a in arrays:
+        if a.nbytes:
+            start = a.ctypes.data - base
+            aligned = start - start % mmap.PAGESIZE
+            ranges.append((aligned, start + a.nbytes - aligned))
+    return ranges

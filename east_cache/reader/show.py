@@ -1,0 +1,28 @@
+"""`python -m preprocess show CACHE INDEX`: one PNG of a sample as a cache holds it, read through CacheDataset
+and drawn by east_cache/tools/show.py (render_sample)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from east_cache.reader.cache import CacheDataset
+from east_cache.store.stale import check_stale
+from east_cache.tools.show import render_sample, words_caption
+
+
+def show_cached(cache, index: str, variant: int, out: Path) -> None:
+    """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
+    `out`: its crop at the epoch that reads that variant. A stale cache is drawn with a note saying so."""
+    ds = CacheDataset(cache, check_stale=False)
+    stale = check_stale(ds.manifest)
+    if stale.stale:
+        print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)
+    i = int(index) if index.isdigit() else (ds.names.index(index) if index in ds.names else -1)
+    if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants:
+        raise ValueError(f"{cache}: no sample {index!r} variant {variant}: it holds images 0..{len(ds) - 1} "
+                         f"(or their names) and variants 0..{ds.config.variants - 1}")
+    ds.set_epoch((variant - int(ds.offsets[i])) % ds.config.variants)  # the epoch at which item i is this variant
+    item = ds[i]
+    points, offsets, care = ds.quads(i, variant)
+    caption = f"{ds.names[i]} (#{i}) variant {variant}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
+    render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)

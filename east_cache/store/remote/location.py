@@ -1,0 +1,130 @@
+"""Where a cache or a data set lies: a local path, or an fsspec URL (s3://bucket/prefix; file:// and memory://).
+
+A URL is read through a storage client (fsspec; s3fs for S3, the `remote` extra). Credentials and the endpoint
+come from the environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, a profile...) or from storage options given in
+code; never from the URL, so that no manifest, log line or error message can hold them. Storage options are
+kept out of every printed form of a Location.
+
+Clients are made per process: an s3fs client used before a fork fails in the child (its event loop and
+connections belong to the parent), so a forked loader worker or rank makes its own on first use.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from east_cache.errors import UsageError
+
+SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
+# userinfo (user:secret@) and query strings (a presigned URL's signature) of any URL inside a text
+URL_SECRETS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@|(\?[^\s'\"]*)")
+REMOTE_EXTRA = "pip install 'east-cache[remote]'"
+
+
+def redact(text: str) -> str:
+    """text with the userinfo and query string of every URL in it replaced: safe to print or log."""
+    return URL_SECRETS.sub(lambda m: m.group(1) + "***@" if m.group(1) else "?***", str(text))
+
+
+@dataclass(frozen=True)
+class Location:
+    """A local folder (protocol "local", path absolute) or a URL (protocol and the path the client takes:
+    bucket/prefix for S3). `options`: storage options passed to the client; never printed."""
+    protocol: str
+    path: str
+    options: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    @classmethod
+    def parse(cls, text: str | os.PathLike, options: dict | None = None) -> "Location":
+        """A location from a flag's text: a URL where it has a scheme, else a local path (made absolute)."""
+        if isinstance(text, Location):
+            return text
+        m = SCHEME.match(str(text))
+        if m is None:
+            return cls("local", str(Path(text).expanduser().absolute()), dict(options or {}))
+        protocol, rest = m.group(1).lower(), m.group(2)
+        if "@" in rest.split("/", 1)[0] or "?" in rest:
+            raise UsageError(f"{redact(text)}: give credentials and options through the environment (AWS_PROFILE, "
+                             f"AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL...) or storage options, not inside the URL")
+        path = rest.rstrip("/")
+        if protocol == "file":
+            path = str(Path("/" + path.lstrip("/")))
+        if not path.strip("/"):
+            raise UsageError(f"{text}: name a bucket or folder after {protocol}://")
+        return cls(protocol, path, dict(options or {}))
+
+    @property
+    def remote(self) -> bool:
+        """Read through a storage client and a local cache folder (every URL, file:// included)."""
+        return self.protocol != "local"
+
+    @property
+    def url(self) -> str:
+        return f"{self.protocol}://{self.path}" if self.remote else self.path
+
+    @property
+    def name(self) -> str:
+        return PurePosixPath(self.path).name
+
+    def join(self, *parts: str) -> "Location":
+        """A location below this one; parts are relative names (no "..", no leading "/")."""
+        for p in parts:
+            if not p or p.startswith("/") or ".." in PurePosixPath(p).parts:
+                raise ValueError(f"{p!r} is not a relative name below {self}")
+        return Location(self.protocol, str(PurePosixPath(self.path, *parts)), self.options)
+
+    def local_path(self) -> Path:
+        if self.remote:
+            raise ValueError(f"{self} is not a local path")
+        return Path(self.path)
+
+    def key(self) -> str:
+        """A short hash of what identifies the stored bytes: the URL and the endpoint (never printed, so a
+        credential in an option cannot leak through it; options other than the endpoint are left out)."""
+        endpoint = (self.options.get("client_kwargs") or {}).get("endpoint_url") or self.options.get("endpoint_url") \
+            or os.environ.get("AWS_ENDPOINT_URL", "")
+        return hashlib.blake2b(json.dumps([self.url, endpoint]).encode(), digest_size=8).hexdigest()
+
+    def __str__(self) -> str:
+        return redact(self.url)
+
+
+_clients: dict[tuple, tuple[int, object]] = {}
+_clients_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:   # a thread of the parent may have held the lock at the fork
+    global _clients_lock
+    _clients_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def filesystem(loc: Location):
+    """This process's storage client for loc's protocol, options and endpoint: made on first use in each process
+    (after a fork the parent's is never reused), shared by the process's threads."""
+    if not loc.remote:
+        raise ValueError(f"{loc} is a local path: read it directly")
+    key = (loc.protocol, json.dumps(loc.options, sort_keys=True, default=str), os.environ.get("AWS_ENDPOINT_URL"))
+    pid = os.getpid()
+    with _clients_lock:
+        made = _clients.get(key)
+        if made is not None and made[0] == pid:
+            return made[1]
+        try:
+            import fsspec
+            # no listings cache: a cache at a URL is rebuilt under running readers, and a stale listing would hide it;
+            # folders made as files are written into them, as a store's keys need none
+            defaults = {"use_listings_cache": False, **({"auto_mkdir": True} if loc.protocol == "file" else {})}
+            client = fsspec.filesystem(loc.protocol, skip_instance_cache=True, **{**defaults, **loc.options})
+        except ImportError as e:
+            raise UsageError(f"{loc}: reading {loc.protocol}:// needs {e.name or 'its storage client'}; "
+                             f"install it with {REMOTE_EXTRA}") from None
+        _clients[key] = (pid, client)
+        return client
