@@ -169,9 +169,14 @@ def check_output(path: Path, flag: str, folder: bool) -> None:
     want = "the path of a folder (it is made if missing)" if folder else "the path of a file to write"
     if path.exists() and path.is_dir() != folder:
         raise UsageError(f"{flag} {path}: {'a file' if folder else 'a folder'} is there; pass {want}")
-    existing = path if path.exists() else next(p for p in path.parents if p.exists() or p == p.parent)
+    existing = nearest_existing(path)
     if existing != path and not existing.is_dir():
         raise UsageError(f"{flag} {path}: {existing} is a file, so nothing can be made inside it; pass {want}")
     if not os.access(existing, os.W_OK):
         raise UsageError(f"{flag} {path}: {existing} cannot be written (permission denied); pass {want} where "
                          f"you can write")
+
+
+def nearest_existing(path: Path) -> Path:
+    """path itself if it exists, else its nearest folder above that does (the root at worst)."""
+    return path if path.exists() else next(p for p in path.parents if p.exists() or p == p.parent)

@@ -31,7 +31,7 @@ from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
-from east_cache.errors import UsageError
+from east_cache.errors import UsageError, nearest_existing
 from east_cache.store.atomic import fsync_path, replacing
 
 LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
@@ -97,8 +97,7 @@ def disk_use(out: Path, model) -> str:
     """The size of one checkpoint (the weights and Adam's two moments), what out holds now and the space free."""
     per = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
     held = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else 0
-    there = out if out.exists() else next(p for p in out.parents if p.exists() or p == p.parent)
-    free = shutil.disk_usage(there).free
+    free = shutil.disk_usage(nearest_existing(out)).free
     return f"about {per / 2**20:.0f} MB a checkpoint; {out} holds {held / 2**20:.0f} MB, {free / 2**30:.1f} GB free"
 
 
