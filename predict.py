@@ -3,7 +3,7 @@
 (or `--images DIR` for a plain folder). The code is east_cache.model.predict (`east-predict` once installed)."""
 import sys
 
-from east_cache.model.predict_cli import main
+from east_cache.model.predict import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
-"""Scoring speed: `python -m preprocess evaluate` on a synthetic set of many images with many words each.
-Predictions are the words jittered by a few pixels, with some words split in two, pairs merged, words missed
-and false positives added, so that every kind of match occurs. Prints a markdown table; asserts nothing.
+"""Evaluation speed: `python -m preprocess evaluate` on a synthetic set of many images with many words each, and
+decode_maps (maps -> quads, locality-aware NMS) on one full page's maps. Predictions are the words jittered by a
+few pixels, with some words split in two, pairs merged, words missed and false positives added, so that every
+kind of match occurs. Prints markdown tables; asserts nothing.
 
     python benchmarks/bench_eval.py [--images 1000] [--words 100] [--metrics rect,poly]
 """
@@ -15,13 +16,18 @@ from pathlib import Path
 import numpy as np
 from common import machine, table
 
+from east_cache.model.decode import decode_maps
 from east_cache.model.scoring import load_ground_truth, load_predictions, score
 from east_cache.config import BuildConfig
+from east_cache.sample.targets import make_targets
 
 PAGE = (2000, 2000)          # px, page width and height; words sit on a grid of cells
 DONT_CARE_SHARE = 0.1        # words marked illegible
 JITTER = 2.0                 # px, standard deviation of a detection's corners around its word's
 SHARES = {"split": 0.03, "merge": 0.03, "miss": 0.05, "false": 0.05}   # of the words, per page
+DECODE_PAGE = 1024           # px, side of the page whose maps (x0.5: 512 x 512) decode_maps turns into quads
+DECODE_WORDS = 20            # turned words on it, in 4 rows of 5
+DECODE_REPEATS = 5           # timed decodes; the fastest is reported
 
 
 def box(x0, y0, x1, y1) -> list:
@@ -62,6 +68,26 @@ def write_files(folder: Path, n_images: int, n_words: int) -> tuple[Path, Path]:
     return folder / "gt.json", folder / "pred.json"
 
 
+def decode_seconds() -> tuple[int, float]:
+    """(positive map pixels, fastest seconds) of decode_maps on the maps of DECODE_WORDS words turned by up to 20
+    degrees on a DECODE_PAGE px page."""
+    rng = np.random.default_rng(0)
+    quads = []
+    for k in range(DECODE_WORDS):
+        w, h, t = rng.uniform(140, 180), rng.uniform(48, 64), np.radians(rng.uniform(-20, 20))
+        turn = np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
+        centre = (100 + 205 * (k % 5), 60 + 250 * (k // 5))
+        quads.append(np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2 @ turn.T + centre)
+    score, geo, _ = make_targets(np.concatenate(quads).astype(np.float32), np.arange(DECODE_WORDS + 1) * 4,
+                                 np.ones(DECODE_WORDS, np.uint8), DECODE_PAGE, 0.5)
+    times = []
+    for _ in range(DECODE_REPEATS):
+        t0 = time.perf_counter()
+        decode_maps(score.astype(np.float32), geo, 0.5)
+        times.append(time.perf_counter() - t0)
+    return int(score.sum()), min(times)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=int, default=1000, help="images (default 1000)")
@@ -82,6 +108,10 @@ def main() -> None:
             rows.append([metric, f"{read:.2f}", f"{took:.2f}", f"{took / a.images * 1e3:.2f}", f"{r['hmean']:.4f}"])
     print(f"scoring {a.images} images x {a.words} words; {machine()}\n")
     print(table(["metric", "read both JSON s", "score s", "ms / image", "hmean"], rows))
+    positives, took = decode_seconds()
+    m = round(DECODE_PAGE * 0.5)
+    print(f"\ndecode_maps on one page's maps, fastest of {DECODE_REPEATS}\n")
+    print(table(["map", "positive px", "words", "s"], [[f"{m} x {m}", positives, DECODE_WORDS, f"{took:.3f}"]]))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The data path, one subpackage per step: ingest (UFO JSON and images in) -> sample (the warp and the EAST
 targets) -> store (the cache on disk and its build) -> reader (the cache as batches) -> model (EAST, its
 training loop, prediction and DetEval). The command lines are cli.py (east-cache, python -m preprocess)
-and model/cli.py (east-train, python train.py).
+and model/train.py (east-train, python train.py).
 """
 from __future__ import annotations
 

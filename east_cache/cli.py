@@ -8,8 +8,6 @@ run).
 from __future__ import annotations
 
 import argparse
-import errno
-import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, IMAGE_CODECS, MAP_SCALES, STRATEGIES, BuildConfig
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
+from east_cache.errors import CommandParser, run_command
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
@@ -29,7 +28,8 @@ BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every
                      "the cache was built with (all but --jobs, --backend, --scheduler and --quiet), so `build --out "
                      "CACHE` alone brings it up to date; the defaults below are those of a new cache. The plan "
                      "(strategy and why, counts, size, what changed) is printed before any work starts.")
-EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
+BUILD_INTERRUPTED = ("interrupted: the previous cache, if any, is intact; run the same command again to finish "
+                     "(finished files are reused)")
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
@@ -247,9 +247,9 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import evaluate_cli   # flags only: the scorer loads when `evaluate` runs
+    from east_cache.model import scoring   # evaluate's flags and command: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
-    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION.format(other))
+    p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build or update a cache (only what changed is redone)",
                        description=BUILD_DESCRIPTION)
@@ -296,8 +296,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.set_defaults(func=cmd_show)
     ev = sub.add_parser("evaluate", help="score UFO predictions against UFO ground truth: DetEval precision, "
                                          "recall, hmean")
-    evaluate_cli.add_arguments(ev)
-    ev.set_defaults(func=evaluate_cli.run)
+    scoring.add_arguments(ev)
+    ev.set_defaults(func=scoring.run)
     return p
 
 
@@ -317,43 +317,11 @@ def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: st
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    from east_cache.errors import BuildError, BuildInterrupted, CacheError, DataError
     prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
     args = get_parser(prog).parse_args(argv)
     args.prog_name = prog
-    if args.command == "build" and argv is None:   # the process is ours only when run from the command line
+    build = args.command == "build"
+    if build and argv is None:   # the process is ours only when run from the command line
         _interrupt_on_sigterm()
-    try:
-        code = args.func(args)
-        sys.stdout.flush()   # here, not at exit: a closed pipe is then caught below
-        return code
-    except BrokenPipeError:
-        return _reader_gone()
-    except (DataError, CacheError, BuildError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:  # a flag value BuildConfig refuses; its message names the flag's field
-        print(f"error: {e}; see `{prog} {args.command} --help`", file=sys.stderr)
-        return 2
-    except OSError as e:  # --out not creatable, a full disk while writing: the previous cache is untouched
-        hint = " Free some space or build into another --out." if e.errno == errno.ENOSPC else ""
-        kept = " The previous cache, if any, is unchanged." if args.command == "build" else ""
-        print(f"error: {e}.{hint}{kept}", file=sys.stderr)
-        return 2
-    except BuildInterrupted:
-        print("interrupted after the new cache was committed: it is complete; files of the previous build that are "
-              "left in data/ go at the next build", file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:
-        print("interrupted: the previous cache, if any, is intact; run the same command again to finish "
-              "(finished files are reused)" if args.command == "build" else "interrupted", file=sys.stderr)
-        return 130
-
-
-def _reader_gone() -> int:
-    """`info | head`: the reader stopped reading. Say nothing; point stdout at /dev/null so that the flush at
-    exit does not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return EXIT_BROKEN_PIPE
+    return run_command(lambda: args.func(args), argv, interrupted=BUILD_INTERRUPTED if build else "interrupted",
+                       kept="the previous cache, if any, is unchanged" if build else "")

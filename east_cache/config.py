@@ -10,6 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from east_cache.errors import UsageError
+
 # Tags that make a word a don't-care region (ROI = 0) instead of a positive. The baseline
 # dropped these words, turning them into background the model is punished for detecting.
 DEFAULT_IGNORE_TAGS = ("masked", "excluded-region", "maintable", "stamp")
@@ -50,21 +52,22 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in (AUTO, *STRATEGIES):
-            raise ValueError(f"strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
+            raise UsageError(f"--strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
         if self.image_codec not in (AUTO, *IMAGE_CODECS):
-            raise ValueError(f"image_codec {self.image_codec!r} is not one of {AUTO}, {', '.join(IMAGE_CODECS)}")
+            raise UsageError(f"--image-codec {self.image_codec!r} is not one of {AUTO}, {', '.join(IMAGE_CODECS)}")
         if not 1 <= self.image_quality <= 100:
-            raise ValueError(f"image_quality {self.image_quality} must lie in 1..100 (libjpeg's quality)")
+            raise UsageError(f"--image-quality {self.image_quality} must lie in 1..100 (libjpeg's quality)")
         if self.crop not in CROP_MODES:
-            raise ValueError(f"crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
+            raise UsageError(f"--crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
         if self.map_scale not in MAP_SCALES:
-            raise ValueError(f"map_scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
+            raise UsageError(f"--map-scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
         if self.input_size % 32 != 0 or self.input_size <= 0:
-            raise ValueError(f"input_size {self.input_size} must be a positive multiple of 32 (the VGG backbone's stride)")
+            raise UsageError(f"--input-size {self.input_size} must be a positive multiple of 32 (the VGG backbone's "
+                             f"stride)")
         if self.image_size <= 0 or self.variants < 1 or self.chunk_size < 1 or self.batch_size < 1:
-            raise ValueError("image_size, variants, chunk_size and batch_size must all be positive")
+            raise UsageError("--image-size, --variants, --chunk-size and --batch-size must all be positive")
         if not 0 <= self.height_jitter < 1:
-            raise ValueError(f"height_jitter {self.height_jitter} must lie in [0, 1)")
+            raise UsageError(f"--height-jitter {self.height_jitter} must lie in [0, 1)")
         # JSON round-trips give lists; keep the dataclass hashable and canonical.
         object.__setattr__(self, "ignore_tags", tuple(sorted(set(self.ignore_tags))))
 

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from east_cache.model import cli
+from east_cache.model import train
 from east_cache.model.decode import decode_maps
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, ImageRecord
@@ -72,7 +72,7 @@ def make_tiny_cache(data: Path, out: Path, **over) -> Path:
 
 def train_run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
     """The training command in this process (errors raised) with QUIET_RUN before `flags`; returns the log."""
-    cli.run(["--cache", str(cache_dir), "--out", str(out), *QUIET_RUN, *flags])
+    train.run(["--cache", str(cache_dir), "--out", str(out), *QUIET_RUN, *flags])
     return read_log(out)
 
 

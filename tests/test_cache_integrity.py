@@ -115,7 +115,7 @@ def test_an_error_raised_in_a_dataloader_worker_prints_as_its_own_one_line():
 
     from torch._utils import ExceptionWrapper
 
-    from east_cache.model.cli import one_line
+    from east_cache.errors import one_line
     try:
         raise CacheError("/c: the cache was rebuilt while this run read it (x.npy: gone); start the run again")
     except CacheError:

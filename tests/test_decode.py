@@ -3,7 +3,6 @@ east_cache/sample/targets.py; docs/architecture.md, "Targets") (here, by a plain
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -112,18 +111,15 @@ def test_bad_shapes_raise():
         decode_maps(np.zeros((64, 64)), np.zeros((4, 64, 64)), 0.5)
 
 
-def test_large_map_decodes_quickly():
-    """512 x 512 map, 20 words (about 10k positive pixels): prints the time; asserts only a hang guard."""
+def test_a_large_map_decodes_to_every_word():
+    """512 x 512 map, 20 words (about 10k positive pixels, which locality-aware NMS merges run by run). How fast
+    is measured by benchmarks/bench_eval.py, not asserted here: a shared machine's timings prove nothing."""
     rng = np.random.default_rng(0)
     words = [(100 + 205 * (k % 5), 60 + 250 * (k // 5), rng.uniform(140, 180), rng.uniform(48, 64), rng.uniform(-20, 20))
              for k in range(20)]
     score, geo = plain_maps(words, 1024, 0.5)
-    start = time.perf_counter()
     quads, _ = decode_maps(score, geo, 0.5)
-    took = time.perf_counter() - start
-    print(f"\ndecode_maps: 512x512 map, {int(score.sum())} positive pixels, 20 words: {took:.3f} s")
     assert_recovered(words, quads)
-    assert took < 10
 
 
 def random_rectangles(rng, input_size, cell=128):

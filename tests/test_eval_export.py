@@ -17,7 +17,7 @@ from helpers import small_config
 from torch import nn
 
 from east_cache.reader import CacheDataset, collate
-from east_cache.model import checkpoint, cli, engine, metrics
+from east_cache.model import checkpoint, engine, train, validate
 from east_cache.reader import images
 from east_cache.model.config import TrainConfig
 from east_cache.model.runtime import Runtime
@@ -41,7 +41,7 @@ def main(*flags: str) -> str:
     """The command line with the given flags (errors raised); returns what it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        cli.run(list(flags))
+        train.run(list(flags))
     return printed.getvalue()
 
 
@@ -77,7 +77,7 @@ def test_perfect_maps_score_a_perfect_hmean(cache):
     """The metrics path itself (batching, which sample's words, decoding, DetEval) loses nothing."""
     ds = CacheDataset(cache)
     ctx = engine.new_context(TrainConfig(batch_size=2), Runtime())  # 5 images: the last batch is partial
-    m = metrics.detection_metrics(Oracle(ds), ds, ctx)
+    m = validate.detection_metrics(Oracle(ds), ds, ctx)
     assert (m["precision"], m["recall"], m["hmean"]) == (1.0, 1.0, 1.0)
 
 

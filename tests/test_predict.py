@@ -117,11 +117,14 @@ def test_predictions_file_is_ufo_and_replaced_whole(tmp_path):
     quad = np.array([[[1.234, 2], [10, 2], [10, 8], [1.234, 8]]])
     out = tmp_path / "sub" / "pred.json"
     write_predictions(out, {"a.jpg": (quad, np.ones(1)), "b.jpg": (np.zeros((0, 4, 2)), np.zeros(0))})
-    assert json.loads(out.read_text()) == {"images": {
+    assert json.loads(out.read_text()) == {"predicted_by": {"program": "east-predict"}, "images": {
         "a.jpg": {"words": {"1": {"points": [[1.23, 2.0], [10.0, 2.0], [10.0, 8.0], [1.23, 8.0]]}}},
         "b.jpg": {"words": {}}}}
-    write_predictions(out, {})
-    assert json.loads(out.read_text()) == {"images": {}} and [p.name for p in out.parent.iterdir()] == ["pred.json"]
+    write_predictions(out, {}, {"checkpoint": "c.pt"})
+    assert json.loads(out.read_text()) == {"predicted_by": {"program": "east-predict", "checkpoint": "c.pt"},
+                                           "images": {}}
+    assert [p.name for p in out.parent.iterdir()] == ["pred.json"]
+    assert out.read_text().startswith('{"predicted_by"'), "the mark comes first: a streaming reader meets it early"
 
 
 class EmptyModel:
@@ -133,7 +136,7 @@ class EmptyModel:
 
 
 def run_cli(capsys, *flags) -> tuple[int, str]:
-    from east_cache.model.predict_cli import main
+    from east_cache.model.predict import main
     rc = main([*map(str, flags)])
     return rc, capsys.readouterr().err
 

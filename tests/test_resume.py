@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import QUIET_RUN, epochs_of, read_log, train_run
 
-from east_cache.model import cli, engine, trainer
-from east_cache.model.runinfo import INTERRUPTED
+from east_cache.model import engine, train
+from east_cache.model.train import INTERRUPTED
 from east_cache.errors import UsageError
 
 # 2 images at batch 1: 2 steps an epoch; the lr drops after epoch 1 (half of 3); colour jitter on (the default)
@@ -35,8 +35,9 @@ def test_a_run_stopped_by_ctrl_c_resumes_exactly(tiny_cache, tmp_path, monkeypat
         return real(*args)
     monkeypatch.setattr(engine, "east_loss", ctrl_c_in_step_3)
     cut = tmp_path / "cut"
-    assert cli.run(["--cache", str(tiny_cache), "--out", str(cut), *QUIET_RUN, *FLAGS]) == INTERRUPTED
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler is removed after the run"
+    before = signal.getsignal(signal.SIGINT)
+    assert train.run(["--cache", str(tiny_cache), "--out", str(cut), *QUIET_RUN, *FLAGS]) == INTERRUPTED
+    assert signal.getsignal(signal.SIGINT) is before, "the run's handler is removed after the run"
     log = read_log(cut)
     assert log[-1] == {"event": "interrupted", "signal": signal.SIGINT, "epoch": 2, "step": 3,
                        "checkpoint": str(cut / "epoch_2_step_3.pt")}
@@ -60,8 +61,8 @@ def test_a_run_stopped_by_ctrl_c_resumes_exactly(tiny_cache, tmp_path, monkeypat
 @pytest.mark.slow
 def test_save_every_steps_keeps_the_newest_mid_epoch_checkpoint(tiny_cache, tmp_path, monkeypatch):
     written = []
-    real = trainer.save_checkpoint
-    monkeypatch.setattr(trainer, "save_checkpoint", lambda state, path: (written.append(path.name), real(state, path)))
+    real = train.save_checkpoint
+    monkeypatch.setattr(train, "save_checkpoint", lambda state, path: (written.append(path.name), real(state, path)))
     train_run(tiny_cache, tmp_path, "--epochs", "2", "--batch-size", "1", "--save-every", "2", "--save-every-steps", "1")
     # step 1: mid-epoch; step 2 ends epoch 1 (not saved: --save-every 2); step 3 mid-epoch; step 4 ends the run
     assert written == ["epoch_1_step_1.pt", "epoch_2_step_3.pt", "epoch_2.pt"]

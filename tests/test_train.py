@@ -21,9 +21,10 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from east_cache.reader import BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
-from east_cache.model import backbone, checkpoint, cli, config, engine, runtime
+from east_cache.model import checkpoint, config, engine, runtime, train
+from east_cache.model import model as east
+from east_cache.model.model import load_backbone
 from east_cache.reader import images
-from east_cache.model.backbone import load_backbone
 from east_cache.model.config import TrainConfig
 from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
@@ -104,7 +105,7 @@ def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
 
 def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
     with pytest.raises(UsageError, match=r"nope\.pth: no such file; --backbone-weights takes"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
+        train.run(["--cache", str(tmp_path / "no-cache"), "--backbone-weights", str(tmp_path / "nope.pth")])
 
 
 def imagenet_like_file(folder: Path, hash_prefix: str | None = None) -> tuple[Path, dict]:
@@ -123,14 +124,14 @@ def test_imagenet_weights_are_downloaded_once_checked_and_loaded(tmp_path, monke
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     src, state = imagenet_like_file(tmp_path / "server")
     assert src.stat().st_size < 200_000
-    monkeypatch.setattr(backbone, "IMAGENET_URL", src.as_uri())
+    monkeypatch.setattr(east, "IMAGENET_URL", src.as_uri())
     said, model = [], EAST()
-    assert backbone.init_backbone(model, "imagenet", said.append).startswith("ImageNet vgg16_bn")
+    assert east.init_backbone(model, "imagenet", said.append).startswith("ImageNet vgg16_bn")
     cached = tmp_path / "torch" / "hub" / "checkpoints" / src.name
     assert cached.read_bytes() == src.read_bytes() and str(cached) in said[0]
     assert torch.equal(model.features[40].weight, state["features.40.weight"])
     src.unlink()  # the hub cache serves it from now on
-    backbone.init_backbone(EAST(), "imagenet", said.append)
+    east.init_backbone(EAST(), "imagenet", said.append)
     assert len(said) == 1
 
 
@@ -141,11 +142,11 @@ def test_imagenet_weights_that_cannot_be_had_say_where_to_put_them(case, tmp_pat
         url, expect = (tmp_path / "nowhere" / "vgg16_bn-6c64b313.pth").as_uri(), "cannot download .*Without a network"
     else:
         url, expect = imagenet_like_file(tmp_path / "server", "00000000")[0].as_uri(), "the download .* was corrupt"
-    monkeypatch.setattr(backbone, "IMAGENET_URL", url)
+    monkeypatch.setattr(east, "IMAGENET_URL", url)
     place = tmp_path / "torch" / "hub" / "checkpoints" / url.rsplit("/", 1)[-1]
     with pytest.raises(UsageError, match=rf"^--backbone-weights imagenet: {expect}.*put it at {re.escape(str(place))}"
                                          r".*--backbone-weights random"):
-        backbone.init_backbone(EAST(), "imagenet", print)
+        east.init_backbone(EAST(), "imagenet", print)
     assert not place.exists() and not list(place.parent.glob("*.partial"))
 
 
@@ -306,7 +307,7 @@ def test_a_short_run_logs_and_checkpoints(cache, tmp_path):
         assert all(math.isfinite(r[k]) for k in ("loss", "cls", "iou", "angle", "val_loss", "samples_per_s"))
         assert 0 <= r["data_wait"] <= 1
     assert ep[1]["lr"] == pytest.approx(1e-4), "MultiStepLR: x0.1 at half the epochs"
-    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["epoch_1.pt", "epoch_2.pt", "latest.pt"]
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["best.pt", "epoch_1.pt", "epoch_2.pt", "latest.pt"]
     assert not list(tmp_path.glob("*.tmp"))
     ck = torch.load(tmp_path / "latest.pt", weights_only=True)
     assert {"model", "optimizer", "scaler", "scheduler", "epoch", "step", "train_config", "fingerprint"} <= ck.keys()
@@ -372,7 +373,7 @@ def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
 
 def test_cpu_defaults_are_a_short_check_run():
     def resolve(argv, device):
-        return config.resolve_config(cli.get_args_parser().parse_args(argv), torch.device(device))
+        return config.resolve_config(train.get_args_parser().parse_args(argv), torch.device(device))
 
     cfg = resolve([], "cpu")
     assert (cfg.epochs, cfg.max_steps, cfg.batch_size, cfg.amp) == (1, config.CPU_BUDGET_STEPS, 1, "off")
@@ -394,11 +395,11 @@ def test_cpu_defaults_are_a_short_check_run():
     ("--workers", -1, 0), ("--eval-every", -1, 0), ("--save-every-steps", 0, 1)])
 def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
     with pytest.raises(UsageError, match=f"^{flag} {value}: must be {floor} or more"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
+        train.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
     with pytest.raises(UsageError, match="--time-limit"):
-        cli.run(["--time-limit", "0"])
+        train.run(["--time-limit", "0"])
     with pytest.raises(UsageError, match=r"^--resume .*nope\.pt: no such checkpoint"):
-        cli.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
+        train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 
 
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
@@ -432,7 +433,7 @@ def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
             os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
         lock, expect = build_lock(stale), r"/c: another build \(pid \d+\) is writing this cache"
     with lock:
-        status = cli.main(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
+        status = train.main(["--cache", str(stale), "--out", str(tmp_path / "run"), "--max-steps", "1", "--rebuild"])
     err = capsys.readouterr().err
     assert status == 2 and re.search(f"^error: .*{expect}", err) and "Traceback" not in err, err
 
@@ -471,8 +472,8 @@ def test_two_processes_with_torchrun(cache, tmp_path):
 def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world):
     """entry(): main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes what it printed
     and skips the interpreter's teardown (an atexit hook stands for it), where gloo runs aborted after finishing."""
-    code = ("import atexit, sys; from east_cache.model import cli; atexit.register(lambda: print('teardown')); "
-            "cli.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; cli.entry()")
+    code = ("import atexit, sys; from east_cache.model import train; atexit.register(lambda: print('teardown')); "
+            "train.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; train.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WORLD_SIZE": world})
     assert r.returncode == 3 and r.stdout.startswith("done") and r.stderr == "err", (r.stdout, r.stderr)

@@ -19,7 +19,6 @@ from east_cache.ingest.ufo import (
     IngestSummary,
     find_split,
     load_splits,
-    load_ufo,
 )
 
 QUAD = [[10, 10], [50, 10], [50, 30], [10, 30]]          # clockwise on screen, area 800

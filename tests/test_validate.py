@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import GroundTruthModel, epochs_of, small_config, train_run
 
-from east_cache.model import cli
+from east_cache.model import train
 from east_cache.model.model import EAST
 from east_cache.model.predict import Page, predict, write_predictions
 from east_cache.model.runtime import Runtime
@@ -40,7 +40,7 @@ def test_eval_only_reproduces_the_logged_full_page_figure(detecting_east, sample
     (last,) = epochs_of(train_run(cache, tmp_path / "run", "--epochs", "1", "--max-steps", "1", *val))
     assert last["hmean"] >= 0.95 and last["detections"] >= 30, last
     capsys.readouterr()
-    assert cli.run(["--eval-only", "--checkpoint", str(tmp_path / "run" / "latest.pt"), *val,
+    assert train.run(["--eval-only", "--checkpoint", str(tmp_path / "run" / "latest.pt"), *val,
                     "--out", str(tmp_path / "eval"), "--device", "cpu"]) == 0
     (record,) = [json.loads(line) for line in (tmp_path / "eval" / "eval.jsonl").read_text().splitlines()]
     assert {k: record[k] for k in METRICS} == {k: last[k] for k in METRICS}
@@ -63,7 +63,7 @@ def test_validation_images_take_the_cache_word_rules(sample_root):
 ])
 def test_flags_that_need_validation_data(flags, expect):
     with pytest.raises(UsageError, match=expect):
-        cli.run(flags)
+        train.run(flags)
 
 
 def test_missing_validation_split_is_named(sample_root, tmp_path):

@@ -213,7 +213,7 @@ def test_train_reads_through_worker_processes(cache, tmp_path):
     """train.py --workers 2 builds the worker loader and trains from it."""
     from helpers import read_log
 
-    from east_cache.model.cli import run
+    from east_cache.model.train import run
     if "build" in str(cache):
         pytest.skip("the page modes are enough for the training path")
     run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",

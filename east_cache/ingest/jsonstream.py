@@ -136,10 +136,11 @@ class _Text:
         return JSONError(msg, self.lines + 1, self.start + pos - self.line_start + 1)
 
 
-def members(f: TextIO, key: str, chunk: int = CHUNK) -> Iterator[tuple[str, object]]:
+def members(f: TextIO, key: str, chunk: int = CHUNK, rest: dict | None = None) -> Iterator[tuple[str, object]]:
     """(name, value) of each member of the object at top-level `key`, in file order, decoded one at a
-    time. The whole file is checked to be valid JSON; the other top-level members are decoded and dropped.
-    Raises JSONError for invalid JSON, NotAnObject when the file is valid JSON without such an object."""
+    time. The whole file is checked to be valid JSON; the other top-level members are decoded and dropped, or
+    put in `rest` as they are met. Raises JSONError for invalid JSON, NotAnObject when the file is valid JSON
+    without such an object."""
     t = _Text(f, chunk)
     if t.peek() != "{":
         t.value()                          # invalid JSON raises here, with its position
@@ -151,7 +152,9 @@ def members(f: TextIO, key: str, chunk: int = CHUNK) -> Iterator[tuple[str, obje
             for member in _names(t):
                 yield member, t.value()
         else:
-            t.value()
+            value = t.value()
+            if rest is not None:
+                rest[name] = value
     if t.peek() != "":
         raise t.error(t.pos, "Extra data")
     if not found:

@@ -1,1 +1,3 @@
-"""The model side: EAST, its loss, training engine, decoding of output maps to quads, and DetEval."""
+"""The model side: EAST (model.py) and its loss; training, read top to bottom in train.py (the command and the run)
+and engine.py (the step and the epoch); checkpoints, validation, decoding of maps to quads, DetEval, prediction
+(east-predict) and scoring (east-cache evaluate). docs/architecture.md maps every module."""

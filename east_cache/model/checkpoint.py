@@ -1,22 +1,45 @@
-"""Checkpoints: written atomically (epoch_N.pt, with latest.pt a hard link to the newest), read back with
-errors that name the file, and restored into a run (--resume, exactly where it stopped) or an inference model
-(--eval-only, export)."""
+"""Checkpoints: written atomically (epoch_N.pt, with latest.pt a hard link to the newest and best.pt one to the
+best by validation; only the newest --keep-last epochs kept), read back with errors that name the file, and
+restored into a run (--resume, exactly where it stopped, on the cache it was trained on; --init-from, its weights
+only) or an inference model (--eval-only, east-predict, and --export-onnx, which writes it as ONNX checked in
+onnxruntime).
+
+A checkpoint records what it was trained on (`trained_on`): the cache's folder, a digest of its sample set, its
+image count, input size and map scale. The sample set is every image's name, its annotation entry's fingerprint
+and its file (by the bytes where the build hashed them, --check-content; else by its size, so that a copy of the
+data set with new modification times is the same set), and the variants per image."""
 from __future__ import annotations
 
+import hashlib
+import importlib
+import json
+import math
 import os
+import re
+import shlex
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
+from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
-from east_cache.errors import UsageError
+from east_cache.errors import UsageError, nearest_existing
 from east_cache.store.atomic import fsync_path, replacing
+
+LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
+COMPLETE_NAME = re.compile(r"epoch_(\d+)\.pt")   # what checkpoint_name calls a complete epoch's file
+ONNX_OPSET = 17              # --export-onnx; run by every onnxruntime since 1.13
+EXPORT_MODULES = ("onnx", "onnxruntime")  # imported by --export-onnx: the exporter writes with onnx, the check runs ort
+ONNX_TRACE_SHAPE = (1, 3, 64, 64)   # input the exporter traces; any multiple of 32 gives the same graph
+ONNX_CHECK_SHAPE = (2, 3, 96, 128)  # another batch, height and width: the check shows they are dynamic
 
 
 def save_atomic(obj, path: Path) -> None:
@@ -27,16 +50,65 @@ def save_atomic(obj, path: Path) -> None:
 
 def save_checkpoint(state: dict, path: Path) -> None:
     """path (e.g. OUT/epoch_N.pt), then latest.pt beside it as a hard link to it (no second write), both atomic."""
-    out = path.parent
     save_atomic(state, path)
-    tmp = out / "latest.pt.tmp"
+    link_as(path, LATEST)
+
+
+def link_as(path: Path, name: str) -> None:
+    """name beside path (latest.pt, best.pt) becomes a hard link to it (no second write), atomically; a
+    removed epoch file lives on in the links to it."""
+    out = path.parent
+    tmp = out / f"{name}.tmp"
     tmp.unlink(missing_ok=True)
     try:
         os.link(path, tmp)
     except OSError:  # file systems without hard links
         shutil.copyfile(path, tmp)
-    os.replace(tmp, out / "latest.pt")
+    os.replace(tmp, out / name)
     fsync_path(out)
+
+
+def prune(out: Path, keep_last: int) -> list[Path]:
+    """Remove all but the newest keep_last epoch_N.pt files of out (0: keep all); latest.pt and best.pt stay
+    whole, being links. Returns the removed files."""
+    epochs = sorted((int(m[1]), p) for p in out.glob("epoch_*.pt") if (m := COMPLETE_NAME.fullmatch(p.name)))
+    old = [p for _, p in epochs[:-keep_last]] if keep_last else []
+    for p in old:
+        p.unlink(missing_ok=True)
+    return old
+
+
+def validation_score(stats: dict, cfg: TrainConfig) -> tuple[str, float] | None:
+    """What best.pt is judged by: the epoch's hmean when detection metrics run (--eval-every), else its
+    validation loss (--val-cache); None when the epoch has no such figure (or the run no validation)."""
+    metric = "hmean" if cfg.eval_every else "val_loss" if cfg.val_cache else None
+    value = stats.get(metric) if metric else None
+    return (metric, value) if value is not None and math.isfinite(value) else None
+
+
+def improves(score: tuple[str, float], best: dict | None) -> bool:
+    """Whether score beats the best so far (a higher hmean, a lower loss; any score beats none or another kind)."""
+    if best is None or best["metric"] != score[0]:
+        return True
+    return score[1] > best["value"] if score[0] == "hmean" else score[1] < best["value"]
+
+
+def disk_use(out: Path, model) -> str:
+    """The size of one checkpoint (the weights and Adam's two moments), what out holds now and the space free."""
+    per = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    held = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else 0
+    free = shutil.disk_usage(nearest_existing(out)).free
+    return f"about {per / 2**20:.0f} MB a checkpoint; {out} holds {held / 2**20:.0f} MB, {free / 2**30:.1f} GB free"
+
+
+def sample_set(ds: CacheDataset) -> dict:
+    """The `trained_on` record of a checkpoint (the module's docstring says what it holds)."""
+    def image_file(fingerprint: str) -> str:   # "st:SIZE:MTIME" -> "st:SIZE"; content hashes as they are
+        return ":".join(fingerprint.split(":")[:2]) if fingerprint.startswith("st:") else fingerprint
+    images = {name: [src.ann, image_file(src.file)] for name, src in sorted(ds.manifest.images.items())}
+    text = json.dumps({"images": images, "variants": ds.config.variants}, sort_keys=True)
+    return {"cache": str(ds.cache_dir), "samples": hashlib.blake2b(text.encode(), digest_size=16).hexdigest(),
+            "images": len(images), "input_size": ds.config.input_size, "map_scale": ds.config.map_scale}
 
 
 def checkpoint_name(epoch: int, step: int, complete: bool) -> str:
@@ -65,7 +137,8 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
             "micro_batches": 0 if complete else s.epoch_micro, "step": s.step,
             "epoch_sums": None if complete else s.epoch_sums.tolist(),
             "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
-            "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict()}
+            "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict(),
+            "trained_on": sample_set(ds), "best": s.best}
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -105,6 +178,35 @@ def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
                          f"--input-size {want[0]} --map-scale {want[1]}`")
 
 
+def check_same_samples(ck: dict, path: Path, ds: CacheDataset, say) -> None:
+    """--resume goes on with the same images in the same order only on the sample set it was trained on: another
+    is refused, naming both caches and --init-from. A checkpoint from before `trained_on` was recorded is
+    resumed as before, with a warning that nothing could be checked."""
+    was, now = ck.get("trained_on"), sample_set(ds)
+    if was is None:
+        say(f"{path} does not record the cache it was trained on (an older train.py wrote it): resuming on "
+            f"{ds.cache_dir} unchecked", stacklevel=3)
+        return
+    if (was["samples"], was["input_size"]) != (now["samples"], now["input_size"]):
+        raise UsageError(f"--resume {path}: it was trained on {was['cache']} ({was['images']} images, "
+                         f"{was['input_size']} px), but --cache {ds.cache_dir} holds another sample set "
+                         f"({now['images']} images, {now['input_size']} px); resume with --cache {was['cache']}, "
+                         f"or start a new run from its weights on this cache with --init-from {path}")
+
+
+def init_from(path: Path, model, ds: CacheDataset) -> str:
+    """--init-from: the checkpoint's weights only (the optimiser, the schedule and the epochs start afresh), for
+    going on with other data; its head must be for the cache's map scale. Returns what the run started from."""
+    ck = load_checkpoint(path)
+    if ck["config"]["map_scale"] != ds.config.map_scale:
+        raise UsageError(f"--init-from {path}: its head predicts maps at x{ck['config']['map_scale']}, "
+                         f"{ds.cache_dir} holds maps at x{ds.config.map_scale}; pass a checkpoint trained at "
+                         f"--map-scale {ds.config.map_scale}, or build the cache at x{ck['config']['map_scale']}")
+    model.load_state_dict(ck["model"])
+    was = ck.get("trained_on") or {"cache": "an unrecorded cache"}
+    return f"weights of {path} (epoch {ck['epoch']}, trained on {was['cache']}); optimiser and schedule anew"
+
+
 def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDataset) -> dict:
     """Restore everything from a checkpoint into the run; ctx.state then says where to go on. Returns it."""
     ck = load_checkpoint(path)
@@ -112,6 +214,7 @@ def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDatas
         raise UsageError(f"{path} has a head for map_scale {ck['config']['map_scale']}, {ds.cache_dir} has "
                          f"{ds.config.map_scale}; resume on a cache built with the same --map-scale")
     say = warnings.warn if ctx.rt.rank == 0 else (lambda *a, **k: None)
+    check_same_samples(ck, path, ds, say)
     if ck["fingerprint"] != ds.fingerprint:
         say(f"{path} was trained on a cache with another build fingerprint ({ck['fingerprint']}) than "
             f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed", stacklevel=2)
@@ -143,6 +246,7 @@ def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
         else:
             say(f"{path} stopped inside epoch {ck['epoch']} with another batch size, accumulation or process "
                 f"count; that epoch starts over", stacklevel=3)
+    s.best = ck.get("best")
     if "bad_steps" in ck:
         s.bad_run.fill_(ck["bad_steps"][0])
         s.bad_total.fill_(ck["bad_steps"][1])
@@ -154,3 +258,75 @@ def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
     else:
         say(f"{path} holds no random state for {rt.world} process(es): the jitter will differ from a run that "
             f"was never stopped", stacklevel=3)
+
+
+def nothing_left(cfg: TrainConfig, state: RunState) -> None:
+    """A resumed run whose epochs or steps are all done already stops here, saying how to go on."""
+    if state.epoch >= cfg.epochs:
+        raise UsageError(f"{cfg.resume} has {state.epoch} epoch(s) done and --epochs is {cfg.epochs}: nothing left "
+                         f"to train. To train on, pass a larger --epochs, e.g. --epochs {state.epoch + cfg.epochs}")
+    if state.step_limit is not None and state.step >= state.step_limit:
+        why = "the check run's limit without a GPU" if cfg.check_run else "--max-steps"
+        raise UsageError(f"{cfg.resume} is at step {state.step} and {why} is {state.step_limit}: nothing left to "
+                         f"train. To train on, pass a larger --max-steps, e.g. --max-steps {2 * state.step}"
+                         + (", or --epochs N" if cfg.check_run else ""))
+
+
+def resume_command(argv: list[str], checkpoint: Path, world: int, drop: tuple[str, ...] = ()) -> str:
+    """The command that was run, with --resume CHECKPOINT in place of any --resume it had, and without the
+    options in `drop` (each takes a value)."""
+    drop, kept, skip = ("--resume", *drop), [], False
+    for a in argv:
+        if skip or a.startswith(tuple(f"{d}=" for d in drop)):
+            skip = False
+            continue
+        skip = a in drop
+        if not skip:
+            kept.append(a)
+    head = ["torchrun", f"--nproc_per_node={world}", sys.argv[0]] if world > 1 else invoked_as()
+    return shlex.join([*head, *kept, "--resume", str(checkpoint)])
+
+
+# ---------------------------------------------------------------- --export-onnx
+
+def export_onnx(checkpoint: Path, onnx_path: Path) -> None:
+    """--export-onnx: the checkpoint's model as ONNX (batch, height, width dynamic), run once in onnxruntime
+    against PyTorch on another shape than the traced one.
+
+    It uses the TorchScript exporter (dynamo=False), deprecated since torch 2.9: on this plain conv net it gives
+    the same outputs as the torch.export one, much faster, without symbolic-shape constraints for "a multiple of
+    32", and needs no onnxscript.
+    """
+    missing = [m for m in EXPORT_MODULES if not importable(m)]
+    if missing:
+        raise UsageError(f"--export-onnx needs {' and '.join(missing)}: pip install -e \".[export]\"")
+    ck = load_checkpoint(checkpoint)
+    model = inference_model(ck, checkpoint, torch.device("cpu"))
+    maps = {0: "batch", 2: "map_height", 3: "map_width"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the exporter's own, see the docstring
+        torch.onnx.export(model, (torch.zeros(ONNX_TRACE_SHAPE),), str(onnx_path), dynamo=False,
+                          opset_version=ONNX_OPSET, input_names=["image"], output_names=["score", "geo"],
+                          dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}, "score": maps, "geo": maps})
+    diff = onnx_max_diff(onnx_path, model, torch.randn(ONNX_CHECK_SHAPE))
+    print(f"wrote {onnx_path} ({checkpoint}, epoch {ck['epoch']}, maps at x{ck['config']['map_scale']}): "
+          f"input 'image' (B, 3, H, W) float32 ImageNet-normalised RGB, H and W multiples of 32; outputs 'score' "
+          f"and 'geo'. onnxruntime matches PyTorch within {diff:.1e} at {ONNX_CHECK_SHAPE}", flush=True)
+
+
+def importable(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def onnx_max_diff(path: Path, model: EAST, x: torch.Tensor) -> float:
+    """Largest absolute difference between onnxruntime's outputs for x and the model's (score, geo)."""
+    import onnxruntime
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        ref = model(x)
+    out = session.run(None, {"image": x.numpy()})
+    return max(float(np.abs(o - r.numpy()).max()) for o, r in zip(out, ref))

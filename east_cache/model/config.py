@@ -1,5 +1,5 @@
-"""What a training run is asked to do (TrainConfig, frozen, built once from the command line) and what changes
-while it runs (RunState).
+"""What a training run is asked to do: the flags of `east-train` (`python train.py`), checked before anything
+slow starts, and the frozen TrainConfig they resolve to, once; and what changes while it runs (RunState).
 
 Defaults depend on the device only, never on which other flags were given: a GPU trains EPOCHS epochs in
 batches of BATCH_SIZE; a CPU reads batches of CPU_BATCH_SIZE, and when no run length is given at all
@@ -8,16 +8,20 @@ batches of BATCH_SIZE; a CPU reads batches of CPU_BATCH_SIZE, and when no run le
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
 
-from east_cache.errors import UsageError
+from east_cache.model.model import check_backbone_file
+from east_cache.reader.images import IMAGENET_MEAN, IMAGENET_STD
+from east_cache.errors import CommandParser, UsageError
 
 EPOCHS = 50                  # epochs when --epochs is not given
 BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (training and --eval-only)
-CPU_BATCH_SIZE = 1           # the same on a CPU: a 1024 px batch of 8 needs ~9 GB there and minutes per step
+CPU_BATCH_SIZE = 1           # the same on a CPU, where a GPU batch of 1024 px crops needs gigabytes and minutes a step
 # `python train.py` on a CPU without --epochs, --max-steps or --time-limit: a check run that ends within minutes
 CPU_BUDGET_STEPS = 20        # optimiser steps
 CPU_BUDGET_SECONDS = 120.0   # s; stop after the step that crosses this
@@ -28,7 +32,7 @@ AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "off": None}  # --a
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every setting of a run, defaults resolved. The flags of the same name in east_cache.model.cli say more."""
+    """Every setting of a run, defaults resolved. The flags of the same name (get_args_parser) say more."""
     cache: Path = Path("cache")            # training cache directory
     val_cache: Path | None = None          # validation cache: loss every epoch, detection metrics per eval_every
     val_data: Path | None = None           # dataset root: full val_split images predicted, rect DetEval per eval_every
@@ -48,6 +52,8 @@ class TrainConfig:
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file
     resume: Path | None = None             # checkpoint to continue from
+    init_from: Path | None = None          # checkpoint whose weights a new run starts from (other data)
+    keep_last: int = 3                     # newest epoch checkpoints kept (latest.pt and best.pt too); 0: all
     save_every: int = 1                    # epochs between checkpoints (the last is always saved)
     save_every_steps: int | None = None    # optimiser steps between mid-epoch checkpoints; None: none
     log_every: int = 20                    # optimiser steps between loss logs (the host syncs)
@@ -80,6 +86,7 @@ class RunState:
     signal: int | None = None                  # SIGINT / SIGTERM received: stop at the next step boundary
     last_checkpoint: Path | None = None        # the newest checkpoint this run wrote
     last_complete: bool = True                 # whether that one ends an epoch (else the next save replaces it)
+    best: dict | None = None                   # {"metric", "value", "epoch"} of best.pt, the best saved epoch
     bad_run: torch.Tensor = field(default_factory=lambda: torch.zeros(()))    # non-finite steps in a row
     bad_total: torch.Tensor = field(default_factory=lambda: torch.zeros(()))  # non-finite steps in all
 
@@ -113,3 +120,161 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
         checkpoint = getattr(args, "checkpoint", None)
         given["out"] = checkpoint.parent if getattr(args, "eval_only", False) and checkpoint else OUT
     return TrainConfig(**given)
+
+
+# ---------------------------------------------------------------- the command line
+
+EXAMPLES = """examples:
+  python train.py --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
+  python train.py --cache cache/train --resume runs/east/latest.pt
+                                                  go on where a run stopped (Ctrl-C saves, and prints this line)
+  torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
+  python train.py --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
+  python train.py --export-onnx east.onnx --checkpoint runs/east/latest.pt
+"""
+
+
+def get_args_parser() -> argparse.ArgumentParser:
+    """Flags default to None (not given); TrainConfig's defaults, resolved once in resolve_config, fill them."""
+    d = TrainConfig()
+    p = CommandParser(
+        prog=shlex.join(invoked_as()),
+        description="Train the EAST text detector on a cache built by `python -m preprocess build`, evaluate a "
+                    "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
+                    "step and saves a checkpoint that --resume continues from exactly.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = p.add_argument_group("data")
+    data.add_argument("--cache", type=Path, help=f"training cache directory (default: {d.cache})")
+    data.add_argument("--val-cache", type=Path,
+                      help="validation cache: its loss after every epoch, detection metrics per --eval-every "
+                           "(default: none)")
+    data.add_argument("--val-data", type=Path, metavar="ROOT",
+                      help="dataset root whose full --val-split images are predicted and scored with the competition's "
+                           "rect DetEval per --eval-every: the headline precision/recall/hmean (default: none)")
+    data.add_argument("--val-split", help=f"with --val-data: which ROOT/ufo/SPLIT.json (default: {d.val_split})")
+    data.add_argument("--eval-every", type=int, metavar="N",
+                      help="epochs between detection metrics, and after the last: on --val-data's full images (rect "
+                           "DetEval), else on --val-cache's crops (polygon DetEval against its words); 0: off "
+                           "(default: 1 with --val-data or --val-cache, else 0)")
+    data.add_argument("--rebuild", action="store_true",
+                      help="update a stale cache (train or val) before training, or rebuild one that other sample code "
+                           "or another cache format version made (default: off; such a cache stops the run with the "
+                           "command that updates it)")
+    data.add_argument("--workers", type=int,
+                      help="worker processes that cut batches into shared slots; 0: this process reads one batch "
+                           "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
+                           "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
+                           "per core of this process, at most 4; otherwise 0)")
+    length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
+                                  f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
+    length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
+    length.add_argument("--max-steps", type=int, help="optimiser steps in all, counting resumed ones (default: no cap)")
+    length.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="stop after the step that crosses this wall time, saving a checkpoint (default: none)")
+    opt = p.add_argument_group("optimisation")
+    opt.add_argument("--batch-size", type=int,
+                     help=f"samples per micro-batch per process (default: {d.batch_size} on a GPU, "
+                          f"{CPU_BATCH_SIZE} on a CPU)")
+    opt.add_argument("--accum-steps", type=int, help=f"micro-batches per optimiser step (default: {d.accum_steps})")
+    opt.add_argument("--lr", type=float, help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
+    opt.add_argument("--clip-grad", type=float, metavar="NORM", help="clip the gradient norm (default: no clipping)")
+    opt.add_argument("--amp", choices=tuple(AMP_DTYPES),
+                     help="mixed precision: fp16 (with loss scaling), bf16, or off (default: fp16 on CUDA, else off)")
+    opt.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
+    opt.add_argument("--jitter", type=float,
+                     help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
+                          f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
+    opt.add_argument("--seed", type=int, help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
+    opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
+                     help="start the VGG16-BN backbone from torchvision's ImageNet weights (downloaded once, "
+                          "528 MB, into the torch hub cache), from random weights, or from a torchvision vgg16_bn "
+                          f"state dict file; ignored with --resume and --init-from (default: {d.backbone_weights})")
+    opt.add_argument("--max-bad-steps", type=int, metavar="N",
+                     help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
+    out = p.add_argument_group("output and resuming")
+    out.add_argument("--out", type=Path,
+                     help=f"folder for checkpoints (epoch_N.pt, latest.pt), log.jsonl and eval.jsonl (default: "
+                          f"{d.out}; with --eval-only, the checkpoint's folder)")
+    out.add_argument("--resume", type=Path, metavar="CKPT",
+                     help="continue the run a checkpoint was saved in, at the step it was saved, on the cache it "
+                          "was trained on (default: none)")
+    out.add_argument("--init-from", type=Path, metavar="CKPT",
+                     help="start a new run from a checkpoint's weights only (optimiser, schedule and epochs anew): "
+                          "the way to go on with other data; --backbone-weights is then ignored (default: none)")
+    out.add_argument("--keep-last", type=int, metavar="N",
+                     help=f"keep the newest N epoch checkpoints (latest.pt and best.pt, the best by validation, "
+                          f"always); 0: keep all (default: {d.keep_last})")
+    out.add_argument("--save-every", type=int, metavar="N",
+                     help=f"checkpoint every N epochs and after the last (default: {d.save_every})")
+    out.add_argument("--save-every-steps", type=int, metavar="N",
+                     help="also checkpoint every N optimiser steps inside an epoch, keeping the newest such file "
+                          "(default: only at epoch ends)")
+    out.add_argument("--log-every", type=int, metavar="N",
+                     help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
+    out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
+    out.add_argument("--profile", type=int, metavar="N",
+                     help="profile N steps after a warm-up one, write OUT/profile_trace.json and stop (default: off)")
+    other = p.add_argument_group("other modes")
+    other.add_argument("--checkpoint", type=Path, metavar="CKPT",
+                       help="the checkpoint --eval-only or --export-onnx reads (default: none)")
+    mode = other.add_mutually_exclusive_group()
+    mode.add_argument("--eval-only", action="store_true",
+                      help="no training: DetEval precision/recall/hmean of --checkpoint on --val-data's full images "
+                           "(rect), else on --val-cache (or --cache), printed and appended to OUT/eval.jsonl")
+    mode.add_argument("--export-onnx", type=Path, metavar="PATH",
+                      help="no training: write --checkpoint as ONNX and check it with onnxruntime. Input 'image': "
+                           "float32 (B, 3, H, W), RGB in [0, 1] normalised per channel as (x - mean) / std with the "
+                           f"ImageNet mean {IMAGENET_MEAN} and std {IMAGENET_STD}; B, H, W dynamic, H and W "
+                           "multiples of 32 (the backbone's stride). Outputs, at s = the map scale of the "
+                           "checkpoint's cache: 'score' (B, 1, sH, sW) in [0, 1] and 'geo' (B, 5, sH, sW): distances "
+                           "to the word's top, bottom, left, right edges in input px, angle in rad "
+                           "(east_cache.model.decode.decode_maps turns them into quads). Needs "
+                           "pip install -e \".[export]\"")
+    return p
+
+
+# counts that have a floor: the least value each flag takes (0 for --workers: read in this process;
+# 0 for --eval-every: no detection metrics)
+LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batch-size": 1, "--epochs": 1,
+                "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0,
+                "--save-every-steps": 1, "--keep-last": 0}
+
+
+def check_flags(args) -> None:
+    """Flags that only make sense together: --checkpoint with the modes that read it, --eval-every with the
+    cache it evaluates on; counts out of range; a --backbone-weights or --resume file that is not there.
+    Checked before anything slow starts."""
+    for flag, least in LEAST_VALUES.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None and value < least:  # None: not given, a default follows
+            raise UsageError(f"{flag} {value}: must be {least} or more")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError(f"--time-limit {args.time_limit}: must be a positive number of seconds")
+    wants = "--eval-only" if args.eval_only else "--export-onnx" if args.export_onnx else None
+    if wants and args.checkpoint is None:
+        raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. runs/east/latest.pt)")
+    if args.checkpoint is not None and not wants:
+        raise UsageError("--checkpoint is read by --eval-only and --export-onnx only; to continue training from it, "
+                         "pass --resume")
+    if args.eval_every and not (args.val_cache or args.val_data):
+        raise UsageError("--eval-every needs --val-data ROOT (full images) or --val-cache DIR (crops), the words the "
+                         "predictions are scored on")
+    if args.val_split is not None and args.val_data is None:
+        raise UsageError("--val-split names a split of --val-data ROOT; pass --val-data too")
+    if args.backbone_weights not in (None, *BACKBONES):
+        check_backbone_file(Path(args.backbone_weights))
+    if args.resume is not None and args.init_from is not None:
+        raise UsageError("--resume continues a run, --init-from starts a new one from its weights: pass one of them")
+    for flag, path in (("--resume", args.resume), ("--init-from", args.init_from)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such checkpoint; pass a file that a run wrote into its --out, "
+                             f"e.g. runs/east/latest.pt")
+
+
+def invoked_as() -> list[str]:
+    """How this process was started, as a user would type it: python train.py, python -m east_cache.model.train,
+    east-train."""
+    started = Path(sys.argv[0])
+    if started.name and started.resolve() == Path(__file__).with_name("train.py").resolve():
+        return ["python", "-m", "east_cache.model.train"]
+    return ["python", sys.argv[0]] if started.name == "train.py" else ["east-train"]

@@ -19,6 +19,7 @@ from east_cache.reader.images import prepare_images
 from east_cache.model.config import RunState, TrainConfig
 from east_cache.model.loss import LOSS_KEYS, east_loss
 from east_cache.model.runtime import Runtime
+from east_cache.errors import UserError
 from east_cache.progress import Progress
 
 
@@ -45,8 +46,9 @@ def new_context(cfg: TrainConfig, rt: Runtime, fused: bool | None = None) -> Con
     return Context(cfg, rt, scaler, fused, RunState().to(rt.device))
 
 
-class NonFiniteLoss(RuntimeError):
-    """Too many non-finite steps in a row: training has diverged."""
+class NonFiniteLoss(UserError, RuntimeError):
+    """Too many non-finite steps in a row: training has diverged. The message says which settings to change."""
+    exit_status = 1   # not 2: the flags and data were fine, the optimisation was not
 
 
 def forward_loss(model, batch: dict, ctx: Context, jitter: float) -> dict[str, torch.Tensor]:
@@ -203,7 +205,9 @@ def check_bad_steps(ctx: Context) -> None:
 
 
 @torch.no_grad()
-def evaluate(model, loader, ctx: Context) -> dict:
+def validation_loss(model, loader, ctx: Context) -> dict:
+    """{"val_loss", "val_cls", ...}: the loss's parts over the validation loader, each sample counted once,
+    without jitter; reduced over the ranks."""
     model.eval()
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
     for batch in batches(loader):

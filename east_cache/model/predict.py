@@ -1,15 +1,21 @@
-"""Full-image prediction: each image decoded as the build decodes it (EXIF-aware), resized so that its long side
-is image_size, padded to a multiple of the backbone's stride, batched with images of the same padded shape, run
-through the model (fp16 autocast on CUDA), decoded to quads (east_cache.model.decode) and mapped back to the image's own
-pixel frame: the frame the UFO annotations use, so that the quads score against them directly.
+"""Full-image prediction, and the command that runs it: `east-predict` (`python predict.py`).
+
+Each image is decoded as the build decodes it (EXIF-aware), resized so that its long side is image_size, padded
+to a multiple of the backbone's stride, batched with images of the same padded shape, run through the model
+(fp16 autocast on CUDA), decoded to quads (east_cache.model.decode) and mapped back to the image's own pixel
+frame, clipped to it: the frame the UFO annotations use, so that the quads score against them directly. The
+file written is UFO JSON marked as predictions (to_ufo).
 
 The resize is the build's convention: a frame point p lands at image_size / long side * p, and the resized
 image is warped with that same map (east_cache.sample.make), so training crops and prediction inputs agree.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,9 +29,12 @@ import numpy as np
 import torch
 
 from east_cache.reader.images import prepare_images
+from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
+from east_cache.model.runtime import setup_device
+from east_cache.model.scoring import PREDICTED_BY
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError
+from east_cache.errors import CommandParser, DataError, UsageError, check_output, run_command
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import find_split, load_ufo
 from east_cache.progress import Progress
@@ -38,6 +47,8 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   #
 LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
 PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
 COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
+SHOW_SKIPPED = 5              # skipped images named in the summary line
+SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 
 
 @dataclass(frozen=True)
@@ -64,9 +75,21 @@ class Page(NamedTuple):
     height: int     # frame height (px)
 
 
+def split_files(root, split: str) -> tuple[Path, Path]:
+    """find_split's (UFO file, image folder) of a split; when ROOT/ufo holds no such split, its error names the
+    splits it holds."""
+    try:
+        return find_split(root, split)
+    except DataError as e:
+        held = sorted(p.stem for p in (Path(root) / "ufo").glob("*.json"))
+        if not held or split in held:
+            raise
+        raise DataError(f"{e}; the splits there: {', '.join(held)}") from None
+
+
 def pages_from_split(root, split: str, skip_bad: bool = False) -> tuple[list[Page], list[tuple[str, str]]]:
     """The images of ROOT/ufo/{split}.json (their words are not needed), and those skipped as (name, why)."""
-    records, summary = load_ufo(*find_split(root, split), BuildConfig(), skip_bad)
+    records, summary = load_ufo(*split_files(root, split), BuildConfig(), skip_bad)
     return [Page(r.name, r.path, r.width, r.height) for r in records], list(summary.bad)
 
 
@@ -151,12 +174,14 @@ def forward(model, images: np.ndarray, device: torch.device) -> tuple[np.ndarray
 
 
 def page_quads(score: np.ndarray, geo: np.ndarray, page: Page, cfg: PredictConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(quads (K, 4, 2) float64 in the page's frame px, scores (K,)) of one image's maps; the padding's map
-    pixels are left out."""
+    """(quads (K, 4, 2) float64 in the page's frame px, clipped to the page, scores (K,)) of one image's maps;
+    the padding's map pixels are left out."""
     scale, (h, w), _ = input_geometry(page, cfg.image_size)
     mh, mw = math.ceil(h * cfg.map_scale), math.ceil(w * cfg.map_scale)
     quads, scores = decode_maps(score[:mh, :mw], geo[:, :mh, :mw], cfg.map_scale, cfg.score_thresh, cfg.nms_thresh)
-    return quads.astype(np.float64) / scale, scores
+    quads = quads.astype(np.float64) / scale
+    np.clip(quads, 0, (page.width, page.height), out=quads)   # a word at the edge reaches past it
+    return quads, scores
 
 
 def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, progress: bool = True,
@@ -177,16 +202,99 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
     return dict(sorted(results.items())), skipped
 
 
-def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict:
-    """The UFO submission format: {"images": {name: {"words": {"1": {"points": [[x, y] x 4]}, ...}}}}."""
+def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> dict:
+    """The UFO submission format, marked as predictions: {"predicted_by": {"program": "east-predict", **source},
+    "images": {name: {"words": {"1": {"points": [[x, y] x 4]}, ...}}}}; the mark comes first, so that a reader
+    streaming the file meets it before the images."""
     def word(quad):
         return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad]}
-    return {"images": {name: {"words": {str(k + 1): word(q) for k, q in enumerate(quads)}}
+    return {PREDICTED_BY: {"program": "east-predict", **(source or {})},
+            "images": {name: {"words": {str(k + 1): word(q) for k, q in enumerate(quads)}}
                        for name, (quads, _) in results.items()}}
 
 
-def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """UFO JSON at path, written atomically: a reader sees the old file or the whole new one."""
+def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> None:
+    """UFO JSON at path (to_ufo), written atomically: a reader sees the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(to_ufo(results)) + "\n")
+    write_atomic(path, json.dumps(to_ufo(results, source)) + "\n")
+
+
+def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
+    d = PredictConfig(image_size=1024, map_scale=0.5)
+    p = CommandParser(prog=prog, description="Predict words on full images with a trained "
+                                "checkpoint; write them as a UFO JSON submission file.")
+    p.add_argument("--checkpoint", type=Path, required=True,
+                   help="a checkpoint train.py wrote, e.g. runs/east/latest.pt")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", type=Path, metavar="ROOT",
+                     help="dataset root: predicts the images of ROOT/ufo/{split}.json")
+    src.add_argument("--images", type=Path, metavar="DIR", help="a plain folder: predicts every image file in it")
+    p.add_argument("--split", default="test",
+                   help="with --data: which ufo/{split}.json names the images (default: test)")
+    p.add_argument("--out", type=Path, default=Path("predictions.json"),
+                   help="UFO JSON to write, atomically (default: predictions.json)")
+    p.add_argument("--image-size", type=int,
+                   help="px, long side each image is resized to (default: the image_size of the cache the checkpoint "
+                        "was trained on)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"images per forward pass; images are batched with others of the same padded shape "
+                        f"(default {d.batch_size})")
+    p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--score-thresh", type=float, default=SCORE_THRESH,
+                   help=f"a map pixel is a word candidate when its score is above this (default {SCORE_THRESH})")
+    p.add_argument("--nms-thresh", type=float, default=NMS_THRESH,
+                   help=f"IoU above which two candidate quads are one word (default {NMS_THRESH})")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="name and skip a missing or undecodable image instead of stopping (it gets no entry)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary")
+    return p
+
+
+def command_name() -> str:
+    """How usage names this command: as `python -m` ran this module, else by the script that ran it."""
+    started = Path(sys.argv[0])
+    if started.name and started.resolve() == Path(__file__).resolve():
+        return "python -m east_cache.model.predict"
+    return started.name or SCRIPT
+
+
+def run(argv: list[str] | None = None) -> None:
+    a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
+    check_output(a.out, "--out", folder=False)
+    # the images first: a missing one is named before the model is loaded
+    pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
+                      else pages_from_folder(a.images, a.skip_bad))
+    ck = load_checkpoint(a.checkpoint)
+    try:
+        cfg = PredictConfig(image_size=a.image_size or ck["config"]["image_size"], map_scale=ck["config"]["map_scale"],
+                            batch_size=a.batch_size, score_thresh=a.score_thresh, nms_thresh=a.nms_thresh,
+                            skip_bad=a.skip_bad)
+    except ValueError as e:
+        raise UsageError(f"{e}; see --help") from None
+    device = setup_device(a.device).device
+    model = inference_model(ck, a.checkpoint, device)
+    t0 = time.perf_counter()
+    results, bad = predict(model, pages, cfg, device, progress=not a.quiet)
+    took = time.perf_counter() - t0
+    write_predictions(a.out, results, {"checkpoint": str(a.checkpoint), "epoch": ck["epoch"],
+                                       "image_size": cfg.image_size, "score_thresh": cfg.score_thresh,
+                                       "nms_thresh": cfg.nms_thresh})
+    skipped += bad
+    if not a.quiet:
+        words = sum(len(q) for q, _ in results.values())
+        print(f"{a.out}: {len(results)} images, {words} words [{took:.1f} s, {len(results) / max(took, 1e-9):.2f} "
+              f"images/s at --image-size {cfg.image_size} on {device}]", file=sys.stderr)
+    if skipped:
+        shown = "; ".join(f"{name}: {why}" for name, why in skipped[:SHOW_SKIPPED])
+        more = f"; and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
+        print(f"--skip-bad: skipped {len(skipped)} image(s): {shown}{more}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command's exit status: 0, or 2 with one `error:` line (130 on Ctrl-C)."""
+    return run_command(lambda: run(argv) or 0, argv, kept="the previous --out file, if any, is unchanged")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,12 +1,16 @@
-"""Where a run executes: the device, the process group under torchrun, signals, and the profiler."""
+"""Where a run executes and what it records: the device, the process group under torchrun, signals, the profiler,
+and log.jsonl (a writer, and the header record each run appends first)."""
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import os
 import signal
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from east_cache.model.config import RunState
+from east_cache.reader import CacheDataset
+from east_cache.model.config import RunState, TrainConfig
 from east_cache.errors import UsageError
+from east_cache.store.fingerprint import code_hash
 
 CPU = torch.device("cpu")
 
@@ -100,6 +106,27 @@ def jsonl_writer(path: Path):
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
     return write
+
+
+def run_header(cfg: TrainConfig, rt: Runtime, argv: list[str], ds: CacheDataset, val: CacheDataset | None,
+               origin: str) -> dict:
+    """The record that starts a run's lines in log.jsonl: several runs (resumes) append to one file."""
+    return {"event": "run", "time": datetime.now(UTC).isoformat(timespec="seconds"), "argv": argv,
+            "config": cfg.to_dict(), "code_version": code_version(), "device": str(rt.device), "world": rt.world,
+            "cache": str(cfg.cache), "cache_fingerprint": ds.fingerprint,
+            "val_cache_fingerprint": val.fingerprint if val is not None else None, "weights": origin}
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """The installed package's version and a hash of the training code's syntax (east_cache/model/*.py): two runs
+    with the same hash ran the same code, whatever the version says."""
+    try:
+        version = importlib.metadata.version("east-cache")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    sources = [p.read_text() for p in sorted(Path(__file__).parent.glob("*.py"))]
+    return {"package": version, "east": code_hash(sources)}
 
 
 def profiler(steps: int, out: Path, device: torch.device, say):

@@ -1,4 +1,5 @@
-"""Score UFO predictions against UFO ground truth: `python -m preprocess evaluate`.
+"""Score UFO predictions against UFO ground truth: `east-cache evaluate` (`python -m preprocess evaluate`), its
+flags (add_arguments) and the command (run).
 
 Ground-truth words become cared-for or don't-care exactly as a build decides (east_cache.ingest.ufo:
 illegible, an ignore tag, not a quad, smaller than min_area; degenerate or malformed words are dropped).
@@ -8,23 +9,32 @@ Metric `rect` is the competition scorer (east_cache.model.deteval_rect), `poly` 
 """
 from __future__ import annotations
 
+import argparse
 import csv
 import io
+import json
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from east_cache.model import deteval, deteval_rect
-from east_cache.config import BuildConfig
-from east_cache.errors import DataError
-from east_cache.ingest import ufo
+from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
+from east_cache.errors import DataError, check_output
+from east_cache.ingest import jsonstream, ufo
+from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")
 MIN_POINTS = 3          # a detection is a polygon: at least three vertices
 SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
+# The top-level member east-predict writes beside "images": what made the predictions. Ground truth has none;
+# `evaluate` refuses a --gt that has it.
+PREDICTED_BY = "predicted_by"
+LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
+SWAP_HINT = "east-cache evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json"
 
 
 class Words(NamedTuple):
@@ -46,10 +56,21 @@ class Words(NamedTuple):
 NO_WORDS = Words(np.zeros((0, 2)), np.zeros(1, np.int64), np.zeros(0, bool))
 
 
-def _read(json_path: Path):
-    """(name, entry) of every image of a UFO file, each name once."""
+def _images(json_path: Path, rest: dict):
+    """ufo.read_images, with the file's other top-level members put in rest as they are met."""
+    try:
+        with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
+            yield from jsonstream.members(f, "images", rest=rest)
+    except (ValueError, OSError) as e:   # invalid JSON, not UTF-8, no "images", not a regular file, unreadable
+        for _ in ufo.read_images(json_path):   # raises the build's own error for this fault
+            pass
+        raise e
+
+
+def _read(json_path: Path, rest: dict):
+    """(name, entry) of every image of a UFO file, each name once; its other top-level members go into rest."""
     seen = set()
-    for name, entry in ufo.read_images(json_path):   # the build's reader: same errors for the same faults
+    for name, entry in _images(json_path, rest):   # the build's reader: same errors for the same faults
         if name in seen:
             raise DataError(f"{json_path}: image {name!r} has two entries; merge them into one or delete one")
         seen.add(name)
@@ -66,28 +87,60 @@ def _stated_frame(entry: dict) -> tuple[int, int] | None:
     return (int(w), int(h)) if ufo.positive_int(w) and ufo.positive_int(h) else None
 
 
-def load_ground_truth(json_path, cfg: BuildConfig) -> dict[str, Words]:
-    """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules."""
-    json_path, out = Path(json_path), {}
+def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None) -> dict[str, Words]:
+    """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules. A file
+    east-predict wrote is refused. notes, when given, gets a line for what ground truth states and this file
+    does not (image sizes, legibility flags)."""
+    json_path, out, top = Path(json_path), {}, {}
     summary = ufo.IngestSummary()
-    for name, entry in _read(json_path):
+    sized = flagged = 0
+    for name, entry in _read(json_path, top):
+        refuse_predictions(json_path, top)
         where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
         frame = _stated_frame(entry)
+        sized += frame is not None
+        flagged += any(isinstance(w, dict) and LEGIBILITY in w for w in words.values())
         kept = [ufo.parse_word(words[k], k, where, cfg, summary, frame) for k in sorted(words, key=ufo.word_id_key)]
         kept = [k for k in kept if k is not None]
         out[name] = Words(np.array([xy for p, _ in kept for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
                           np.array([r == ufo.CARE for _, r in kept], bool))
+    refuse_predictions(json_path, top)
+    if notes is not None:
+        notes += gaps(json_path, len(out), sized, flagged)
     return out
 
 
+def refuse_predictions(json_path: Path, top: dict) -> None:
+    if PREDICTED_BY in top:
+        raise DataError(f"--gt {json_path}: this is a predictions file (east-predict wrote it: it has "
+                        f"\"{PREDICTED_BY}\"), not ground truth; the order is {SWAP_HINT}")
+
+
+def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
+    """What a ground-truth file lacks that ground truth has, as warnings."""
+    found = []
+    if sized < images:
+        found.append(f"--gt {json_path}: {images - sized} of {images} images state no img_w / img_h, so their words "
+                     f"far outside the image are not dropped as a build drops them")
+    if images and not flagged:
+        found.append(f"--gt {json_path}: no image has a word with an \"{LEGIBILITY}\" flag, so every word counts "
+                     f"as legible; is this ground truth? ({SWAP_HINT})")
+    return found
+
+
 def load_predictions(json_path, gt_names) -> dict[str, Words]:
-    """{image name: detections} of a UFO predictions file. Every image must be in gt_names."""
-    json_path, out = Path(json_path), {}
-    for name, entry in _read(json_path):
+    """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
+    carry legibility flags is ground truth, refused unless it is marked as predictions."""
+    json_path, out, top = Path(json_path), {}, {}
+    for name, entry in _read(json_path, top):
         words, polygons = entry.get("words") or {}, []
         for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]
+            if isinstance(word, dict) and LEGIBILITY in word and PREDICTED_BY not in top:
+                raise DataError(f"--pred {json_path}: looks like ground truth (image {name!r}, word {word_id!r} has "
+                                f"an \"{LEGIBILITY}\" flag, which predictions do not have); the order is "
+                                f"{SWAP_HINT}")
             points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
             if points is None or len(points) < MIN_POINTS:
                 raise DataError(f"{json_path}: image {name!r}, word {word_id!r}: \"points\" must be a list of at least "
@@ -158,3 +211,43 @@ def write_per_image(path, result: dict) -> None:
         w.writerow([name, c.gt_care, c.det_care, f"{c.recall_accum:.4f}", f"{c.precision_accum:.4f}",
                     *(f"{t[k]:.4f}" for k in ("precision", "recall", "hmean")), *(m[k] for k in MATCH_KINDS)])
     write_atomic(Path(path), buf.getvalue())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BuildConfig()
+    p.add_argument("--gt", type=Path, required=True, help="ground truth: a UFO file such as ROOT/ufo/val.json")
+    p.add_argument("--pred", type=Path, required=True,
+                   help='predictions: UFO JSON {"images": {name: {"words": {"1": {"points": [[x, y], ...]}}}}}; '
+                        "a gt image missing from it has no detections")
+    p.add_argument("--metric", choices=METRICS, default="rect",
+                   help="rect: DetEval on enclosing axis-aligned rectangles, as the UFO competition scores; "
+                        "poly: DetEval on polygon areas (default: rect)")
+    p.add_argument("--per-image", type=Path, metavar="CSV",
+                   help="also write one CSV row of counts and scores per image (default: none)")
+    p.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    # which words are don't-care: the build's rules and defaults (use the flags the cache was built with)
+    p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
+                   help="comma-separated word tags that make a don't-care word (default: %(default)s)")
+    p.add_argument("--min-area", type=float, default=d.min_area,
+                   help="px^2; smaller words are don't-care (default: %(default)s)")
+    p.add_argument("--drop-area", type=float, default=d.drop_area,
+                   help="px^2; smaller words are dropped (default: %(default)s)")
+    p.add_argument("--fit-polygons", action="store_true",
+                   help="fit words with 5+ points to a min-area quad instead of making them don't-care")
+
+
+def run(a: argparse.Namespace) -> int:
+    """`evaluate`: the totals printed (and the per-image CSV written) for the flags add_arguments declared."""
+    rules = BuildConfig(ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
+                        min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons)
+    if a.per_image:
+        check_output(a.per_image, "--per-image", folder=False)
+    notes = []
+    gt = load_ground_truth(a.gt, rules, notes)
+    result = score(gt, load_predictions(a.pred, gt), a.metric)
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    if a.per_image:
+        write_per_image(a.per_image, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "per_image"}) if a.json else report(result))
+    return 0

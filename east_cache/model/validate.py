@@ -1,9 +1,11 @@
-"""Full-page validation: a model's predictions on the full validation images scored with the competition's rect
-DetEval, the number that tracks the leaderboard (unlike crops, where a text-free crop scores perfectly).
+"""A model's detection metrics: its maps decoded into quads (east_cache.model.decode) and scored with DetEval,
+during training every --eval-every epochs and for one checkpoint with --eval-only.
 
-Used every --eval-every epochs by training with --val-data ROOT --val-split SPLIT, and by --eval-only. Images
-are predicted as predict.py does, at the training cache's image size; the ground truth's don't-care words follow
-the training cache's word rules, so that scoring and training agree on which words count.
+Two sources of ground truth: the words stored in a cache (its crops, polygon DetEval: east_cache.model.deteval),
+and with --val-data ROOT --val-split SPLIT the full validation images, predicted as east-predict does at the
+training cache's image size and scored with the competition's rect DetEval, the number that tracks the
+leaderboard (a text-free crop scores perfectly; a full page does not). The full pages' don't-care words follow the
+training cache's word rules, so that scoring and training agree on which words count.
 """
 from __future__ import annotations
 
@@ -14,15 +16,60 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from east_cache.model.deteval import dataset_metrics
-from east_cache.model.predict import Page, PredictConfig, predict
-from east_cache.model.runtime import Runtime, sum_over_ranks
+from east_cache.reader import CacheDataset, collate
+from east_cache.reader.expand import batch_images
+from east_cache.model.checkpoint import check_fits_cache, inference_model, load_checkpoint
+from east_cache.model.config import TrainConfig
+from east_cache.model.decode import decode_maps
+from east_cache.model.deteval import dataset_metrics, evaluate_image, gt_quads
+from east_cache.model.engine import Context, new_context
+from east_cache.model.model import EAST
+from east_cache.reader.images import prepare_images
+from east_cache.model.predict import Page, PredictConfig, predict, split_files
+from east_cache.model.runtime import Runtime, jsonl_writer, sum_over_ranks
 from east_cache.model.scoring import Words, score_image
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import ImageRecord, load_splits
+from east_cache.reader.loader import open_cache
 
-METRIC = "rect"   # the headline metric: the competition scorer
+FULL_PAGE_METRIC = "rect"   # the headline metric on full pages: the competition scorer
 
+
+# ---------------------------------------------------------------- on a cache's crops
+
+@torch.no_grad()
+def detect(model: EAST, image: torch.Tensor, map_scale: float, ctx: Context) -> list[np.ndarray]:
+    """Quads (K, 4, 2) in input px for each uint8 image of a batch (B, 3, H, W): one forward on the device,
+    one copy of the maps to the host, decoding on the CPU."""
+    x = prepare_images(image.to(ctx.rt.device, non_blocking=True), 0.0)
+    with ctx.autocast():
+        score, geo = model(x)
+    score, geo = score.float().cpu().numpy(), geo.float().cpu().numpy()
+    return [decode_maps(s, g, map_scale)[0] for s, g in zip(score, geo)]
+
+
+def detection_metrics(model: EAST, ds: CacheDataset, ctx: Context) -> dict:
+    """DetEval precision, recall and hmean of the decoded predictions against the words stored in ds, and the
+    number of detections it counted (not on a don't-care word; 0 while no score passes decode's threshold).
+
+    Reads epoch 0's variants, the samples of the validation loss, so that epochs compare. Takes the bare
+    model, not DDP's wrapper: each rank runs its own share of the images (every world-th, no padding), so the
+    ranks' forward counts differ; their DetEval counts are summed at the end.
+    """
+    model.eval()
+    ds.set_epoch(0)
+    mine = range(ctx.rt.rank, len(ds), ctx.rt.world)
+    counts = np.zeros(4)  # care gts, kept detections, recall credits, precision credits
+    t0 = time.perf_counter()
+    for start in range(0, len(mine), ctx.cfg.batch_size):
+        idx = list(mine[start:start + ctx.cfg.batch_size])
+        dets = detect(model, batch_images(collate(ds.__getitems__(idx))), ds.config.map_scale, ctx)
+        for i, det in zip(idx, dets):
+            counts += evaluate_image(*gt_quads(*ds.quads(i)), det)[:4]
+    return {**dataset_metrics(sum_over_ranks(counts, ctx.rt)), "eval_seconds": time.perf_counter() - t0}
+
+
+# ---------------------------------------------------------------- on full pages
 
 @dataclass(frozen=True)
 class ValPages:
@@ -32,6 +79,7 @@ class ValPages:
 
 def val_pages(root: Path, split: str, cache_cfg: BuildConfig, batch_size: int) -> ValPages:
     """ROOT/ufo/{split}.json's images, ready to validate a model trained on a cache built with cache_cfg."""
+    split_files(root, split)   # a missing split is named with those there
     records, _ = load_splits([root], split, cache_cfg)
     return ValPages(records, PredictConfig(image_size=cache_cfg.image_size, map_scale=cache_cfg.map_scale,
                                            batch_size=batch_size))
@@ -49,5 +97,36 @@ def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
                          progress=rt.rank == 0, desc="validate")
     counts = np.zeros(4)   # cared-for gts, kept detections, recall credits, precision credits
     for rec in mine:
-        counts += score_image(Words.from_record(rec), Words.from_quads(results[rec.name][0]), METRIC)[:4]
+        found = Words.from_quads(results[rec.name][0])
+        counts += score_image(Words.from_record(rec), found, FULL_PAGE_METRIC)[:4]
     return {**dataset_metrics(sum_over_ranks(counts, rt)), "eval_seconds": time.perf_counter() - t0}
+
+
+# ---------------------------------------------------------------- --eval-only
+
+def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
+    """--eval-only: detection metrics of the checkpoint on --val-data's full images (rect DetEval, as training
+    logs them), else on --val-cache, or --cache when there is none; printed and appended to OUT/eval.jsonl (OUT:
+    the checkpoint's folder unless --out is given)."""
+    ck = load_checkpoint(checkpoint)
+    model = inference_model(ck, checkpoint, rt.device)
+    if cfg.val_data:
+        pages = val_pages(cfg.val_data, cfg.val_split, BuildConfig.from_dict(ck["config"]), cfg.batch_size)
+        metrics = full_page_metrics(model, pages, rt)
+        source, n, on = {"data": str(cfg.val_data), "split": cfg.val_split}, len(pages.records), \
+            f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
+    else:
+        cache = cfg.val_cache or cfg.cache
+        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
+        check_fits_cache(ck, checkpoint, ds)
+        metrics = detection_metrics(model, ds, new_context(cfg, rt))
+        source, n, on = {"cache": str(cache)}, len(ds), str(cache)
+    if rt.rank != 0:
+        return
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    log = cfg.out / "eval.jsonl"
+    where = f"epoch {ck['epoch']}" + ("" if ck.get("complete", True) else f", step {ck['step']}, inside it")
+    jsonl_writer(log)({"event": "eval", "checkpoint": str(checkpoint), "epoch": ck["epoch"], "step": ck["step"],
+                       **source, "images": n, **metrics})
+    print(f"{checkpoint} ({where}) on {on}, {n} images: precision {metrics['precision']:.4f}, "
+          f"recall {metrics['recall']:.4f}, hmean {metrics['hmean']:.4f}; appended to {log}", flush=True)

@@ -19,7 +19,7 @@ RGB_TO_YIQ = (LUMA, (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 
 
 @functools.lru_cache
-def constants(device: torch.device) -> dict[str, torch.Tensor]:
+def colour_constants(device: torch.device) -> dict[str, torch.Tensor]:
     """Colour constants, copied to the device once: a host-to-device copy per step would stall the stream."""
     yiq = torch.tensor(RGB_TO_YIQ, dtype=torch.float64)
     c = {"mean": torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), "std": torch.tensor(IMAGENET_STD).view(1, 3, 1, 1),
@@ -39,7 +39,7 @@ def prepare_images(image: torch.Tensor, jitter: float, normalize: str = "imagene
     if normalize == "baseline":
         x = (x - BASELINE_MEAN) / BASELINE_STD
     elif normalize == "imagenet":
-        c = constants(x.device)
+        c = colour_constants(x.device)
         x = (x - c["mean"]) / c["std"]
     else:
         raise ValueError(f"normalize {normalize!r} is not one of {', '.join(NORMALIZATIONS)}")
@@ -47,7 +47,7 @@ def prepare_images(image: torch.Tensor, jitter: float, normalize: str = "imagene
 
 
 def grey(x: torch.Tensor) -> torch.Tensor:
-    return (x * constants(x.device)["luma"]).sum(1, keepdim=True)
+    return (x * colour_constants(x.device)["luma"]).sum(1, keepdim=True)
 
 
 def color_jitter(x: torch.Tensor, s: float) -> torch.Tensor:
@@ -67,7 +67,7 @@ def color_jitter(x: torch.Tensor, s: float) -> torch.Tensor:
 def hue_rotate(x: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     """Rotate the chroma plane of YIQ by `angle` (rad, per sample): one 3x3 matrix per image, close to an
     HSV hue shift without the per-pixel branches of an HSV round trip."""
-    k = constants(x.device)
+    k = colour_constants(x.device)
     c, s = torch.cos(angle), torch.sin(angle)
     rot = torch.zeros(x.shape[0], 3, 3, device=x.device)
     rot[:, 0, 0] = 1

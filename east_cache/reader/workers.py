@@ -38,6 +38,7 @@ from multiprocessing import connection
 import numpy as np
 import torch
 
+from east_cache.errors import WorkerDied
 from east_cache.reader.collate import collate, copy_item, field_layouts
 from east_cache.store.page_record import TABLE_COLUMNS, WORD_TABLE
 
@@ -291,9 +292,9 @@ class WorkerLoader:
         code = p.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
         self.close()
-        raise RuntimeError(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the kernel's "
-                           f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
-                           f"process") from None
+        raise WorkerDied(f"loader worker {p.name} (pid {p.pid}) {how} (signal 9 is often the kernel's "
+                         f"out-of-memory killer): run again with fewer --workers, or --workers 0 to read in this "
+                         f"process") from None
 
     def _send(self, gen: int, seq: int, s: int, batch: list) -> set[int]:
         """A batch into slot s, each item to its worker (worker_of), in one part per worker that has items in it; the

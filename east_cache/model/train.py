@@ -1,41 +1,110 @@
-"""The run itself, wired from its parts: caches -> model, optimiser, schedule -> epochs of the engine, each
-logged and checkpointed, stopping cleanly on Ctrl-C; and --eval-only, the detection metrics of one checkpoint.
-Epochs are numbered from 1 wherever a user sees them: printed lines, log.jsonl, file names."""
+"""`east-train` (`python train.py`, under torchrun too): the command, and the run it starts, read top to bottom.
+
+main -> run: flags checked and resolved (east_cache.model.config) -> train: caches opened (east_cache.reader.loader),
+the model, optimiser and schedule made or resumed (east_cache.model.checkpoint) -> run_epochs: each epoch's steps
+(east_cache.model.engine.train_one_epoch), its validation (east_cache.model.validate), its log record and
+checkpoint -> finish: what was done and how to go on. Ctrl-C (or SIGTERM) stops at the next step and saves.
+Epochs are numbered from 1 wherever a user sees them: printed lines, log.jsonl, file names.
+"""
 from __future__ import annotations
 
+import os
+import sys
 import time
 from contextlib import nullcontext
 
 import torch
+import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
-from east_cache.model.backbone import init_backbone
 from east_cache.model.checkpoint import (
-    check_fits_cache,
+    BEST,
+    LATEST,
     checkpoint_name,
     checkpoint_state,
-    inference_model,
-    load_checkpoint,
+    disk_use,
+    export_onnx,
+    improves,
+    init_from,
+    link_as,
+    nothing_left,
+    prune,
     resume,
+    resume_command,
     rng_states,
     save_checkpoint,
+    validation_score,
 )
-from east_cache.model.config import TrainConfig
-from east_cache.model.engine import Context, evaluate, new_context, train_one_epoch
-from east_cache.model.metrics import detection_metrics
-from east_cache.model.model import EAST
-from east_cache.model.runinfo import (
-    INTERRUPTED,
-    nothing_left,
-    resume_command,
+from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
+from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
+from east_cache.model.model import EAST, init_backbone
+from east_cache.model.predict import split_files
+from east_cache.model.runtime import (
+    Runtime,
+    jsonl_writer,
+    leave_group,
+    profiler,
     run_header,
-    started_lines,
+    setup_device,
+    stop_on_signals,
 )
-from east_cache.model.runtime import Runtime, jsonl_writer, profiler, stop_on_signals
-from east_cache.model.validate import full_page_metrics, val_pages
-from east_cache.config import BuildConfig
-from east_cache.errors import UsageError
-from east_cache.reader.loader import check_caches, make_loader, open_cache
+from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
+from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
+from east_cache.reader.loader import check_caches, describe_reading, loader_workers, make_loader, open_cache
+
+INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
+UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command's exit status: 0; 2 for the user's flags, caches, data or outputs (also from --rebuild) and a
+    killed loader worker, as one line; 1 when training diverged; 130 when a signal stopped the run (after
+    saving) or a second Ctrl-C did (unsaved)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_command(lambda: run(argv), argv, interrupted=UNSAVED)
+
+
+def entry() -> None:
+    """`east-train` and train.py: main()'s status as the process's. A rank of a torchrun job (WORLD_SIZE > 1)
+    ends with os._exit once its output is flushed: its work is done (the group left, every checkpoint written
+    and renamed into place), and the interpreter's and the C++ libraries' teardown, which os._exit skips, can
+    abort a finished gloo job."""
+    status = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """The command for these arguments; returns its exit status (0, or INTERRUPTED after Ctrl-C / SIGTERM).
+    Errors propagate: main() turns them into one line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = get_args_parser().parse_args(argv)
+    check_flags(args)
+    if args.export_onnx:
+        check_output(args.export_onnx, "--export-onnx", folder=False)
+        export_onnx(args.checkpoint, args.export_onnx)
+        return 0
+    rt = setup_device(args.device)
+    try:
+        cfg = resolve_config(args, rt.device)
+        check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
+        if cfg.val_data:
+            split_files(cfg.val_data, cfg.val_split)
+        status = 0
+        if args.eval_only:
+            evaluate_checkpoint(cfg, rt, args.checkpoint)
+        else:
+            status = train(cfg, rt, argv)
+        if rt.world > 1:
+            # Leave together: rank 0 may still be writing its checkpoint, and a rank that tears its end of the
+            # group down while a peer is still connected can abort at exit.
+            dist.barrier()
+    finally:
+        leave_group(rt)
+    return status
 
 
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
@@ -45,7 +114,10 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world) if cfg.val_cache else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
-    origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)  # a resume overwrites it
+    if cfg.init_from:
+        origin = init_from(cfg.init_from, model, ds)
+    else:   # a resume overwrites the weights
+        origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)
     model.to(rt.device, memory_format=torch.channels_last)
     ctx = new_context(cfg, rt)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=ctx.fused)
@@ -64,7 +136,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
                          f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
-    for line in started_lines(cfg, rt, ds, origin, ctx.state, len(loaders[0]) // cfg.accum_steps):
+    steps = len(loaders[0]) // cfg.accum_steps
+    for line in started_lines(cfg, rt, ds, origin, ctx.state, steps, disk_use(cfg.out, model)):
         rt.say(line)
     cfg.out.mkdir(parents=True, exist_ok=True)
     ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
@@ -97,7 +170,7 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
             if complete:
                 scheduler.step()
             if loaders[1] is not None and state.signal is None:  # a signal asks to stop now, not to evaluate
-                stats.update(evaluate(net, loaders[1], ctx))
+                stats.update(validation_loss(net, loaders[1], ctx))
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
                 stats.update(full_page_metrics(model, pages, rt) if pages is not None
@@ -127,21 +200,30 @@ def end_epoch(stats: dict, complete: bool, lr: float, model, optimizer, schedule
                    f"iou {stats['iou']:.4f}, angle {stats['angle']:.4f}){val}; {stats['samples_per_s']:.3g} "
                    f"samples/s, {100 * stats['data_wait']:.0f}% of the time waiting for data")
     if not cfg.profile and ((complete and number % cfg.save_every == 0) or last_epoch(state.epoch, ctx)):
-        save(model, optimizer, scheduler, ctx, ds, complete)
+        save(model, optimizer, scheduler, ctx, ds, complete, validation_score(stats, cfg) if complete else None)
 
 
-def save(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, complete: bool) -> None:
+def save(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, complete: bool, score=None) -> None:
     """A checkpoint of where the run is now (all ranks gather their random states; rank 0 writes). The run's
-    previous mid-epoch checkpoint, now superseded, is removed: --save-every-steps keeps one, not one per save."""
+    previous mid-epoch checkpoint, now superseded, is removed: --save-every-steps keeps one, not one per save.
+    A complete epoch whose validation score (metric, value) beats the best so far becomes best.pt; then only
+    the newest --keep-last epoch files stay."""
     rng = rng_states(ctx.rt)
-    state = ctx.state
+    state, out = ctx.state, ctx.cfg.out
     if ctx.rt.rank != 0:
         return
-    path = ctx.cfg.out / checkpoint_name(state.epoch + 1, state.step, complete)
+    path = out / checkpoint_name(state.epoch + 1, state.step, complete)
+    new_best = score is not None and improves(score, state.best)
+    if new_best:
+        state.best = {"metric": score[0], "value": score[1], "epoch": state.epoch + 1}
     save_checkpoint(checkpoint_state(model, optimizer, scheduler, ctx, ds, rng, complete), path)
+    if new_best:
+        link_as(path, BEST)
     if state.last_checkpoint is not None and not state.last_complete and state.last_checkpoint != path:
         state.last_checkpoint.unlink(missing_ok=True)
     state.last_checkpoint, state.last_complete = path, complete
+    if complete:
+        prune(out, ctx.cfg.keep_last)
 
 
 def last_epoch(epoch: int, ctx: Context) -> bool:
@@ -174,29 +256,42 @@ def finish(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
-def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
-    """--eval-only: detection metrics of the checkpoint on --val-data's full images (rect DetEval, as training
-    logs them), else on --val-cache, or --cache when there is none; printed and appended to OUT/eval.jsonl (OUT:
-    the checkpoint's folder unless --out is given)."""
-    ck = load_checkpoint(checkpoint)
-    model = inference_model(ck, checkpoint, rt.device)
+def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
+                  steps_per_epoch: int, disk: str) -> list[str]:
+    c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
+    val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
     if cfg.val_data:
-        pages = val_pages(cfg.val_data, cfg.val_split, BuildConfig.from_dict(ck["config"]), cfg.batch_size)
-        metrics = full_page_metrics(model, pages, rt)
-        source, n, on = {"data": str(cfg.val_data), "split": cfg.val_split}, len(pages.records), \
-            f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
-    else:
-        cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
-        check_fits_cache(ck, checkpoint, ds)
-        metrics = detection_metrics(model, ds, new_context(cfg, rt))
-        source, n, on = {"cache": str(cache)}, len(ds), str(cache)
-    if rt.rank != 0:
-        return
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    log = cfg.out / "eval.jsonl"
-    where = f"epoch {ck['epoch']}" + ("" if ck.get("complete", True) else f", step {ck['step']}, inside it")
-    jsonl_writer(log)({"event": "eval", "checkpoint": str(checkpoint), "epoch": ck["epoch"], "step": ck["step"],
-                       **source, "images": n, **metrics})
-    print(f"{checkpoint} ({where}) on {on}, {n} images: precision {metrics['precision']:.4f}, "
-          f"recall {metrics['recall']:.4f}, hmean {metrics['hmean']:.4f}; appended to {log}", flush=True)
+        val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"
+    if cfg.resume:
+        where = (f"inside epoch {state.epoch + 1}, {state.epoch_micro // cfg.accum_steps} of its steps done"
+                 if state.epoch_micro else f"after epoch {state.epoch}")
+        origin = f"{origin}: step {state.step}, {where}"
+    steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
+    kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
+    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST} and {BEST}; {disk}"
+    return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
+             f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
+            (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
+             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
+            f"weights: {origin}",
+            describe_length(cfg, state, steps_per_epoch),
+            f"output: {cfg.out} (log.jsonl, {saves})"]
+
+
+def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> str:
+    limits = ([f"profiling {cfg.profile} step(s) after a warm-up one"] if cfg.profile else
+              [f"step {state.step_limit}"] if state.step_limit is not None else [])
+    if cfg.time_limit:
+        limits.append(f"{cfg.time_limit:g} s")
+    text = f"length: {cfg.epochs} epoch(s) of {steps_per_epoch} step(s)"
+    if state.epoch or state.step:
+        text += f", going on from epoch {state.epoch + 1}"
+    if limits:
+        text += ", stopping at " + " or ".join(limits)
+    if cfg.check_run:
+        text += " (the check run without a GPU; --epochs, --max-steps or --time-limit set the length)"
+    return text
+
+
+if __name__ == "__main__":
+    entry()
