@@ -20,7 +20,7 @@ from helpers import REPO, epochs_of, make_tiny_cache, read_log, small_config, tr
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from east_cache.reader import BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
+from east_cache.reader import Batch, BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
 from east_cache.model import checkpoint, config, engine, runtime, train
 from east_cache.model import model as east
 from east_cache.model.model import load_backbone
@@ -223,12 +223,12 @@ def test_autocast_predicts_in_bf16_and_the_loss_is_float32():
     torch.manual_seed(0)
     ctx = engine.new_context(TrainConfig(amp="bf16"), Runtime())
     gt_score, gt_geo, roi = targets(1, 16)
-    batch = {"image": torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8), "score": gt_score,
-             "geo": gt_geo, "roi": roi}
+    image = images.prepare_images(torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8), 0.5)
+    batch = Batch(image, gt_score.float(), gt_geo, roi.float())
     model = EAST(0.5)
     seen = []
     model.score.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
-    parts = engine.forward_loss(model, batch, ctx, jitter=0.5)
+    parts = engine.forward_loss(model, batch, ctx)
     assert seen == [torch.bfloat16]
     assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in parts.values())
 

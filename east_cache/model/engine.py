@@ -13,9 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from east_cache.reader import batches
-from east_cache.reader.expand import batch_len, expand_batch
-from east_cache.reader.images import prepare_images
+from east_cache.reader.loader import Batch
 from east_cache.model.config import RunState, TrainConfig
 from east_cache.model.loss import LOSS_KEYS, east_loss
 from east_cache.model.runtime import Runtime
@@ -51,12 +49,11 @@ class NonFiniteLoss(UserError, RuntimeError):
     exit_status = 1   # not 2: the flags and data were fine, the optimisation was not
 
 
-def forward_loss(model, batch: dict, ctx: Context, jitter: float) -> dict[str, torch.Tensor]:
-    batch = expand_batch(batch, ctx.rt.device)
-    x = prepare_images(batch["image"], jitter)
+def forward_loss(model, batch: Batch, ctx: Context) -> dict[str, torch.Tensor]:
+    """The loss of a batch of a Loader (images normalised, and jittered in training, on the device)."""
     with ctx.autocast():
-        score, geo = model(x)
-    return east_loss(score, geo, batch["score"], batch["geo"], batch["roi"])  # outside autocast: float32
+        score, geo = model(batch.image)
+    return east_loss(score, geo, batch.score, batch.geo, batch.roi)  # outside autocast: float32
 
 
 def optimizer_step(model, optimizer, ctx: Context, loss: torch.Tensor) -> torch.Tensor:
@@ -104,7 +101,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
     optimizer.zero_grad(set_to_none=True)
     progress = Progress(n_micro // accum, "steps", quiet=ctx.rt.rank != 0, initial=first // accum,
                         desc=f"epoch {state.epoch + 1}/{cfg.epochs}")
-    it = batches(loader)
+    it = iter(loader)
     for i in range(first, n_micro):
         t = time.perf_counter()
         batch = next(it)
@@ -112,7 +109,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
         last = (i + 1) % accum == 0
         sync = nullcontext() if last or ctx.rt.world == 1 else model.no_sync()
         with sync:
-            parts = forward_loss(model, batch, ctx, cfg.jitter)
+            parts = forward_loss(model, batch, ctx)
             ctx.scaler.scale(parts["loss"] / accum).backward()
         acc += torch.stack([parts[k].detach() for k in LOSS_KEYS]) / accum
         if not last:
@@ -210,9 +207,9 @@ def validation_loss(model, loader, ctx: Context) -> dict:
     without jitter; reduced over the ranks."""
     model.eval()
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
-    for batch in batches(loader):
-        parts = forward_loss(model, batch, ctx, jitter=0.0)
-        n = parts["loss"].new_full((1,), batch_len(batch))
+    for batch in loader:
+        parts = forward_loss(model, batch, ctx)
+        n = parts["loss"].new_full((1,), len(batch.image))
         sums += torch.cat((torch.stack([parts[k] for k in LOSS_KEYS]) * n, n))
     return {f"val_{k}": v for k, v in mean_losses(sums, ctx).items()}
 

@@ -50,7 +50,7 @@ from east_cache.model.runtime import (
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
-from east_cache.reader.loader import check_caches, describe_reading, loader_workers, make_loader, open_cache
+from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
 UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
@@ -130,8 +130,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     nothing_left(cfg, ctx.state)
     net = torch.nn.parallel.DistributedDataParallel(model) if rt.world > 1 else model
     net = torch.compile(net) if cfg.compile else net
-    def loader(d, train: bool):
-        return make_loader(d, cfg.batch_size, train, cfg.seed, rt.rank, rt.world, rt.device, cfg.workers)
+    def loader(d, train: bool):   # the public reader; jitter in training only
+        return Loader(d, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
+                      rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0)
     loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
@@ -163,7 +164,7 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
             if state.stopped or state.signal is not None or reached(state.step, state.step_limit):
                 break
             state.epoch = epoch
-            loaders[0].sampler.set_epoch(epoch, skip=state.epoch_micro * cfg.batch_size)
+            loaders[0].set_epoch(epoch, skip=state.epoch_micro * cfg.batch_size)
             stats, complete = train_one_epoch(net, loaders[0], optimizer, ctx)
             lr = optimizer.param_groups[0]["lr"]
             # An epoch cut short is not done: the lr schedule steps at its end, when a resumed run has finished it

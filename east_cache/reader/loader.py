@@ -189,24 +189,25 @@ class Loader:
         self.dataset = (cache if isinstance(cache, CacheDataset) else
                         open_cache(Path(cache), rebuild, self.rank, self.world))
         self.normalize, self.jitter = normalize, jitter
-        self.batches = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers)
+        # the batches as the cache's items, before the device: a DataLoader, or the slot workers' WorkerLoader
+        self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers)
         self.epoch, self._told = 0, False
 
     def __len__(self) -> int:
         """Batches per epoch in this process."""
-        return len(self.batches)
+        return len(self.source)
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """Make the next pass read epoch `epoch`, leaving out its first `skip` items (a run resumed inside an
         epoch). Without it, each pass reads the epoch after the last one, from 0."""
         self.epoch, self._told = epoch, True
-        self.batches.sampler.set_epoch(epoch, skip)
+        self.source.sampler.set_epoch(epoch, skip)
 
     def __iter__(self) -> Iterator[Batch]:
         if not self._told:
-            self.batches.sampler.set_epoch(self.epoch)
+            self.source.sampler.set_epoch(self.epoch)
         self._told = False
-        for batch in batches(self.batches):
+        for batch in batches(self.source):
             b = expand_batch(batch, self.device)
             image = b["image"] if self.normalize is None else prepare_images(b["image"], self.jitter, self.normalize)
             yield Batch(image, b["score"].float(), b["geo"].float(), b["roi"].float())
@@ -214,7 +215,7 @@ class Loader:
 
     def close(self) -> None:
         """End the worker processes (they also end when the loader is collected)."""
-        close = getattr(self.batches, "close", None)
+        close = getattr(self.source, "close", None)
         if close is not None:
             close()
 
