@@ -26,8 +26,8 @@ MIB = 2**20
 
 
 def transfer_rates(mib: int, work: Path) -> list[list]:
-    from east_cache.store.remote.location import Location, filesystem
-    from east_cache.store.remote.retry import DEFAULT_RETRY
+    from east_cache.location import Location, filesystem
+    from east_cache.retry import DEFAULT_RETRY
     from east_cache.store.remote.transfer import download, upload
     src = work / "object"
     src.write_bytes(os.urandom(mib * MIB))
@@ -56,7 +56,7 @@ def stored_cache(files: int, file_mib: int, work: Path):
 
     from east_cache.config import BuildConfig
     from east_cache.store.build import build_cache
-    from east_cache.store.remote.location import Location
+    from east_cache.location import Location
     from east_cache.store.remote.publish import Publisher
     from east_cache.tools.sampledata import write_sample_dataset
     per_record = 3 * 512 * 512 + 8 * 256 * 256   # input 512 px, maps at x0.5: image, score, geo (f16 x5), roi
@@ -105,7 +105,7 @@ def main() -> None:
         return
     from s3 import FAKE_KEYS, start_s3_server
 
-    from east_cache.store.remote.location import Location, filesystem
+    from east_cache.location import Location, filesystem
     server, endpoint = start_s3_server()
     os.environ.update(FAKE_KEYS, AWS_ENDPOINT_URL=endpoint)
     try:

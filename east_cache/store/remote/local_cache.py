@@ -16,30 +16,49 @@ import os
 import shutil
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from east_cache.errors import CacheError, RemoteError
+from east_cache.location import Location, listing
+from east_cache.retry import RetryPolicy
 from east_cache.store.atomic import fsync_path, write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
-from east_cache.store.remote.location import Location
 from east_cache.store.remote.locks import FolderLocks
-from east_cache.store.remote.retry import RetryPolicy
 from east_cache.store.remote.space import (
     TEMP_SUFFIX,
     check_limit,
     eviction_order,
     folder_bytes,
+    parse_size,
     size_flag,
     stem,
     stems_present,
 )
-from east_cache.store.remote.transfer import BLOCK_BYTES, download, get_bytes, listing
+from east_cache.store.remote.transfer import BLOCK_BYTES, download, get_bytes
 from east_cache.store.sidecar import quads_path
 
 ROOM_POLL_S = 0.05   # first wait before looking again for room that pinned files hold; doubles up to 1 s
+_OPEN = weakref.WeakSet()   # this process's LocalCaches, whose locks a forked child makes anew
+
+
+class StoredDamage(RemoteError):
+    """A stored file whose bytes fail the check against the manifest (`why`): damaged at the URL, not in transit."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
+def _renew_locks() -> None:   # a download thread of the parent may have held one at the fork
+    for cache in list(_OPEN):
+        cache._counting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,22 @@ class LocalCacheSettings:
     def at_once(self) -> int:
         """Files a machine's readers may need at the same time: the ones fetched ahead, one being read, one more."""
         return self.ahead + 2
+
+
+def add_local_cache_args(p, limit: bool = True) -> None:
+    """The flags of the local cache folder that a cache at a URL is read through (argparse)."""
+    p.add_argument("--local-cache", type=Path, metavar="DIR",
+                   help="with a cache at a URL: the local folder its files are downloaded into, shared by the "
+                        "processes of this machine (default: ~/.cache/east-cache/HASH of the URL)")
+    if limit:
+        p.add_argument("--local-cache-limit", metavar="SIZE", default="0",
+                       help="with a cache at a URL: most bytes the local folder may hold, e.g. 20G; least recently "
+                            "used files are deleted to make room (default: 0, no limit)")
+
+
+def local_settings(folder=None, limit: str | int = 0, **kw) -> LocalCacheSettings:
+    """Settings from the flags --local-cache DIR and --local-cache-limit SIZE (and any other field)."""
+    return LocalCacheSettings(folder=Path(folder) if folder else None, limit_bytes=parse_size(limit), **kw)
 
 
 def default_folder(loc: Location) -> Path:
@@ -85,6 +120,7 @@ class LocalCache:
         self.locks = FolderLocks(self.folder)
         self.downloaded_bytes = self.downloaded_files = 0   # by this process
         self._counting = threading.Lock()
+        _OPEN.add(self)
         for last_try in (False, True):   # a rebuild may replace the manifest between the fetch and the listing
             self._manifest_bytes = self._fetch_manifest()
             stored = listing(location.join(DATA_DIR))
@@ -107,6 +143,7 @@ class LocalCache:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._counting = threading.Lock()
+        _OPEN.add(self)
 
     @property
     def local_dir(self) -> Path:
@@ -151,12 +188,34 @@ class LocalCache:
         done = []
         try:
             for n in names:
-                done.append(n)
                 self.pin(n)
+                done.append(n)
             yield [self.path(n) for n in names]
         finally:
             for n in done:
                 self.unpin(n)
+
+    def sidecar(self, name: str) -> Path:
+        """Data file `name`'s sidecar in the local folder, fetched alone where the data file is not there (the word
+        tables of files not read yet: small). Pin the file around reading it."""
+        path = quads_path(self.path(name))
+        self.locks.pin(stem(name))
+        try:
+            if not path.exists():
+                with self.locks.fetching(stem(name)):
+                    if not path.exists():
+                        unit = self.units[name]
+                        rel = self._sidecar_object(unit.entry)
+                        self._download(unit, {rel: unit.objects[rel]})
+        finally:
+            self.locks.unpin(stem(name))
+        return path
+
+    def discard(self, name: str) -> bool:
+        """Delete the local copy of data file `name` and its sidecar (one `verify` found bad); False while it is
+        pinned."""
+        path = self.path(name)
+        return self.locks.evict(stem(name), lambda: _delete([path, quads_path(path)]))
 
     def rebuilt(self) -> bool:
         """Whether the manifest at the URL is no longer the one this cache was opened with."""
@@ -179,12 +238,15 @@ class LocalCache:
         except CacheError as e:
             raise CacheError(f"{self.location}: {str(e).replace(str(self.folder), str(self.location))}") from None
 
+    @staticmethod
+    def _sidecar_object(e: FileEntry) -> str:
+        return f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
+
     def _objects(self, e: FileEntry, stored: dict[str, dict]) -> dict[str, int] | None:
         """The stored objects of a data file and its sidecar with their sizes, or None where any is missing."""
         data = f"{DATA_DIR}/{e.name}"
-        sidecar = f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
         parts = [data] if e.shards is None else [f"{data}/{p}" for p in e.shards]
-        names = [sidecar, *parts]
+        names = [self._sidecar_object(e), *parts]
         sizes = {n: stored.get(n.removeprefix(f"{DATA_DIR}/"), {}).get("size") for n in names}
         return None if None in sizes.values() else sizes
 
@@ -193,17 +255,19 @@ class LocalCache:
             return "Check the URL, the credentials in the environment and the network, then start again"
         return f"Rebuild it with: {update_command(getattr(self, 'manifest', None), self.location)}"
 
-    def _download(self, unit: Unit) -> None:
-        """Reserve, fetch, check, rename into place; on any failure the temp files go and nothing is in place."""
-        tmp = {rel: self._temp_path(rel, unit.entry.name) for rel in unit.objects}
+    def _download(self, unit: Unit, parts: dict[str, int] | None = None) -> None:
+        """Reserve, fetch, check, rename into place the unit's objects (`parts` of them where given); on any failure
+        the temp files go and nothing is in place."""
+        parts = unit.objects if parts is None else parts
+        tmp = {rel: self._temp_path(rel, unit.entry.name) for rel in parts}
         try:
-            self._reserve(unit, tmp)
+            self._reserve(unit, parts, tmp)
             hashes = {rel: download(self.location.join(rel), tmp[rel], size, self.settings.retry,
                                     self._advice("read"), hashed=not rel.endswith(unit.entry.name),
                                     block=self.settings.block_bytes, on_bytes=self._count)
-                      for rel, size in unit.objects.items()}
-            self._check(unit, tmp, hashes)
-            self._install(unit, tmp)
+                      for rel, size in parts.items()}
+            self._check(unit, hashes)
+            self._install(unit, sidecar_only=parts is not unit.objects)
         except FileNotFoundError:   # listed at open, gone now: deleted by a rebuild, or by hand
             if self.rebuilt():
                 raise CacheError(f"{self.location}: the cache was rebuilt while this run read it "
@@ -213,7 +277,7 @@ class LocalCache:
         finally:
             self._remove_temp(unit)
         with self._counting:
-            self.downloaded_files += 1
+            self.downloaded_files += parts is unit.objects
 
     def _count(self, n: int) -> None:
         with self._counting:
@@ -226,21 +290,21 @@ class LocalCache:
             return self.path(name + TEMP_SUFFIX) / rel_to_file.removeprefix(name + "/")
         return self.path(rel_to_file + TEMP_SUFFIX)
 
-    def _reserve(self, unit: Unit, tmp: dict[str, Path]) -> None:
+    def _reserve(self, unit: Unit, parts: dict[str, int], tmp: dict[str, Path]) -> None:
         """Make room (evicting) and create the temp files at their full size, under the space lock."""
-        waited, wait = 0.0, ROOM_POLL_S
+        waited, wait, need = 0.0, ROOM_POLL_S, sum(parts.values())
         while True:
             with self.locks.space():
-                if self._make_room(unit.bytes, keep=stem(unit.entry.name)):
+                if self._make_room(need, keep=stem(unit.entry.name)):
                     for rel, path in tmp.items():
                         path.parent.mkdir(parents=True, exist_ok=True)
                         with open(path, "wb") as f:
-                            f.truncate(unit.objects[rel])
+                            f.truncate(parts[rel])
                     return
             if waited >= self.settings.room_wait_s:
                 limit = self.settings.limit_bytes
                 raise RemoteError(f"{self.folder}: --local-cache-limit {size_flag(limit)} leaves no room for "
-                                  f"{unit.entry.name} ({size_flag(unit.bytes)}): the files readers need now fill "
+                                  f"{unit.entry.name} ({size_flag(need)}): the files readers need now fill "
                                   f"it; pass a larger --local-cache-limit, or read with fewer workers")
             time.sleep(wait)
             waited, wait = waited + wait, min(1.0, wait * 2)
@@ -267,25 +331,26 @@ class LocalCache:
                     return True
         return False
 
-    def _check(self, unit: Unit, tmp: dict[str, Path], hashes: dict[str, str | None]) -> None:
-        """The downloaded files against the manifest: data file header and size, sidecar and part hashes."""
+    def _check(self, unit: Unit, hashes: dict[str, str | None]) -> None:
+        """The downloaded files against the manifest: sidecar and part hashes, the data file's header and size."""
         e, fmt = unit.entry, self.manifest.format
-        sidecar = f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
+        sidecar = self._sidecar_object(e)
         expected = {sidecar: e.quads_checksum, **{f"{DATA_DIR}/{e.name}/{p}": h for p, h in (e.shards or {}).items()}}
-        bad = next((rel for rel, h in expected.items() if hashes[rel] != h), None)
+        bad = next((rel for rel, h in expected.items() if rel in hashes and hashes[rel] != h), None)
         why = f"{bad} holds other bytes than the manifest's hash" if bad else None
-        if why is None:
+        if why is None and set(hashes) != {sidecar}:   # the data file came too
             why = fmt.check(self.path(e.name + TEMP_SUFFIX), self.manifest.spec, e.rows)
         if why:
-            raise RemoteError(f"{self.location}: data file {e.name} as stored is damaged ({why}). "
-                              f"{self._advice('rebuild')}")
+            raise StoredDamage(f"{self.location}: data file {e.name} as stored is damaged ({why}). "
+                               f"{self._advice('rebuild')}", why)
 
-    def _install(self, unit: Unit, tmp: dict[str, Path]) -> None:
+    def _install(self, unit: Unit, sidecar_only: bool = False) -> None:
         """Sidecar first, then the data file: a data file in place always has its sidecar."""
         name = unit.entry.name
         sidecar = quads_path(self.path(name))
         os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
-        self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
+        if not sidecar_only:
+            self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
         fsync_path(self.folder / DATA_DIR)
 
     def _remove_temp(self, unit: Unit) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from east_cache.errors import RemoteError
-from east_cache.store.remote.location import redact
+from east_cache.location import redact
 
 T = TypeVar("T")
 
