@@ -97,7 +97,7 @@ def test_build_info_verify_at_a_url_through_the_command_line(s3, data_copy, tmp_
     assert main(["verify", out, "--local-cache", str(tmp_path / "lc")]) == 0
     assert "all files match" in capsys.readouterr().out
     # a bit flipped in a stored data file: found, listed at the URL, redone by the next build, and uploaded
-    m = Manifest.load(tmp_path / "lc")
+    m = Manifest.load(tmp_path / "lc" / Location.parse(out).key())   # --local-cache DIR holds DIR/HASH of the URL
     name = m.files[0].name
     obj = f"{out}/data/{name}"
     body = bytearray(s3.fs().cat_file(obj))

@@ -27,6 +27,8 @@ from east_cache.model.runinfo import INTERRUPTED, invoked_as
 from east_cache.model.runtime import leave_group, setup_device
 from east_cache.model.trainer import evaluate_checkpoint, train
 from east_cache.errors import BuildError, CacheError, DataError, UsageError
+from east_cache.location import flag_location, is_remote
+from east_cache.store.remote.local_cache import add_local_cache_args
 
 EXAMPLES = """examples:
   python train.py --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
@@ -48,10 +50,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                     "step and saves a checkpoint that --resume continues from exactly.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
-    data.add_argument("--cache", type=Path, help=f"training cache directory (default: {d.cache})")
-    data.add_argument("--val-cache", type=Path,
-                      help="validation cache: its loss after every epoch, detection metrics per --eval-every "
-                           "(default: none)")
+    data.add_argument("--cache", type=flag_location,
+                      help=f"training cache directory, or URL (s3://bucket/prefix, read through --local-cache) "
+                           f"(default: {d.cache})")
+    data.add_argument("--val-cache", type=flag_location,
+                      help="validation cache (directory or URL): its loss after every epoch, detection metrics per "
+                           "--eval-every (default: none)")
     data.add_argument("--val-data", type=Path, metavar="ROOT",
                       help="dataset root whose full --val-split images are predicted and scored with the competition's "
                            "rect DetEval per --eval-every: the headline precision/recall/hmean (default: none)")
@@ -69,6 +73,14 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
                            "per core of this process, at most 4; otherwise 0)")
+    remote = p.add_argument_group("caches at URLs, several machines")
+    add_local_cache_args(remote)
+    remote.add_argument("--node-share", action="store_true",
+                        help="each machine reads a fixed share of the cache's whole files (downloading about 1/nodes "
+                             "of a cache at a URL), shuffled within the machine; nodes and this machine's rank from "
+                             "torchrun (default: off, every rank reads from the whole cache)")
+    remote.add_argument("--nodes", type=int, help="with --node-share: machines in the run (default: torchrun's)")
+    remote.add_argument("--node-rank", type=int, help="with --node-share: this machine's rank (default: torchrun's)")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
     length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
@@ -96,7 +108,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-bad-steps", type=int, metavar="N",
                      help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
     out = p.add_argument_group("output and resuming")
-    out.add_argument("--out", type=Path,
+    out.add_argument("--out", type=flag_location,
                      help=f"folder for checkpoints (epoch_N.pt, latest.pt), log.jsonl and eval.jsonl (default: "
                           f"{d.out}; with --eval-only, the checkpoint's folder)")
     out.add_argument("--resume", type=Path, metavar="CKPT",
@@ -159,6 +171,10 @@ def check_flags(args) -> None:
         raise UsageError("--val-split names a split of --val-data ROOT; pass --val-data too")
     if args.backbone_weights not in (None, *BACKBONES):
         check_backbone_file(Path(args.backbone_weights))
+    if (args.nodes is not None or args.node_rank is not None) and not args.node_share:
+        raise UsageError("--nodes and --node-rank say where --node-share splits the cache; pass --node-share too")
+    if is_remote(args.out):
+        raise UsageError(f"--out {args.out}: checkpoints and logs go to a local folder")
     if args.resume is not None and not args.resume.is_file():
         raise UsageError(f"--resume {args.resume}: no such checkpoint; pass a file that a run wrote into its --out, "
                          f"e.g. runs/east/latest.pt")

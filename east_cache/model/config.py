@@ -29,8 +29,8 @@ AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "off": None}  # --a
 @dataclass(frozen=True)
 class TrainConfig:
     """Every setting of a run, defaults resolved. The flags of the same name in east_cache.model.cli say more."""
-    cache: Path = Path("cache")            # training cache directory
-    val_cache: Path | None = None          # validation cache: loss every epoch, detection metrics per eval_every
+    cache: Path | str = Path("cache")      # training cache directory, or URL (s3://bucket/prefix)
+    val_cache: Path | str | None = None    # validation cache: loss every epoch, detection metrics per eval_every
     val_data: Path | None = None           # dataset root: full val_split images predicted, rect DetEval per eval_every
     val_split: str = "val"                 # val_data's split: ROOT/ufo/{val_split}.json
     out: Path = OUT                        # checkpoints, log.jsonl, eval.jsonl, profile trace
@@ -54,6 +54,11 @@ class TrainConfig:
     max_bad_steps: int = 20                # non-finite optimiser steps in a row before giving up
     eval_every: int = 0                    # epochs between detection metrics (val_data, else val_cache); 0: none
     rebuild: bool = False                  # update a stale cache before training
+    local_cache: Path | None = None        # caches at URLs are downloaded into LOCAL_CACHE/HASH; None: ~/.cache/east-cache
+    local_cache_limit: str = "0"           # most bytes each such folder holds, e.g. "20G"; "0": no limit
+    node_share: bool = False               # each machine reads a fixed share of the cache's files
+    nodes: int | None = None               # machines of the run with node_share; None: torchrun's environment says
+    node_rank: int | None = None           # this machine's place among them; None: torchrun's environment says
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
 

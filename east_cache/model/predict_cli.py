@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from east_cache.location import flag_location
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH
 from east_cache.model.predict import (
     PredictConfig,
@@ -28,7 +29,8 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
                                 "checkpoint; write them as a UFO JSON submission file.")
     p.add_argument("--checkpoint", type=Path, required=True, help="a checkpoint train.py wrote, e.g. runs/east/latest.pt")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", type=Path, metavar="ROOT", help="dataset root: predicts the images of ROOT/ufo/{split}.json")
+    src.add_argument("--data", type=flag_location, metavar="ROOT",
+                     help="dataset root, a folder or a URL (s3://bucket/set): predicts the images of ROOT/ufo/{split}.json")
     src.add_argument("--images", type=Path, metavar="DIR", help="a plain folder: predicts every image file in it")
     p.add_argument("--split", default="test", help="with --data: which ufo/{split}.json names the images (default: test)")
     p.add_argument("--out", type=Path, default=Path("predictions.json"),

@@ -36,13 +36,16 @@ from east_cache.model.validate import full_page_metrics, val_pages
 from east_cache.config import BuildConfig
 from east_cache.errors import UsageError
 from east_cache.reader.loader import check_caches, make_loader, open_cache
+from east_cache.store.remote.share import NodeShare
 
 
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
-    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world)
-    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world) if cfg.val_cache else None
+    local = (cfg.local_cache, cfg.local_cache_limit)   # where caches at URLs are downloaded
+    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world, *local)
+    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world, *local) if cfg.val_cache else None
+    share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
     origin = "" if cfg.resume else init_backbone(model, cfg.backbone_weights, rt.say)  # a resume overwrites it
@@ -59,7 +62,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     net = torch.nn.parallel.DistributedDataParallel(model) if rt.world > 1 else model
     net = torch.compile(net) if cfg.compile else net
     def loader(d, train: bool):
-        return make_loader(d, cfg.batch_size, train, cfg.seed, rt.rank, rt.world, rt.device, cfg.workers)
+        return make_loader(d, cfg.batch_size, train, cfg.seed, rt.rank, rt.world, rt.device, cfg.workers,
+                           share if train else None)
     loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
@@ -187,7 +191,7 @@ def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
             f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
     else:
         cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
+        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world, cfg.local_cache, cfg.local_cache_limit)
         check_fits_cache(ck, checkpoint, ds)
         metrics = detection_metrics(model, ds, new_context(cfg, rt))
         source, n, on = {"cache": str(cache)}, len(ds), str(cache)

@@ -16,6 +16,7 @@ from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
 from east_cache.store.format import CROP, PAGE, record_spec
 from east_cache.store.page_record import CROP_IN_BLOCK, IMAGE_BLOCK, MAPS_BLOCK, WORD_TABLE, block_bytes
+from east_cache.store.remote.local_cache import local_settings
 
 
 class CacheDataset(RecordReader, Dataset):
@@ -48,10 +49,16 @@ class CacheDataset(RecordReader, Dataset):
 
     in_memory: read every data file into RAM once (forked loader workers share it copy-on-write); check_stale:
     refuse (StaleCacheError) a cache whose source changed since its build or that other sample code made. A
-    CacheDataset pickles without its open files: whoever unpickles it opens its own."""
+    CacheDataset pickles without its open files: whoever unpickles it opens its own.
 
-    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False):
-        super().__init__(cache_dir, in_memory, check_stale)
+    cache_dir may be a URL (s3://bucket/prefix, needs pip install "east-cache[remote]"; credentials and endpoint
+    from the environment): the items are the same, read from files downloaded on first use into local_cache
+    (default ~/.cache/east-cache/HASH of the URL), shared by the processes of the machine, holding at most
+    local_cache_limit bytes ("20G"; 0: no limit)."""
+
+    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False,
+                 local_cache=None, local_cache_limit: str | int = 0):
+        super().__init__(cache_dir, in_memory, check_stale, local_settings(local_cache, local_cache_limit))
         self.pages = self.spec.kind.name == PAGE.name   # --crop read: records are pages, items crops of them
         self.compact = compact and self.pages
         self.cropper = PageCropper(self, self.compact) if self.pages else None

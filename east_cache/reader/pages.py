@@ -111,7 +111,7 @@ class PageCropper:
         from the word sidecars once per process."""
         if self._table_rows is None:
             most = 0
-            for f in range(len(self.records.files)):
+            for f in self.records.files_read():   # a node's share: the pages it reads
                 sidecar = self.records.sidecar(f)
                 legible = np.concatenate([[0], np.cumsum(sidecar["care"] > 0)])
                 starts = sidecar["sample_offsets"]

@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,8 @@ os.register_at_fork(after_in_child=_renew_locks)
 
 @dataclass(frozen=True)
 class LocalCacheSettings:
-    folder: Path | None = None      # the local cache folder; None: default_folder(url)
+    folder: Path | None = None      # the local cache folder; None: default_folder(url, root)
+    root: Path | None = None        # where folder is None: the folder is ROOT/<hash of the URL>
     limit_bytes: int = 0            # most bytes its files may take (st_size); 0: no limit
     ahead: int = 4                  # files downloaded ahead of the reader (ahead.py)
     jobs: int = 4                   # downloads at once (ahead.py)
@@ -80,23 +82,23 @@ class LocalCacheSettings:
 def add_local_cache_args(p, limit: bool = True) -> None:
     """The flags of the local cache folder that a cache at a URL is read through (argparse)."""
     p.add_argument("--local-cache", type=Path, metavar="DIR",
-                   help="with a cache at a URL: the local folder its files are downloaded into, shared by the "
-                        "processes of this machine (default: ~/.cache/east-cache/HASH of the URL)")
+                   help="with a cache at a URL: where its files are downloaded, DIR/HASH of the URL, shared by the "
+                        "processes of this machine (default: ~/.cache/east-cache)")
     if limit:
         p.add_argument("--local-cache-limit", metavar="SIZE", default="0",
-                       help="with a cache at a URL: most bytes the local folder may hold, e.g. 20G; least recently "
+                       help="with a cache at a URL: most bytes its local folder may hold, e.g. 20G; least recently "
                             "used files are deleted to make room (default: 0, no limit)")
 
 
-def local_settings(folder=None, limit: str | int = 0, **kw) -> LocalCacheSettings:
-    """Settings from the flags --local-cache DIR and --local-cache-limit SIZE (and any other field)."""
-    return LocalCacheSettings(folder=Path(folder) if folder else None, limit_bytes=parse_size(limit), **kw)
+def local_settings(root=None, limit: str | int = 0, **kw) -> LocalCacheSettings:
+    """Settings from the flags --local-cache DIR (the root of the folders) and --local-cache-limit SIZE."""
+    return LocalCacheSettings(root=Path(root) if root else None, limit_bytes=parse_size(limit), **kw)
 
 
-def default_folder(loc: Location) -> Path:
-    """~/.cache/east-cache/<hash of the URL> ($XDG_CACHE_HOME where set)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "east-cache" / loc.key()
+def default_folder(loc: Location, root: Path | None = None) -> Path:
+    """ROOT/<hash of the URL>; ROOT by default ~/.cache/east-cache ($XDG_CACHE_HOME where set)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "east-cache"
+    return Path(root or base) / loc.key()
 
 
 @dataclass
@@ -115,14 +117,14 @@ class LocalCache:
         """Fetch the manifest into the folder (replacing an older one) and list the stored files' sizes; refuse a
         limit that cannot hold what readers need at once."""
         self.location, self.settings = location, settings
-        self.folder = Path(settings.folder) if settings.folder else default_folder(location)
+        self.folder = Path(settings.folder) if settings.folder else default_folder(location, settings.root)
         (self.folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
         self.locks = FolderLocks(self.folder)
         self.downloaded_bytes = self.downloaded_files = 0   # by this process
         self._counting = threading.Lock()
         _OPEN.add(self)
         for last_try in (False, True):   # a rebuild may replace the manifest between the fetch and the listing
-            self._manifest_bytes = self._fetch_manifest()
+            self.manifest_bytes = self._fetch_manifest()
             stored = listing(location.join(DATA_DIR))
             self.manifest = self._load_manifest()
             missing = [e.name for e in self.manifest.files if self._objects(e, stored) is None]
@@ -195,9 +197,10 @@ class LocalCache:
             for n in done:
                 self.unpin(n)
 
-    def sidecar(self, name: str) -> Path:
-        """Data file `name`'s sidecar in the local folder, fetched alone where the data file is not there (the word
-        tables of files not read yet: small). Pin the file around reading it."""
+    @contextmanager
+    def sidecar(self, name: str):
+        """Data file `name`'s sidecar's local path, pinned inside the block (load it there): fetched alone where the
+        data file is not there (the word tables of files not read yet are small)."""
         path = quads_path(self.path(name))
         self.locks.pin(stem(name))
         try:
@@ -207,9 +210,9 @@ class LocalCache:
                         unit = self.units[name]
                         rel = self._sidecar_object(unit.entry)
                         self._download(unit, {rel: unit.objects[rel]})
+            yield path
         finally:
             self.locks.unpin(stem(name))
-        return path
 
     def discard(self, name: str) -> bool:
         """Delete the local copy of data file `name` and its sidecar (one `verify` found bad); False while it is
@@ -217,10 +220,19 @@ class LocalCache:
         path = self.path(name)
         return self.locks.evict(stem(name), lambda: _delete([path, quads_path(path)]))
 
+    def fetch_sidecars(self, names) -> None:
+        """The sidecars of data files `names` fetched where missing, `jobs` at once (the word tables a reader needs
+        before its first batch)."""
+        def fetch(name: str) -> None:
+            with self.sidecar(name):
+                pass
+        with ThreadPoolExecutor(max(1, self.settings.jobs)) as pool:
+            list(pool.map(fetch, names))
+
     def rebuilt(self) -> bool:
         """Whether the manifest at the URL is no longer the one this cache was opened with."""
         try:
-            return get_bytes(self.location.join(MANIFEST), self.settings.retry, "") != self._manifest_bytes
+            return get_bytes(self.location.join(MANIFEST), self.settings.retry, "") != self.manifest_bytes
         except (RemoteError, FileNotFoundError):
             return True
 
@@ -232,7 +244,7 @@ class LocalCache:
                              f"python -m preprocess build --data DIR --out {self.location}") from None
 
     def _load_manifest(self) -> Manifest:
-        write_atomic(self.folder / MANIFEST, self._manifest_bytes.decode("utf-8", errors="replace"))
+        write_atomic(self.folder / MANIFEST, self.manifest_bytes.decode("utf-8", errors="replace"))
         try:
             return Manifest.load(self.folder)
         except CacheError as e:
@@ -256,9 +268,12 @@ class LocalCache:
         return f"Rebuild it with: {update_command(getattr(self, 'manifest', None), self.location)}"
 
     def _download(self, unit: Unit, parts: dict[str, int] | None = None) -> None:
-        """Reserve, fetch, check, rename into place the unit's objects (`parts` of them where given); on any failure
-        the temp files go and nothing is in place."""
-        parts = unit.objects if parts is None else parts
+        """Reserve, fetch, check, rename into place the unit's objects (`parts` of them where given; by default all
+        but a sidecar fetched already); on any failure the temp files go and nothing is in place."""
+        if parts is None:
+            have = quads_path(self.path(unit.entry.name)).exists()   # pinned by the caller: it stays
+            fetched = self._sidecar_object(unit.entry) if have else None
+            parts = {rel: n for rel, n in unit.objects.items() if rel != fetched}
         tmp = {rel: self._temp_path(rel, unit.entry.name) for rel in parts}
         try:
             self._reserve(unit, parts, tmp)
@@ -267,7 +282,7 @@ class LocalCache:
                                     block=self.settings.block_bytes, on_bytes=self._count)
                       for rel, size in parts.items()}
             self._check(unit, hashes)
-            self._install(unit, sidecar_only=parts is not unit.objects)
+            self._install(unit, parts)
         except FileNotFoundError:   # listed at open, gone now: deleted by a rebuild, or by hand
             if self.rebuilt():
                 raise CacheError(f"{self.location}: the cache was rebuilt while this run read it "
@@ -277,7 +292,7 @@ class LocalCache:
         finally:
             self._remove_temp(unit)
         with self._counting:
-            self.downloaded_files += parts is unit.objects
+            self.downloaded_files += set(parts) != {self._sidecar_object(unit.entry)}
 
     def _count(self, n: int) -> None:
         with self._counting:
@@ -344,12 +359,13 @@ class LocalCache:
             raise StoredDamage(f"{self.location}: data file {e.name} as stored is damaged ({why}). "
                                f"{self._advice('rebuild')}", why)
 
-    def _install(self, unit: Unit, sidecar_only: bool = False) -> None:
+    def _install(self, unit: Unit, parts: dict[str, int]) -> None:
         """Sidecar first, then the data file: a data file in place always has its sidecar."""
-        name = unit.entry.name
+        name, sidecar_object = unit.entry.name, self._sidecar_object(unit.entry)
         sidecar = quads_path(self.path(name))
-        os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
-        if not sidecar_only:
+        if sidecar_object in parts:
+            os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
+        if set(parts) != {sidecar_object}:
             self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
         fsync_path(self.folder / DATA_DIR)
 
