@@ -184,6 +184,11 @@ def _say_coverage(out: Path, cfg: BuildConfig, say) -> None:
 
 def cmd_convert(a: argparse.Namespace) -> int:
     from east_cache.convert.run import convert, describe   # lazy: the readers load only for `convert`
+    url = next((v for v in (a.src, a.out, a.images) if is_remote(v)), None)
+    if url is not None:
+        print(f"error: {Location.parse(url)}: convert reads and writes local folders; convert into a folder, copy it "
+              f"to the bucket, then build with --data URL", file=sys.stderr)
+        return 2
     s = convert(a.fmt, a.src, a.out, split=a.split, copy=a.copy, prefix=a.prefix, skip_bad=a.skip_bad,
                 force=a.force, images=a.images, subset=a.subset)
     if not a.quiet:

@@ -142,3 +142,9 @@ def test_reading_a_url_without_the_remote_extra_says_what_to_install(monkeypatch
     with pytest.raises(Exception) as e:
         LocalCache(Location.parse("s3://bucket/cache"), LocalCacheSettings(folder=tmp_path))
     assert 'pip install "east-cache[remote]"' in str(e.value) and "\n" not in str(e.value)
+
+
+def test_convert_names_a_url_it_cannot_read_or_write(tmp_path, capsys):
+    assert main(["convert", "--from", "icdar2015", "s3://bucket/gt", "--out", str(tmp_path / "root")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: s3://bucket/gt: convert reads and writes local folders") and "\n" not in err

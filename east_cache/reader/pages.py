@@ -125,7 +125,7 @@ class PageCropper:
         if self._fits is None:
             try:
                 memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-                data = sum(os.stat(self.records.path(f)).st_blocks * 512 for f in range(len(self.records.files)))
+                data = self.records.data_bytes()
                 self._fits = data <= memory // 2
             except (OSError, ValueError, AttributeError):   # no such sysconf name, or st_blocks, here
                 self._fits = False

@@ -108,6 +108,13 @@ class RecordReader:
     def path(self, f: int) -> Path:
         return data_path(self.cache_dir, self.files[f])
 
+    def data_bytes(self) -> int:
+        """Bytes the data files take on this machine's disk: their blocks (page files are sparse); of a cache at a
+        URL, their stored sizes (what they take once downloaded, at the most)."""
+        if self.remote is not None:
+            return sum(self.remote.units[name].bytes for name in self.files)
+        return sum(os.stat(self.path(f)).st_blocks * 512 for f in range(len(self.files)))
+
     def files_read(self) -> list[int] | range:
         """The files this process reads: a node's share (reading), else all."""
         return range(len(self.files)) if self.reading is None else self.reading

@@ -67,10 +67,10 @@ class ShareSampler(Sampler[int]):
 
     Every process of the run gets len(self) items every epoch (steps must match under DDP): a node whose share
     holds fewer items at an epoch repeats the first of its order. With limit_bytes (a local cache folder's limit)
-    below the bytes of the node's files, the files go in a seeded order in windows of at most half the limit, the
-    items of a window shuffled among themselves, so that a file is downloaded about once per epoch rather than once
-    per item read; the file order alternates direction from epoch to epoch, so that an epoch begins with the files
-    the last one left in the folder."""
+    below the bytes of the node's files, the files go in a seeded order, cut into windows of about half the limit
+    (at a new place every epoch), the items of a window shuffled among themselves, so that a file is downloaded
+    about once per epoch rather than once per item read; the order alternates direction from epoch to epoch, so
+    that an epoch begins with the files the last one left in the folder."""
 
     def __init__(self, ds, share: NodeShare, file_bytes: Sequence[int], seed: int, shuffle: bool = True,
                  limit_bytes: int = 0):
@@ -104,9 +104,10 @@ class ShareSampler(Sampler[int]):
         rng = np.random.default_rng((self.seed, self.epoch, self.share.node_rank))
         if self.window_bytes is None:
             return rng.permutation(mine)
-        files = np.random.default_rng((self.seed, self.epoch // 2, self.share.node_rank)).permutation(self.files)
+        files = np.random.default_rng((self.seed, self.share.node_rank)).permutation(self.files)
         files = files[::-1] if self.epoch % 2 else files
-        window = np.cumsum(self.bytes[files]) // self.window_bytes   # which window each file falls in
+        # windows at a new phase every epoch: files keep their place in the order, not their window's companions
+        window = (np.cumsum(self.bytes[files]) + rng.integers(self.window_bytes)) // self.window_bytes
         window_of = np.zeros(len(self.bytes), np.int64)
         window_of[files] = window
         return np.concatenate([rng.permutation(mine[window_of[where[mine]] == w]) for w in np.unique(window)])
