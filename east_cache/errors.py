@@ -28,6 +28,15 @@ class UsageError(ValueError):
     """Flags that do not fit together, or a path that cannot be what the flag needs."""
 
 
+# userinfo (user:secret@) and query strings (a presigned URL's signature) of any URL inside a text
+URL_SECRETS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@|(\?[^\s'\"]*)")
+
+
+def redact(text: str) -> str:
+    """text with the userinfo and query string of every URL in it replaced: safe to print or log."""
+    return URL_SECRETS.sub(lambda m: m.group(1) + "***@" if m.group(1) else "?***", str(text))
+
+
 # The advice a bad-image error gives a build run without --skip-bad ("..., or pass --skip-bad to leave it out").
 _SKIP_ADVICE = re.compile(r",? or pass --skip-bad\b[^;]*")
 

@@ -20,17 +20,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from east_cache.errors import UsageError
+from east_cache.errors import UsageError, redact
+from east_cache.retry import DEFAULT_RETRY, retrying
 
 SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-# userinfo (user:secret@) and query strings (a presigned URL's signature) of any URL inside a text
-URL_SECRETS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@|(\?[^\s'\"]*)")
 REMOTE_EXTRA = 'pip install "east-cache[remote]"'
-
-
-def redact(text: str) -> str:
-    """text with the userinfo and query string of every URL in it replaced: safe to print or log."""
-    return URL_SECRETS.sub(lambda m: m.group(1) + "***@" if m.group(1) else "?***", str(text))
+LIST_ADVICE = "Check the URL, the credentials in the environment and the network, then run the command again"
 
 
 def flag_location(text: str) -> str | Path:
@@ -156,7 +151,7 @@ def listing(loc: Location) -> dict[str, dict]:
     import fsspec.core   # there, since filesystem() made a client
     root = fsspec.core.strip_protocol(loc.url).rstrip("/") + "/"
     try:
-        found = fs.find(loc.url, detail=True)
+        found = retrying(lambda: fs.find(loc.url, detail=True), str(loc), DEFAULT_RETRY, LIST_ADVICE)
     except FileNotFoundError:
         return {}
     return {p[len(root):]: info for p, info in found.items() if p.startswith(root)}

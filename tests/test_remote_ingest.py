@@ -11,10 +11,11 @@ from helpers import TINY, first_image
 
 from east_cache.cli import main
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError
+from east_cache.errors import DataError, RemoteError
 from east_cache.ingest.objects import listed, source_path
 from east_cache.ingest.ufo import load_splits
-from east_cache.location import Location
+from east_cache.location import Location, filesystem
+from east_cache.retry import RetryPolicy
 from east_cache.store.build import build_cache
 from east_cache.store.fingerprint import source_fingerprints
 from east_cache.store.manifest import Manifest
@@ -55,8 +56,17 @@ def test_images_are_fingerprinted_from_one_listing_and_only_a_changed_one_is_mad
     fs = s3.fs()
     fs.pipe_file(f"{url}/images/{image}", fs.cat_file(f"{url}/images/{image}") + b"\0")
     asked = []   # requests for one object's details: none, the listing answers them
+
+    class Asking:
+        def __init__(self, fs):
+            self.fs = fs
+
+        def __getattr__(self, name):
+            if name in ("info", "isdir", "exists"):
+                asked.append(name)
+            return getattr(self.fs, name)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("s3fs.S3FileSystem.info", lambda self, *a, **k: asked.append(a) or {})
+        mp.setattr("east_cache.ingest.objects.filesystem", lambda loc: Asking(filesystem(loc)))
         after = file_fingerprints(url)
     assert {k for k in before if before[k] != after[k]} == {image} and not asked
     report = build_cache(CFG, [url], tmp_path / "c", jobs=1, quiet=True)
@@ -140,7 +150,8 @@ def test_reading_a_url_without_the_remote_extra_says_what_to_install(monkeypatch
         return real(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", without_fsspec)
     with pytest.raises(Exception) as e:
-        LocalCache(Location.parse("s3://bucket/cache"), LocalCacheSettings(folder=tmp_path))
+        # options of their own: a client this process made before (imports done) would not be asked for
+        LocalCache(Location.parse("s3://bucket/cache", {"anon": True}), LocalCacheSettings(folder=tmp_path))
     assert 'pip install "east-cache[remote]"' in str(e.value) and "\n" not in str(e.value)
 
 
@@ -148,3 +159,39 @@ def test_convert_names_a_url_it_cannot_read_or_write(tmp_path, capsys):
     assert main(["convert", "--from", "icdar2015", "s3://bucket/gt", "--out", str(tmp_path / "root")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: s3://bucket/gt: convert reads and writes local folders") and "\n" not in err
+
+
+def test_evaluate_and_predict_read_a_data_set_at_a_url(s3, data_copy, capsys):
+    from east_cache.model.predict import pages_from_split
+    url = put_data(s3, data_copy)
+    gt, pred = data_copy / "ufo" / "train.json", str(data_copy / "ufo" / "train.json")   # predictions: the gt itself
+    assert main(["evaluate", "--gt", str(gt), "--pred", pred, "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--gt", f"{url}/ufo/train.json", "--pred", pred, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == local
+    pages, _ = pages_from_split(url, "train")
+    assert [p.path for p in pages] == [f"{url}/images/{p.name}" for p in pages_from_split(data_copy, "train")[0]]
+
+
+def test_a_store_failing_while_images_are_read_stops_the_build_and_blanks_no_image(s3, data_copy, tmp_path,
+                                                                                   monkeypatch):
+    """--skip-bad blanks an image that cannot be decoded; one the store could not deliver is not that image's fault:
+    the build stops with one line naming it (tries bounded), and nothing is committed."""
+    url = put_data(s3, data_copy)
+    monkeypatch.setattr("east_cache.ingest.objects.DEFAULT_RETRY", RetryPolicy(attempts=2, first_wait_s=0.01))
+
+    class Dropping:   # the store's answer to every image read: a connection reset
+        def __init__(self, fs):
+            self.fs = fs
+
+        def cat_file(self, path, *a, **k):
+            if "/images/" in path:
+                raise ConnectionResetError("connection reset by peer")
+            return self.fs.cat_file(path, *a, **k)
+
+        def __getattr__(self, name):
+            return getattr(self.fs, name)
+    monkeypatch.setattr("east_cache.ingest.objects.filesystem", lambda loc: Dropping(filesystem(loc)))
+    with pytest.raises(RemoteError, match=r"/images/.*ConnectionResetError.*after 2 tries") as e:
+        build_cache(CFG, [url], tmp_path / "c", jobs=1, quiet=True, skip_bad=True)
+    assert "\n" not in str(e.value) and not (tmp_path / "c" / "manifest.json").exists()

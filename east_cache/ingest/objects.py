@@ -18,6 +18,7 @@ from east_cache.retry import DEFAULT_RETRY, retrying
 
 ADVICE = "Check the URL, the credentials in the environment and the network, then run the command again"
 
+KEPT = ("size", "ETag", "etag", "LastModified", "mtime", "created")   # what a fingerprint reads of a listed object
 _listings: dict[str, dict[str, dict]] = {}   # a listed data set's URL -> its objects by relative path
 _listings_lock = threading.Lock()
 
@@ -98,7 +99,8 @@ def source_root(text) -> str:
 def listed(root: Path | ObjectPath) -> Path | ObjectPath:
     """root, a data set at a URL listed now (once per build or check: what changed since is seen next time)."""
     if isinstance(root, ObjectPath):
-        objects = {rel: info for rel, info in listing(root.loc).items() if info.get("type", "file") == "file"}
+        objects = {rel: {k: info[k] for k in KEPT if k in info} for rel, info in listing(root.loc).items()
+                   if info.get("type", "file") == "file"}
         with _listings_lock:
             _listings[root.loc.url] = objects
     return root

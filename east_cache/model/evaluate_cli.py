@@ -6,13 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
+from east_cache.location import flag_location
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BuildConfig()
-    p.add_argument("--gt", type=Path, required=True, help="ground truth: a UFO file such as ROOT/ufo/val.json")
-    p.add_argument("--pred", type=Path, required=True,
+    p.add_argument("--gt", type=flag_location, required=True,
+                   help="ground truth: a UFO file such as ROOT/ufo/val.json (a path or a URL)")
+    p.add_argument("--pred", type=flag_location, required=True,
                    help='predictions: UFO JSON {"images": {name: {"words": {"1": {"points": [[x, y], ...]}}}}}; '
                         "a gt image missing from it has no detections")
     p.add_argument("--metric", choices=("rect", "poly"), default="rect",

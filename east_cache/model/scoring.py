@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from east_cache.ingest.objects import source_path
 from east_cache.model import deteval, deteval_rect
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
@@ -68,7 +69,7 @@ def _stated_frame(entry: dict) -> tuple[int, int] | None:
 
 def load_ground_truth(json_path, cfg: BuildConfig) -> dict[str, Words]:
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules."""
-    json_path, out = Path(json_path), {}
+    json_path, out = source_path(json_path), {}
     summary = ufo.IngestSummary()
     for name, entry in _read(json_path):
         where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
@@ -83,7 +84,7 @@ def load_ground_truth(json_path, cfg: BuildConfig) -> dict[str, Words]:
 
 def load_predictions(json_path, gt_names) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names."""
-    json_path, out = Path(json_path), {}
+    json_path, out = source_path(json_path), {}
     for name, entry in _read(json_path):
         words, polygons = entry.get("words") or {}, []
         for word_id in sorted(words, key=ufo.word_id_key):

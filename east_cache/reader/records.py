@@ -87,17 +87,24 @@ class RecordReader:
 
     def file_records(self, f: int):
         """File f's records ([row] a record, [a:b] an array of them): a memory map, a format's reader, or an
-        array read whole (in_memory). Opened on first use in this process; from a local cache folder with a limit,
-        opened anew once evicted (its map would hold the disk space the limit no longer counts)."""
+        array read whole (in_memory). Opened on first use in this process. From a local cache folder with a limit,
+        a file evicted since is opened anew, and opening a file drops the maps of the others evicted meanwhile, so
+        that the maps of this process hold little disk space beyond the limit."""
         if self._pid != os.getpid():  # forked: open our own maps rather than share the parent's
             self._records, self._pid = self._closed(), os.getpid()
         records = self._records[f]
-        if records is not None and self._limited and type(records) is not np.ndarray and not os.path.lexists(
-                self.path(f)):
-            records = None
-        if records is None:
+        if records is None or self._limited and self._evicted(f):
+            if self._limited:   # a new file comes in as others go: drop the maps of the ones that went
+                for g in [g for g in range(len(self._records)) if g != f and self._evicted(g)]:
+                    self._records[g] = None
             records = self._records[f] = self._opened(f, lambda: self._open(f))
         return records
+
+    def _evicted(self, f: int) -> bool:
+        """Whether file f is mapped here but gone from the local cache folder (its map holds disk space the
+        limit no longer counts)."""
+        records = self._records[f]
+        return records is not None and type(records) is not np.ndarray and not os.path.lexists(self.path(f))
 
     def sidecar(self, f: int) -> dict:
         """File f's sidecar arrays (store/sidecar.py: its rows' words), loaded on first use in this process."""
