@@ -1,15 +1,20 @@
-"""Reading from and building to a bucket, measured against a local S3 server (moto, on loopback: no network, so
-these figures show what the code costs around the transfers, not what a real bucket delivers). Prints markdown
-tables; asserts nothing.
+"""Reading from and building to a bucket, measured against a local S3 server (moto, on loopback, in a process of
+its own: no network, so these figures show what the code costs around the transfers, not what a real bucket
+delivers). Prints markdown tables; asserts nothing.
 
 - transfer: one object of --mib MiB up (an atomic put) and down (ranged reads into a sparse file), MiB/s
 - ahead: a reader that spends --compute-ms on each data file of a cache, in epoch order, with files downloaded
   when first read, and with download ahead (Ahead: --ahead files before the reader, --jobs at once)
+- epochs: train.py's loader (page-mode cache of --images sample pages, one variant so that every epoch reads every
+  file, compact items, --batch-size, read in this process, no model) over --epochs epochs: items/s from the bucket
+  through a fresh local cache folder against the same cache on local disk, in the same run; MiB and files
+  downloaded per node per epoch with no limit, with the limit at half the cache, and under the node share of two
+  nodes (two processes at once, a folder each)
 
 Needs `moto[server]` and s3fs (the dev extra). Without them, prints a note and exits 0.
 
     python benchmarks/bench_remote.py [--mib 100] [--files 12] [--file-mib 8] [--compute-ms 150] [--ahead 4]
-                                      [--jobs 4]
+                                      [--jobs 4] [--images 24] [--chunk 1] [--epochs 6] [--batch-size 4]
 """
 from __future__ import annotations
 
@@ -26,8 +31,8 @@ MIB = 2**20
 
 
 def transfer_rates(mib: int, work: Path) -> list[list]:
-    from east_cache.store.remote.location import Location, filesystem
-    from east_cache.store.remote.retry import DEFAULT_RETRY
+    from east_cache.location import Location, filesystem
+    from east_cache.retry import DEFAULT_RETRY
     from east_cache.store.remote.transfer import download, upload
     src = work / "object"
     src.write_bytes(os.urandom(mib * MIB))
@@ -56,7 +61,7 @@ def stored_cache(files: int, file_mib: int, work: Path):
 
     from east_cache.config import BuildConfig
     from east_cache.store.build import build_cache
-    from east_cache.store.remote.location import Location
+    from east_cache.location import Location
     from east_cache.store.remote.publish import Publisher
     from east_cache.tools.sampledata import write_sample_dataset
     per_record = 3 * 512 * 512 + 8 * 256 * 256   # input 512 px, maps at x0.5: image, score, geo (f16 x5), roi
@@ -91,6 +96,90 @@ def epoch_time(loc, folder: Path, compute_s: float, ahead: int, jobs: int) -> tu
     return time.perf_counter() - t0, cache.downloaded_bytes / MIB
 
 
+def page_cache(images: int, chunk: int, work: Path) -> tuple[Path, str]:
+    """A page-mode cache (train.py's default) of `images` document-like pages, one variant (so that every epoch
+    reads every file), `chunk` records a file, built locally and copied into the bucket as built: (its folder, its
+    URL)."""
+    from common import bench_pages
+
+    from east_cache.config import BuildConfig
+    from east_cache.location import Location
+    from east_cache.store.build import build_cache
+    from east_cache.store.remote.publish import Publisher
+    cfg = BuildConfig(variants=1, strategy="chunked", chunk_size=chunk)
+    build_cache(cfg, [bench_pages(images)], work / "pages", jobs=2, quiet=True)
+    loc = Location.parse("s3://bench/pages")
+    with Publisher(loc, work / "pages") as pub:
+        pub.commit()
+    return work / "pages", loc.url
+
+
+def read_epochs(cache, epochs: int, batch: int, folder: Path | None = None, limit: int = 0, node=None) -> list:
+    """[(seconds, MiB downloaded, data files downloaded)] per epoch of train.py's loader over cache (a folder, or a
+    URL read through a fresh local cache folder), read in this process; node: (node rank, nodes) of a node share."""
+    from east_cache.reader.loader import make_loader, open_cache
+    from east_cache.store.remote.share import NodeShare
+    ds = open_cache(str(cache), False, local_cache=folder, local_cache_limit=limit)
+    share = NodeShare(node[1], node[0]) if node else None
+    loader = make_loader(ds, batch, True, seed=0, workers=0, share=share)
+    out = []
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)
+        before = (ds.remote.downloaded_bytes, ds.remote.downloaded_files) if ds.remote else (0, 0)
+        t0 = time.perf_counter()
+        items = sum(len(next(iter(b.values()))) for b in loader)
+        seconds = time.perf_counter() - t0
+        after = (ds.remote.downloaded_bytes, ds.remote.downloaded_files) if ds.remote else (0, 0)
+        out.append((seconds, items, (after[0] - before[0]) / MIB, after[1] - before[1]))
+    return out
+
+
+def _node(url: str, folder: Path, epochs: int, batch: int, node, results) -> None:
+    results.put((node[0], read_epochs(url, epochs, batch, folder, node=node)))
+
+
+def epoch_tables(images: int, chunk: int, epochs: int, batch: int, work: Path) -> str:
+    from multiprocessing import get_context
+
+    from east_cache.store.remote.local_cache import LocalCacheSettings
+    from east_cache.store.remote.space import least_limit, size_flag
+    local, url = page_cache(images, chunk, work)
+    cache_mib = sum(p.stat().st_size for p in (local / "data").iterdir()) / MIB
+    files = len(list((local / "data").glob("*.npy")))
+    speeds = {"local disk": read_epochs(local, epochs, batch),
+              "bucket, through the local cache": read_epochs(url, epochs, batch, work / "lc")}
+    heads = [f"epoch {e + 1}" for e in range(epochs)]
+    # items/s of the first epoch (files downloaded) and of the later ones together (files local, long enough to time)
+    rate = {name: (runs[0][1] / runs[0][0], sum(r[1] for r in runs[1:]) / max(sum(r[0] for r in runs[1:]), 1e-9))
+            for name, runs in speeds.items()}
+    rows = [[name, *(f"{r:.0f}" for r in rate[name])] for name in speeds]
+    rows.append(["bucket / local disk", *(f"{b / a:.2f}" for a, b in zip(*rate.values()))])
+    sizes = [sum(p.stat().st_size for p in (local / "data").glob(f"{f.stem}.*"))
+             for f in (local / "data").glob("*.npy")]
+    half = max(int(cache_mib * MIB) // 2, least_limit(sizes, LocalCacheSettings().at_once))
+    share = "half the cache" if half == int(cache_mib * MIB) // 2 else f"{half / cache_mib / MIB:.0%} of the cache"
+    runs = {"no limit": speeds["bucket, through the local cache"],
+            f"limit {size_flag(half)} ({share})": read_epochs(url, epochs, batch, work / "half", half)}
+    ctx = get_context("fork")
+    results = ctx.Queue()
+    nodes = [ctx.Process(target=_node, args=(url, work / f"node{n}", epochs, batch, (n, 2), results))
+             for n in range(2)]
+    for p in nodes:
+        p.start()
+    for n, got in sorted(results.get() for _ in nodes):
+        runs[f"node share, node {n} of 2"] = got
+    for p in nodes:
+        p.join()
+    fmt = lambda r: f"{r[2]:.0f} MiB, {r[3]} files"  # noqa: E731
+    downloaded = [[name, *(fmt(r) for r in got)] for name, got in runs.items()]
+    return "\n".join([
+        f"A page-mode cache of {images} pages, one variant: {cache_mib:.0f} MiB in {files} data files; batches of "
+        f"{batch}, read in this process, no model.", "",
+        table(["items/s (train.py's loader)", "epoch 1: files downloaded", f"epochs 2-{epochs}: files local"], rows),
+        "",
+        table(["downloaded per node", *heads], downloaded)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=100)
@@ -99,20 +188,24 @@ def main() -> None:
     ap.add_argument("--compute-ms", type=float, default=150.0)
     ap.add_argument("--ahead", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--images", type=int, default=24)
+    ap.add_argument("--chunk", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--batch-size", type=int, default=4)
     a = ap.parse_args()
     if not (importlib.util.find_spec("moto") and importlib.util.find_spec("s3fs")):
         print("bench_remote.py needs moto[server] and s3fs: pip install -e '.[dev]'")
         return
-    from s3 import FAKE_KEYS, start_s3_server
+    from s3 import FAKE_KEYS
 
-    from east_cache.store.remote.location import Location, filesystem
-    server, endpoint = start_s3_server()
+    from east_cache.location import Location, filesystem
+    server, endpoint = serve_s3()
     os.environ.update(FAKE_KEYS, AWS_ENDPOINT_URL=endpoint)
     try:
         filesystem(Location.parse("s3://bench")).mkdir("bench")
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            print(f"{machine()}; a local moto S3 server on loopback\n")
+            print(f"{machine()}; a local moto S3 server on loopback, in a process of its own\n")
             print(table([f"one object of {a.mib} MiB", "MiB/s"], transfer_rates(a.mib, work)))
             loc = stored_cache(a.files, a.file_mib, work)
             compute = a.compute_ms / 1000
@@ -126,8 +219,30 @@ def main() -> None:
                 rows.append([label, f"{seconds:.2f}", f"{mib:.0f}", f"{a.files * seconds_per_file:.2f}"])
             print()
             print(table([f"one pass over {a.files} files", "s", "MiB downloaded", "s of it computing"], rows))
+            print()
+            print(epoch_tables(a.images, a.chunk, a.epochs, a.batch_size, work))
     finally:
-        server.stop()
+        server.terminate()
+        server.join()
+
+
+def serve_s3():
+    """moto's server in a child process (so that it does not share this process's interpreter lock with the
+    reader being measured): (the process, its URL)."""
+    from multiprocessing import get_context
+
+    from s3 import start_s3_server
+    ctx = get_context("fork")
+    ready = ctx.Queue()
+
+    def serve() -> None:
+        _, endpoint = start_s3_server()
+        ready.put(endpoint)
+        while True:
+            time.sleep(3600)
+    process = ctx.Process(target=serve, daemon=True)
+    process.start()
+    return process, ready.get(timeout=60)
 
 
 if __name__ == "__main__":

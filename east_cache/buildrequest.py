@@ -83,7 +83,7 @@ def resolve(a) -> BuildRequest:
 
     return BuildRequest(
         config=config_from_args(a, recorded_config(old) if old is not None else None),
-        data=a.data or ([Path(d) for d in old.source.data_dirs] if old is not None else None),
+        data=a.data or (list(old.source.data_dirs) if old is not None else None),
         split=pick("split", DEFAULT_SPLIT), skip_bad=pick("skip_bad", False),
         check_content=pick("check_content", False), file_format=a.file_format)
 

@@ -16,6 +16,8 @@ from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, IMAGE_CODEC
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from east_cache.errors import CommandParser, run_command
+from east_cache.location import Location, flag_location, is_remote
+from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
@@ -37,13 +39,21 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     so each help text states the default of a first build itself."""
     d = BuildConfig()
     kept = " (default {})".format
-    p.add_argument("--data", action="append", type=Path, metavar="DIR",
-                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/); repeatable. Default: the "
-                        "built-in synthetic sample set, generated into ./sample_data")
+    p.add_argument("--data", action="append", type=flag_location, metavar="DIR",
+                   help="dataset root holding ufo/{split}.json and images/ (or img/{split}/), a folder or a URL "
+                        "(s3://bucket/set, read through fsspec: pip install \"east-cache[remote]\"); repeatable. "
+                        "Default: the built-in synthetic sample set, generated into ./sample_data")
     p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
-    p.add_argument("--out", type=Path, default=Path("cache"),
-                   help="cache directory; an existing cache there is updated with its own options, except those "
-                        "given here (default: cache/)")
+    p.add_argument("--out", type=flag_location, default=Path("cache"),
+                   help="cache directory, or a URL (s3://bucket/prefix: built in --staging, each file uploaded when "
+                        "finished, the manifest last); an existing cache there is updated with its own options, "
+                        "except those given here (default: cache/)")
+    p.add_argument("--staging", type=Path, metavar="DIR",
+                   help="with --out URL: the folder the build writes before uploading, kept for the next build (with "
+                        "--backend dask, on storage every worker sees) (default: ~/.cache/east-cache/build-HASH)")
+    p.add_argument("--break-lock", action="store_true",
+                   help="with --out URL: delete the lock object a build that died left there (a live build's lock "
+                        "too: be sure it died) (default: off)")
     p.add_argument("--strategy", choices=(AUTO, *STRATEGIES),
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM and keeps an existing "
@@ -109,13 +119,33 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    from east_cache.buildrequest import print_plan, resolve
-    from east_cache.store.build import build_cache
-    from east_cache.store.cluster import dask_client
     say = (lambda *m: None) if a.quiet else (lambda *m: print(*m, file=sys.stderr))
     if (a.backend == "dask") != (a.scheduler is not None):
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
+    dest = Location.parse(a.out)
+    if not dest.remote:
+        if a.staging is not None or a.break_lock:
+            print("error: --staging and --break-lock go with --out URL", file=sys.stderr)
+            return 2
+        return build_into(a, str(a.out), say)
+    from east_cache.store.remote.publish import publishing
+    with publishing(dest, a.staging, a.break_lock) as pub:
+        say(f"cache {dest}: built in {pub.staging}, each file uploaded once finished, the manifest last")
+        if pub.unpulled:
+            say(f"{len(pub.unpulled)} stored file(s) could not be fetched or failed their check: made again")
+        code = build_into(argparse.Namespace(**{**vars(a), "out": pub.staging}), str(dest), say, pub.upload_soon)
+    r = pub.report
+    say(f"cache {dest}: uploaded {r.uploaded_files} file(s) ({r.uploaded_bytes / 2**20:,.1f} MiB), "
+        f"{r.stored_files} stored already; {r.deleted_files} file(s) of the previous build deleted")
+    return code
+
+
+def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
+    """The build into the local folder a.out; messages name the cache `shown` (its URL, building for one)."""
+    from east_cache.buildrequest import print_plan, resolve
+    from east_cache.store.build import build_cache
+    from east_cache.store.cluster import dask_client
     req = resolve(a)
     data = req.data
     if not data:
@@ -125,12 +155,12 @@ def cmd_build(a: argparse.Namespace) -> int:
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
         r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
-                        file_format=req.file_format, on_plan=None if a.quiet else print_plan)
+                        file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file)
     if r.up_to_date:
-        say(f"cache {a.out}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing to "
-            f"do [{r.seconds:.2f} s]")
+        say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
+            f"to do [{r.seconds:.2f} s]")
         return 0
-    say(f"cache {a.out}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
+    say(f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
         f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
         f"[{r.seconds:.1f} s]")
     if r.cleanup_error:
@@ -138,10 +168,10 @@ def cmd_build(a: argparse.Namespace) -> int:
               f" the next build removes them", file=sys.stderr)
     if r.skipped:
         from east_cache.errors import skipped_reason
-        shown = "; ".join(f"{name}: {skipped_reason(why)}" for name, why in r.skipped[:SHOW_SKIPPED])
+        shown_bad = "; ".join(f"{name}: {skipped_reason(why)}" for name, why in r.skipped[:SHOW_SKIPPED])
         more = f"; and {len(r.skipped) - SHOW_SKIPPED} more" if len(r.skipped) > SHOW_SKIPPED else ""
-        say(f"{len(r.skipped)} bad image(s) left out or blanked ({shown}{more}); "
-            f"`{a.prog_name} info {a.out}` lists them")
+        say(f"{len(r.skipped)} bad image(s) left out or blanked ({shown_bad}{more}); "
+            f"`{a.prog_name} info {shown}` lists them")
     if not a.quiet:
         _say_coverage(a.out, req.config, say)
     return 0
@@ -162,6 +192,11 @@ def _say_coverage(out: Path, cfg: BuildConfig, say) -> None:
 
 def cmd_convert(a: argparse.Namespace) -> int:
     from east_cache.convert.run import convert, describe   # lazy: the readers load only for `convert`
+    url = next((v for v in (a.src, a.out, a.images) if is_remote(v)), None)
+    if url is not None:
+        print(f"error: {Location.parse(url)}: convert reads and writes local folders; convert into a folder, copy it "
+              f"to the bucket, then build with --data URL", file=sys.stderr)
+        return 2
     s = convert(a.fmt, a.src, a.out, split=a.split, copy=a.copy, prefix=a.prefix, skip_bad=a.skip_bad,
                 force=a.force, images=a.images, subset=a.subset)
     if not a.quiet:
@@ -174,6 +209,10 @@ def cmd_info(a: argparse.Namespace) -> int:
     if a.epochs < 1:
         print("error: --epochs must be at least 1", file=sys.stderr)
         return 2
+    if is_remote(a.cache):
+        from east_cache.tools.remote import describe_at
+        print(describe_at(Location.parse(a.cache), a.json, a.epochs, local_settings(a.local_cache)))
+        return 0
     print(describe(a.cache, as_json=a.json, epochs=a.epochs))
     return 0
 
@@ -181,6 +220,9 @@ def cmd_info(a: argparse.Namespace) -> int:
 def cmd_verify(a: argparse.Namespace) -> int:
     from east_cache.store.manifest import Manifest, update_command
     from east_cache.tools.verify import find_bad, mark_corrupt
+    if is_remote(a.cache):
+        from east_cache.tools.remote import verify_command
+        return verify_command(Location.parse(a.cache), local_settings(a.local_cache, a.local_cache_limit), a.prog_name)
     bad = find_bad(a.cache)
     for name, why in bad:
         print(f"{name}: {why}")
@@ -260,16 +302,18 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     add_convert_args(c)
     c.set_defaults(func=cmd_convert)
     i = sub.add_parser("info", help="describe a cache: strategy, counts, sizes, config, ingest summary")
-    i.add_argument("cache", type=Path, help="cache directory")
+    i.add_argument("cache", type=flag_location, help="cache directory or URL")
+    add_local_cache_args(i, limit=False)
     i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
     i.add_argument("--epochs", type=int, default=TRAIN_EPOCHS,
                    help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
     i.set_defaults(func=cmd_info)
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
-    v.add_argument("cache", type=Path, help="cache directory")
+    v.add_argument("cache", type=flag_location, help="cache directory or URL (whose files are downloaded to check)")
+    add_local_cache_args(v)
     v.set_defaults(func=cmd_verify)
     bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy")
-    bn.add_argument("cache", type=Path, help="cache directory")
+    bn.add_argument("cache", type=flag_location, help="cache directory or URL")
     bn.add_argument("--workers", type=_int_list, default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
     bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
@@ -278,7 +322,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     bn.set_defaults(func=cmd_bench)
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
-    sh.add_argument("cache", type=Path, nargs="?", help="cache directory")
+    sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
     sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")

@@ -55,6 +55,15 @@ class WorkerDied(UserError, RuntimeError):
     """A worker process (a loader's) was killed or exited: the message names it and says how to run again."""
 
 
+# userinfo (user:secret@) and query strings (a presigned URL's signature) of any URL inside a text
+URL_SECRETS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@|(\?[^\s'\"]*)")
+
+
+def redact(text: str) -> str:
+    """text with the userinfo and query string of every URL in it replaced: safe to print or log."""
+    return URL_SECRETS.sub(lambda m: m.group(1) + "***@" if m.group(1) else "?***", str(text))
+
+
 # The advice a bad-image error gives a build run without --skip-bad ("..., or pass --skip-bad to leave it out").
 _SKIP_ADVICE = re.compile(r",? or pass --skip-bad\b[^;]*")
 

@@ -110,7 +110,8 @@ def test_no_module_is_too_long():
 # buildrequest) sit between the store and the reader: they import ingest, sample and store only, and the reader
 # may draw with them. base holds what every layer shares.
 LAYERS = ("base", "ingest", "sample", "store", "tools", "reader", "model")
-BASE = ("east_cache", "east_cache.config", "east_cache.errors", "east_cache.progress", "east_cache.budget")
+BASE = ("east_cache", "east_cache.config", "east_cache.errors", "east_cache.progress", "east_cache.budget",
+        "east_cache.location", "east_cache.retry")
 BUILD_SIDE = ("east_cache.tools", "east_cache.convert", "east_cache.buildrequest")
 # The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
 # entry-point packages.

@@ -14,8 +14,8 @@ from helpers import make_tiny_cache
 from east_cache.errors import RemoteError, UsageError
 from east_cache.store.remote.ahead import Ahead
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
-from east_cache.store.remote.location import Location
-from east_cache.store.remote.retry import RetryPolicy
+from east_cache.location import Location
+from east_cache.retry import RetryPolicy
 from east_cache.store.remote.space import folder_bytes, least_limit, parse_size, stem
 
 AHEAD = 1   # files fetched ahead: the limit must hold AHEAD + 2 files

@@ -19,10 +19,9 @@ from east_cache.store.manifest import Manifest
 from east_cache.store.remote import publish, transfer
 from east_cache.store.remote.bucket_lock import LOCK_OBJECT, BucketLock, Holder, bucket_lock
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
-from east_cache.store.remote.location import Location, filesystem
+from east_cache.location import Location, filesystem
 from east_cache.store.remote.publish import Publisher
-from east_cache.store.remote.retry import RetryPolicy
-from east_cache.store.remote.sources import source_fingerprints
+from east_cache.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, first_wait_s=0.01)
 TINY_FILES = {"strategy": "image", "variants": 2}
@@ -157,17 +156,6 @@ def test_a_staging_folder_pulled_from_the_bucket_rebuilds_with_nothing_to_upload
     assert report.up_to_date
     again = commit(dest, tmp_path / "b")
     assert again.uploaded_files == 0 and again.deleted_files == 0
-
-
-def test_source_objects_are_fingerprinted_from_the_listing(s3, data_copy):
-    fs = s3.fs()
-    fs.put(str(data_copy), s3.url("data"), recursive=True)
-    before = source_fingerprints(Location.parse(s3.url("data")))
-    assert "ufo/train.json" in before and all(fp.startswith("obj:") for fp in before.values())
-    image = next(k for k in before if k.startswith("images/"))
-    fs.pipe_file(s3.url("data", image), fs.cat_file(s3.url("data", image)) + b"\0")
-    after = source_fingerprints(Location.parse(s3.url("data")))
-    assert {k for k in before if before[k] != after[k]} == {image}
 
 
 def test_the_package_doc_names_every_module():

@@ -19,8 +19,8 @@ from east_cache.reader.cache import CacheDataset
 from east_cache.store.build import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
-from east_cache.store.remote.location import Location
-from east_cache.store.remote.retry import RetryPolicy
+from east_cache.location import Location
+from east_cache.retry import RetryPolicy
 from east_cache.store.remote.space import TEMP_SUFFIX
 from east_cache.store.sidecar import quads_path
 

@@ -10,8 +10,8 @@ from east_cache.config import BuildConfig
 from east_cache.errors import RemoteError, UsageError
 from east_cache.store.layout import Layout
 from east_cache.store.remote.ahead import file_order
-from east_cache.store.remote.location import Location, redact
-from east_cache.store.remote.retry import RetryPolicy, retrying, transient
+from east_cache.location import Location, redact
+from east_cache.retry import RetryPolicy, retrying, transient
 from east_cache.store.remote.share import node_files, node_items
 from east_cache.store.remote.space import check_limit, least_limit, parse_size, size_flag
 from east_cache.store.remote.transfer import PIECE_BYTES, write_sparse

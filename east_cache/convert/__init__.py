@@ -28,15 +28,15 @@ FORMATS_HELP = "formats (--from):\n" + "\n".join(f"  {name:12} {doc}" for name, 
 
 def add_arguments(p) -> None:
     """`convert`'s flags, on an argparse parser."""
-    from pathlib import Path
+    from east_cache.location import flag_location   # a URL kept as given, for `convert` to refuse by name
     p.add_argument("--from", dest="fmt", required=True, choices=FORMATS, metavar="FORMAT",
                    help="the source format (listed below)")
-    p.add_argument("src", type=Path, metavar="SRC", help="the source annotations: a folder of per-image files, or the "
+    p.add_argument("src", type=flag_location, metavar="SRC", help="the source annotations: a folder of per-image files, or the "
                                                          "annotation file (mmocr, wildreceipt, cocotext); cord: the split folder")
-    p.add_argument("--out", type=Path, required=True, metavar="ROOT",
+    p.add_argument("--out", type=flag_location, required=True, metavar="ROOT",
                    help="dataset root to write: ROOT/ufo/{split}.json and ROOT/images/; give it to `build --data`")
     p.add_argument("--split", default="train", help="output split name: ROOT/ufo/{split}.json (default: train)")
-    p.add_argument("--images", type=Path, metavar="DIR",
+    p.add_argument("--images", type=flag_location, metavar="DIR",
                    help="where the source images are (default: beside the annotations; cord: image/ beside json/)")
     p.add_argument("--copy", action="store_true", help="copy the images into ROOT/images (default: symbolic links)")
     p.add_argument("--prefix", default="", help="put this before every image name, e.g. cord_, so that names "

@@ -10,6 +10,8 @@ folder that is a link, images linked from another disk), so a link inside the im
 wherever it points, provided it ends at a regular file. Anything else (a FIFO, a device, a directory,
 a dangling link) is refused, and a file is opened with O_NONBLOCK and checked with fstat before a byte is
 read, so that a FIFO swapped in after the check cannot stall a build either.
+
+A data set at a URL has no links nor FIFOs: its objects are read whole through objects.py, by the same calls.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import os
 import stat
 import unicodedata
 from pathlib import Path, PurePosixPath
+
+from east_cache.ingest.objects import ObjectPath, is_url, source_path
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
@@ -45,12 +49,12 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def contained(folder: Path, name: str) -> Path:
+def contained(folder, name: str) -> Path | ObjectPath:
     """folder / name, once name_problem has nothing against it."""
     why = name_problem(name)
     if why:
         raise NotAllowed(why)
-    return Path(folder) / name
+    return source_path(folder) / name
 
 
 def kind(mode: int) -> str:
@@ -61,17 +65,23 @@ def kind(mode: int) -> str:
     return "not a regular file"
 
 
-def regular_stat(path) -> os.stat_result:
-    """os.stat of a regular file (links followed); NotAllowed for anything else, OSError when it is missing."""
+def regular_stat(path) -> os.stat_result | dict:
+    """os.stat of a regular file (links followed); NotAllowed for anything else, OSError when it is missing. An
+    object at a URL: its listed details."""
+    if is_url(path):
+        return source_path(path).info()
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise NotAllowed(f"{kind(st.st_mode)}, not an image file")
     return st
 
 
-def open_regular(path) -> io.BufferedReader:
+def open_regular(path) -> io.BufferedReader | io.BytesIO:
     """A regular file opened for reading; NotAllowed, before any read, for anything else.
-    O_NONBLOCK makes opening a FIFO return at once (no writer needed) and changes nothing for a regular file."""
+    O_NONBLOCK makes opening a FIFO return at once (no writer needed) and changes nothing for a regular file.
+    An object at a URL is read whole."""
+    if is_url(path):
+        return source_path(path).open()
     fd = os.open(path, _OPEN_FLAGS)
     try:
         mode = os.fstat(fd).st_mode

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from east_cache.errors import DataError
+from east_cache.errors import DataError, RemoteError
 from east_cache.ingest.files import NotAllowed, open_regular
 
 # Pixels a decode may produce (after a JPEG's DCT reduction): ~0.3 GB of RGB plus PIL's intermediates per worker.
@@ -94,7 +94,7 @@ def decode_image(path, frame_w: int, frame_h: int, scale: float = 1.0) -> Decode
                 image = np.asarray(_to_rgb(path, im))
         if apply:
             image = _UPRIGHT_VIEW[orientation](image)
-    except DataError:
+    except (DataError, RemoteError):   # a store that failed for good: not the image's fault, never skipped
         raise
     except _DECODE_ERRORS as e:
         raise _unreadable(path, e) from None
@@ -126,6 +126,8 @@ def oriented_size(path) -> tuple[int, int, bool]:
             if im.format not in _JPEG_FORMATS:   # _orientation decodes a PNG: not one that declares gigapixels
                 _check_pixels(path, im.size)
             (w, h), orientation = im.size, _orientation(im)
+    except RemoteError:
+        raise
     except _DECODE_ERRORS as e:
         raise _unreadable(path, e) from None
     return (h, w, True) if orientation in _SWAPS_AXES else (w, h, orientation != 1)

@@ -15,6 +15,7 @@ from east_cache.config import BuildConfig
 from east_cache.errors import DataError
 from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
+from east_cache.ingest.objects import listed, source_path
 from east_cache.ingest.imageio import oriented_size
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
@@ -51,8 +52,9 @@ class ImageRecord:
 
 
 def find_split(data_dir, split: str) -> tuple[Path, Path]:
-    """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/."""
-    data_dir = Path(data_dir)
+    """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/. DATA
+    may be a URL (objects.py): it is listed now, and its files are ObjectPaths."""
+    data_dir = listed(source_path(data_dir))
     if not split or "/" in split or "\0" in split or split.startswith("."):
         raise DataError(f"--split {split!r}: a split is a plain name such as train or val (it names ufo/SPLIT.json)")
     json_path = data_dir / "ufo" / f"{split}.json"
@@ -131,7 +133,7 @@ def load_ufo(json_path, image_dir, cfg: BuildConfig, skip_bad: bool = False) -> 
     """One ImageRecord per image of a UFO file, sorted by name. Reads no pixels: a missing file is
     found with os.stat, and image headers are read only for entries without img_w/img_h. The file is
     decoded one image entry at a time, so what stays in memory is the compact records."""
-    json_path, image_dir = Path(json_path), Path(image_dir)
+    json_path, image_dir = source_path(json_path), source_path(image_dir)
     summary, records, seen = IngestSummary(), [], set()
     for name, entry in read_images(json_path):
         if name in seen:

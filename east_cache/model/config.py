@@ -18,6 +18,8 @@ import torch
 from east_cache.model.model import check_backbone_file
 from east_cache.reader.images import IMAGENET_MEAN, IMAGENET_STD
 from east_cache.errors import CommandParser, UsageError
+from east_cache.location import flag_location, is_remote
+from east_cache.store.remote.local_cache import add_local_cache_args
 
 EPOCHS = 50                  # epochs when --epochs is not given
 BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (training and --eval-only)
@@ -33,8 +35,8 @@ AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "off": None}  # --a
 @dataclass(frozen=True)
 class TrainConfig:
     """Every setting of a run, defaults resolved. The flags of the same name (get_args_parser) say more."""
-    cache: Path = Path("cache")            # training cache directory
-    val_cache: Path | None = None          # validation cache: loss every epoch, detection metrics per eval_every
+    cache: Path | str = Path("cache")      # training cache directory, or URL (s3://bucket/prefix)
+    val_cache: Path | str | None = None    # validation cache: loss every epoch, detection metrics per eval_every
     val_data: Path | None = None           # dataset root: full val_split images predicted, rect DetEval per eval_every
     val_split: str = "val"                 # val_data's split: ROOT/ufo/{val_split}.json
     out: Path = OUT                        # checkpoints, log.jsonl, eval.jsonl, profile trace
@@ -60,6 +62,11 @@ class TrainConfig:
     max_bad_steps: int = 20                # non-finite optimiser steps in a row before giving up
     eval_every: int = 0                    # epochs between detection metrics (val_data, else val_cache); 0: none
     rebuild: bool = False                  # update a stale cache before training
+    local_cache: Path | None = None        # caches at URLs are downloaded into LOCAL_CACHE/HASH; None: ~/.cache/east-cache
+    local_cache_limit: str = "0"           # most bytes each such folder holds, e.g. "20G"; "0": no limit
+    node_share: bool = False               # each machine reads a fixed share of the cache's files
+    nodes: int | None = None               # machines of the run with node_share; None: torchrun's environment says
+    node_rank: int | None = None           # this machine's place among them; None: torchrun's environment says
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
 
@@ -144,10 +151,12 @@ def get_args_parser() -> argparse.ArgumentParser:
                     "step and saves a checkpoint that --resume continues from exactly.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
-    data.add_argument("--cache", type=Path, help=f"training cache directory (default: {d.cache})")
-    data.add_argument("--val-cache", type=Path,
-                      help="validation cache: its loss after every epoch, detection metrics per --eval-every "
-                           "(default: none)")
+    data.add_argument("--cache", type=flag_location,
+                      help=f"training cache directory, or URL (s3://bucket/prefix, read through --local-cache) "
+                           f"(default: {d.cache})")
+    data.add_argument("--val-cache", type=flag_location,
+                      help="validation cache (directory or URL): its loss after every epoch, detection metrics per "
+                           "--eval-every (default: none)")
     data.add_argument("--val-data", type=Path, metavar="ROOT",
                       help="dataset root whose full --val-split images are predicted and scored with the competition's "
                            "rect DetEval per --eval-every: the headline precision/recall/hmean (default: none)")
@@ -165,6 +174,14 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
                            "per core of this process, at most 4; otherwise 0)")
+    remote = p.add_argument_group("caches at URLs, several machines")
+    add_local_cache_args(remote)
+    remote.add_argument("--node-share", action="store_true",
+                        help="each machine reads a fixed share of the cache's whole files (downloading about 1/nodes "
+                             "of a cache at a URL), shuffled within the machine; nodes and this machine's rank from "
+                             "torchrun (default: off, every rank reads from the whole cache)")
+    remote.add_argument("--nodes", type=int, help="with --node-share: machines in the run (default: torchrun's)")
+    remote.add_argument("--node-rank", type=int, help="with --node-share: this machine's rank (default: torchrun's)")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
     length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
@@ -192,7 +209,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-bad-steps", type=int, metavar="N",
                      help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
     out = p.add_argument_group("output and resuming")
-    out.add_argument("--out", type=Path,
+    out.add_argument("--out", type=flag_location,
                      help=f"folder for checkpoints (epoch_N.pt, latest.pt), log.jsonl and eval.jsonl (default: "
                           f"{d.out}; with --eval-only, the checkpoint's folder)")
     out.add_argument("--resume", type=Path, metavar="CKPT",
@@ -263,6 +280,10 @@ def check_flags(args) -> None:
         raise UsageError("--val-split names a split of --val-data ROOT; pass --val-data too")
     if args.backbone_weights not in (None, *BACKBONES):
         check_backbone_file(Path(args.backbone_weights))
+    if (args.nodes is not None or args.node_rank is not None) and not args.node_share:
+        raise UsageError("--nodes and --node-rank say where --node-share splits the cache; pass --node-share too")
+    if is_remote(args.out):
+        raise UsageError(f"--out {args.out}: checkpoints and logs go to a local folder")
     if args.resume is not None and args.init_from is not None:
         raise UsageError("--resume continues a run, --init-from starts a new one from its weights: pass one of them")
     for flag, path in (("--resume", args.resume), ("--init-from", args.init_from)):

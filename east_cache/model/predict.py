@@ -28,6 +28,7 @@ import cv2
 import numpy as np
 import torch
 
+from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
@@ -227,8 +228,9 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=Path, required=True,
                    help="a checkpoint train.py wrote, e.g. runs/east/latest.pt")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", type=Path, metavar="ROOT",
-                     help="dataset root: predicts the images of ROOT/ufo/{split}.json")
+    src.add_argument("--data", type=flag_location, metavar="ROOT",
+                     help="dataset root, a folder or a URL (s3://bucket/set): predicts the images of "
+                          "ROOT/ufo/{split}.json")
     src.add_argument("--images", type=Path, metavar="DIR", help="a plain folder: predicts every image file in it")
     p.add_argument("--split", default="test",
                    help="with --data: which ufo/{split}.json names the images (default: test)")

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from east_cache.ingest.objects import source_path
+from east_cache.location import flag_location
 from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, check_output
@@ -91,7 +93,7 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules. A file
     east-predict wrote is refused. notes, when given, gets a line for what ground truth states and this file
     does not (image sizes, legibility flags)."""
-    json_path, out, top = Path(json_path), {}, {}
+    json_path, out, top = source_path(json_path), {}, {}
     summary = ufo.IngestSummary()
     sized = flagged = 0
     for name, entry in _read(json_path, top):
@@ -132,7 +134,7 @@ def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
 def load_predictions(json_path, gt_names) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
     carry legibility flags is ground truth, refused unless it is marked as predictions."""
-    json_path, out, top = Path(json_path), {}, {}
+    json_path, out, top = source_path(json_path), {}, {}
     for name, entry in _read(json_path, top):
         words, polygons = entry.get("words") or {}, []
         for word_id in sorted(words, key=ufo.word_id_key):
@@ -215,8 +217,9 @@ def write_per_image(path, result: dict) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BuildConfig()
-    p.add_argument("--gt", type=Path, required=True, help="ground truth: a UFO file such as ROOT/ufo/val.json")
-    p.add_argument("--pred", type=Path, required=True,
+    p.add_argument("--gt", type=flag_location, required=True,
+                   help="ground truth: a UFO file such as ROOT/ufo/val.json (a path or a URL)")
+    p.add_argument("--pred", type=flag_location, required=True,
                    help='predictions: UFO JSON {"images": {name: {"words": {"1": {"points": [[x, y], ...]}}}}}; '
                         "a gt image missing from it has no detections")
     p.add_argument("--metric", choices=METRICS, default="rect",

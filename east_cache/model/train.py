@@ -51,6 +51,7 @@ from east_cache.model.runtime import (
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
+from east_cache.store.remote.share import NodeShare
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
 UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
@@ -110,8 +111,10 @@ def run(argv: list[str] | None = None) -> int:
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
-    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world)
-    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world) if cfg.val_cache else None
+    local = (cfg.local_cache, cfg.local_cache_limit)   # where caches at URLs are downloaded
+    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world, *local)
+    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world, *local) if cfg.val_cache else None
+    share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
     if cfg.init_from:
@@ -132,7 +135,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     net = torch.compile(net) if cfg.compile else net
     def loader(d, train: bool):   # the public reader; jitter in training only
         return Loader(d, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
-                      rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0)
+                      rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0,
+                      share=share if train else None)
     loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "

@@ -117,7 +117,7 @@ def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
             f"{cfg.val_data} ({cfg.val_split}, full images, rect DetEval)"
     else:
         cache = cfg.val_cache or cfg.cache
-        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world)
+        ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world, cfg.local_cache, cfg.local_cache_limit)
         check_fits_cache(ck, checkpoint, ds)
         metrics = detection_metrics(model, ds, new_context(cfg, rt))
         source, n, on = {"cache": str(cache)}, len(ds), str(cache)

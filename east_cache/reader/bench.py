@@ -163,6 +163,8 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
     ds = CacheDataset(cache, check_stale=False, compact=True)
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
+    for name in ds.files if ds.remote is not None else ():   # a cache at a URL: benchmarked once it is local
+        ds.remote.ensure(name)
     paths = [p for f in ds.files for p in ds.manifest.format.stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
     size = ds.item_bytes
     once = memcpy_rate(ds, 1)

@@ -31,6 +31,7 @@ from east_cache.store.page_record import (
     block_bytes,
     block_tiles,
 )
+from east_cache.store.remote.local_cache import local_settings
 
 
 class CacheDataset(RecordReader, Dataset):
@@ -69,10 +70,16 @@ class CacheDataset(RecordReader, Dataset):
 
     in_memory: read every data file into RAM once (forked loader workers share it copy-on-write); check_stale:
     refuse (StaleCacheError) a cache whose source changed since its build or that other sample code made. A
-    CacheDataset pickles without its open files: whoever unpickles it opens its own."""
+    CacheDataset pickles without its open files: whoever unpickles it opens its own.
 
-    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False):
-        super().__init__(cache_dir, in_memory, check_stale)
+    cache_dir may be a URL (s3://bucket/prefix, needs pip install "east-cache[remote]"; credentials and endpoint
+    from the environment): the items are the same, read from files downloaded on first use into local_cache
+    (default ~/.cache/east-cache/HASH of the URL), shared by the processes of the machine, holding at most
+    local_cache_limit bytes ("20G"; 0: no limit)."""
+
+    def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False,
+                 local_cache=None, local_cache_limit: str | int = 0):
+        super().__init__(cache_dir, in_memory, check_stale, local_settings(local_cache, local_cache_limit))
         self.pages = self.spec.kind.packed   # --crop read: records are pages, items crops of them
         self.jpeg = self.spec.kind.page_codec == "jpeg"
         self.compact = compact and self.pages

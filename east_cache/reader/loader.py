@@ -4,10 +4,15 @@ carries the epoch to whichever process reads, so that the cached variants rotate
 Three ways to read, the same batches from each (a batch depends only on its items' keys): in the training
 process, a batch ahead in a thread (workers 0); this project's forked workers, which cut batches into reused
 shared-memory slots (east_cache/reader/workers.py, where fork exists); DataLoader's worker processes elsewhere.
+
+A cache at a URL is read through a local cache folder, each epoch's files downloaded ahead of its batches
+(reader/fetch.py). With a NodeShare of several nodes, each node reads a fixed share of whole files; with a
+folder limit below what a node reads, files in windows that fit (reader/sampler.py ShareSampler).
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import os
 import signal
@@ -19,18 +24,22 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
-from east_cache.errors import CacheError
+from east_cache.errors import CacheError, UsageError
+from east_cache.location import Location, is_remote
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
 from east_cache.reader.expand import expand_batch
+from east_cache.reader.fetch import FetchingLoader
 from east_cache.reader.images import NORMALIZATIONS, prepare_images
 from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches
-from east_cache.reader.sampler import make_sampler
+from east_cache.reader.sampler import ShareSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.store.build import rebuild as rebuild_cache
-from east_cache.store.manifest import Manifest
+from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.outdir import build_holder
+from east_cache.store.remote.share import NodeShare
+from east_cache.store.sidecar import quads_path
 from east_cache.store.stale import out_of_date
 
 AUTO_WORKERS_MAX = 4   # worker processes per training process that loader_workers picks at most
@@ -57,13 +66,50 @@ class EpochSampler(Sampler):
 
 
 def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int = 0, world: int = 1,
-                device: torch.device = torch.device("cpu"), workers: int | None = None) -> DataLoader | WorkerLoader:
+                device: torch.device = torch.device("cpu"), workers: int | None = None,
+                share: NodeShare | None = None) -> DataLoader | WorkerLoader | FetchingLoader:
     """Batches of ds for one process of a run of `world` (rank `rank`): its share of an order seeded by (seed,
     epoch), shuffled and without a short last batch when train; read by `workers` processes (None: as many as
-    loader_workers picks), pinned for a CUDA device. Call loader.sampler.set_epoch(epoch) before each epoch."""
-    sampler = EpochSampler(make_sampler(ds, batch_size, train, seed, rank, world))
-    cuda, workers = device.type == "cuda", loader_workers(ds, device, world, workers)
+    loader_workers picks), pinned for a CUDA device. Call loader.sampler.set_epoch(epoch) before each epoch.
+    share: where this process lies among the run's nodes, which then read fixed shares of the files (training)."""
+    sampler = EpochSampler(order(ds, batch_size, train, seed, rank, world, share))
     ds.decode_on_device(nvjpeg(device) is not None)   # jpeg pages: nvJPEG decodes each batch where it goes
+    loader = batch_loader(ds, sampler, batch_size, train, seed, device, loader_workers(ds, device, world, workers))
+    if ds.remote is None:
+        return loader
+    if ds.pages:   # the word tables' largest: from the sidecars of the files read, fetched now, at once
+        ds.remote.fetch_sidecars([ds.files[f] for f in ds.files_read()])
+    return FetchingLoader(loader, ds)
+
+
+def order(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int, world: int,
+          share: NodeShare | None) -> Sampler:
+    """The sampler of a process: a node's share of the files (training with share), files in windows a local cache
+    folder's limit holds (training from a URL with a limit below the cache), else make_sampler's global order."""
+    limit = ds.remote.settings.limit_bytes if ds.remote is not None else 0
+    shared = share is not None and share.nodes > 1
+    if train and (shared or limit):
+        sizes = file_bytes(ds)
+        if shared or limit < sum(sizes):
+            sampler = ShareSampler(ds, share if shared else NodeShare(1, 0, rank, world), sizes, seed,
+                                   limit_bytes=limit)
+            ds.reading = sampler.files.tolist()
+            return sampler
+    return make_sampler(ds, batch_size, train, seed, rank, world)
+
+
+def file_bytes(ds: CacheDataset) -> list[int]:
+    """Each data file's bytes with its sidecar's: as stored at the URL, or on the local disk."""
+    if ds.remote is not None:
+        return [ds.remote.units[name].bytes for name in ds.files]
+    fmt = ds.manifest.format
+    paths = [data_path(ds.cache_dir, name) for name in ds.files]
+    return [sum(p.stat().st_size for p in fmt.stored_files(path)) + quads_path(path).stat().st_size for path in paths]
+
+
+def batch_loader(ds: CacheDataset, sampler: EpochSampler, batch_size: int, train: bool, seed: int,
+                 device: torch.device, workers: int) -> DataLoader | WorkerLoader:
+    cuda = device.type == "cuda"
     drop_last = train and len(sampler) >= batch_size
     if uses_slots(workers):
         return WorkerLoader(ds, sampler, batch_size, workers, drop_last)
@@ -106,11 +152,22 @@ def ignore_interrupts(worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def open_cache(path: Path, rebuild: bool, rank: int = 0, world: int = 1) -> CacheDataset:
+def open_cache(path, rebuild: bool, rank: int = 0, world: int = 1, local_cache=None,
+               local_cache_limit: str | int = 0) -> CacheDataset:
     """Open a cache for a run's process (rank of world), its items compact (page mode: score and geometry are
     rebuilt on the device). With `rebuild`, rank 0 first brings it up to date while the others wait at a
     torch.distributed barrier (a changed source, or a cache of another format version or made by other sample
-    code: stale.out_of_date). Without it such a cache raises a CacheError (StaleCacheError) saying what to run."""
+    code: stale.out_of_date). Without it such a cache raises a CacheError (StaleCacheError) saying what to run.
+    A cache at a URL (path) is read through the local cache folder under local_cache (CacheDataset's), and every
+    rank must have opened the same build of it."""
+    if is_remote(path):
+        if rebuild:
+            raise UsageError(f"--rebuild updates a local cache; bring {Location.parse(path)} up to date with: python "
+                             f"-m preprocess build --out {Location.parse(path)}")
+        ds = CacheDataset(path, compact=True, local_cache=local_cache, local_cache_limit=local_cache_limit)
+        same_build_everywhere(ds, world)
+        return ds
+    path = Path(path)
     try:
         if rebuild and rank == 0:
             why = out_of_date(Manifest.load(path, any_version=True))
@@ -125,6 +182,17 @@ def open_cache(path: Path, rebuild: bool, rank: int = 0, world: int = 1) -> Cach
         if why is None:
             raise
         raise CacheError(why) from None
+
+
+def same_build_everywhere(ds: CacheDataset, world: int) -> None:
+    """A cache at a URL rebuilt between the moments two ranks opened it would have them read two builds: refused."""
+    if world > 1 and dist.is_available() and dist.is_initialized():
+        mine = hashlib.blake2b(ds.remote.manifest_bytes, digest_size=16).hexdigest()
+        seen = [None] * world
+        dist.all_gather_object(seen, mine)
+        if len(set(seen)) > 1:
+            raise CacheError(f"{ds.where}: the cache was rebuilt while this run opened it (its ranks read two "
+                             f"builds); start the run again")
 
 
 def explain_not_a_cache(path: Path) -> str | None:
@@ -142,8 +210,8 @@ def explain_not_a_cache(path: Path) -> str | None:
 def check_caches(ds: CacheDataset, val: CacheDataset | None) -> None:
     """A validation cache must match the training cache's crop size and map scale: the model predicts those."""
     if val is not None and (val.config.input_size, val.config.map_scale) != (ds.config.input_size, ds.config.map_scale):
-        raise CacheError(f"{val.cache_dir} has input {val.config.input_size}px at x{val.config.map_scale} but "
-                         f"{ds.cache_dir} has {ds.config.input_size}px at x{ds.config.map_scale}; build both alike")
+        raise CacheError(f"{val.where} has input {val.config.input_size}px at x{val.config.map_scale} but "
+                         f"{ds.where} has {ds.config.input_size}px at x{ds.config.map_scale}; build both alike")
 
 
 class Batch(NamedTuple):
@@ -173,11 +241,14 @@ class Loader:
     AUTO_WORKERS_MAX; else 0, read in this process). normalize: "imagenet" (this project's EAST), "baseline"
     ((x / 255 - 0.5) / 0.5, the BoostCamp baseline's) or None (uint8 images, to augment and normalise yourself);
     jitter: colour jitter strength applied on the device before normalising (0: none). rebuild: bring a stale
-    cache up to date first (else a stale cache is refused with the command that updates it)."""
+    cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
+    (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
+    share: this process's node among several (store/remote/share.py NodeShare), each reading its own files."""
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
                  shuffle: bool = True, rank: int | None = None, world: int | None = None,
-                 normalize: str | None = "imagenet", jitter: float = 0.0, rebuild: bool = False):
+                 normalize: str | None = "imagenet", jitter: float = 0.0, rebuild: bool = False,
+                 share: NodeShare | None = None, local_cache=None, local_cache_limit: str | int = 0):
         if normalize is not None and normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize={normalize!r}: use one of {', '.join(NORMALIZATIONS)}, or None for uint8")
         if batch_size < 1:
@@ -187,10 +258,11 @@ class Loader:
         self.world = world if world is not None else dist.get_world_size() if distributed else 1
         self.device = torch.device(device)
         self.dataset = (cache if isinstance(cache, CacheDataset) else
-                        open_cache(Path(cache), rebuild, self.rank, self.world))
+                        open_cache(cache, rebuild, self.rank, self.world, local_cache, local_cache_limit))
         self.normalize, self.jitter = normalize, jitter
         # the batches as the cache's items, before the device: a DataLoader, or the slot workers' WorkerLoader
-        self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers)
+        self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers,
+                                  share)
         self.epoch, self._told = 0, False
 
     def __len__(self) -> int:

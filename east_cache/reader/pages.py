@@ -128,7 +128,7 @@ class PageCropper:
         from the word sidecars once per process."""
         if self._table_rows is None:
             most = 0
-            for f in range(len(self.records.files)):
+            for f in self.records.files_read():   # a node's share: the pages it reads
                 sidecar = self.records.sidecar(f)
                 legible = np.concatenate([[0], np.cumsum(sidecar["care"] > 0)])
                 starts = sidecar["sample_offsets"]
@@ -142,7 +142,7 @@ class PageCropper:
         if self._fits is None:
             try:
                 memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-                data = sum(os.stat(self.records.path(f)).st_blocks * 512 for f in range(len(self.records.files)))
+                data = self.records.data_bytes()
                 self._fits = data <= memory // 2
             except (OSError, ValueError, AttributeError):   # no such sysconf name, or st_blocks, here
                 self._fits = False

@@ -23,6 +23,7 @@ import numpy as np
 from east_cache.config import AUTO, BuildConfig
 from east_cache.errors import BuildError, BuildInterrupted, CacheError
 from east_cache.ingest.files import open_regular
+from east_cache.ingest.objects import source_root
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.store.announce import announce
@@ -88,7 +89,8 @@ def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
     cache's; file_format None keeps the cache's format where it can hold the strategy, else npy (keywords: _build's).
     on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date).
     A first build that fails removes the --out, data/ and lock file it created, where nothing else is in them;
-    an --out whose manifest.json no build of ours wrote is refused."""
+    an --out whose manifest.json no build of ours wrote is refused. on_file(name) is called as each data file
+    this build writes is in place (a build for a URL uploads it then)."""
     out = Path(out)
     with owned_out(out):
         return _build(cfg, data_dirs, out, **kw)
@@ -96,12 +98,12 @@ def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
 
 def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: int = -1, quiet: bool = False,
            check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
-           file_format: str | None = None, on_plan=None) -> BuildReport:
+           file_format: str | None = None, on_plan=None, on_file=None) -> BuildReport:
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     old = _old_manifest(out, log)
     fmt = _pick_format(file_format, old, cfg)
-    source = Source([str(Path(d).resolve()) for d in data_dirs], split, skip_bad, check_content)
+    source = Source([source_root(d) for d in data_dirs], split, skip_bad, check_content)
     if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
         n = len(old.images)
         return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
@@ -109,7 +111,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
                            seconds=time.perf_counter() - t0)
     # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
     source.json_files = json_fingerprints(source.data_dirs, split, check_content)
-    records, summary = load_splits([Path(d) for d in source.data_dirs], split, cfg, skip_bad=skip_bad)
+    records, summary = load_splits(source.data_dirs, split, cfg, skip_bad=skip_bad)
     cfg, codec_reason = resolve_codec(cfg, records, old.config if old is not None else None)
     cfg, reason = _resolve_strategy(cfg, records, old, fmt)
     report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
@@ -138,7 +140,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
     try:
         _preallocate(out, cfg, plan, fmt, records)
-        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report)
+        entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report, on_file)
     except BaseException:   # what is unfinished is worthless; finished files stay, for the next build to reuse
         remove_temp_files(out, plan)
         raise
@@ -305,7 +307,8 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, recor
                              f"into another --out; the existing cache is unchanged.") from e
 
 
-def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report) -> list[FileEntry]:
+def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report,
+             on_file=None) -> list[FileEntry]:
     entries: list[FileEntry | None] = [None] * len(plan.files)
     pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
     for i, f in enumerate(plan.files):
@@ -322,6 +325,8 @@ def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, 
                 if len(rows) == len(plan.files[r.file].keys):
                     entries[r.file] = _finish_file(out, plan.files[r.file], rows, record_spec(cfg))
                     report.files_written += 1
+                    if on_file is not None:
+                        on_file(entries[r.file].name)
                     del pending[r.file]
             progress.update(len(batch))
     progress.close()

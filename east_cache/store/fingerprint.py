@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.ingest.files import open_regular
+from east_cache.ingest.files import open_regular, regular_stat
+from east_cache.ingest.objects import is_url, object_fingerprint
 from east_cache.ingest.ufo import find_split
 from east_cache.store.format import FORMAT_VERSION
 
@@ -86,7 +87,10 @@ def defined(node: ast.stmt) -> set[str]:
 
 def file_fingerprint(path: str | os.PathLike, check_content: bool = False) -> str:
     """size + mtime (cheap), or the bytes themselves with check_content (a regular file only: a FIFO swapped in for
-    an image would block the read forever; files.NotAllowed, a ValueError, says so instead)."""
+    an image would block the read forever; files.NotAllowed, a ValueError, says so instead). An object at a URL:
+    size + ETag from its data set's listing (ingest/objects.py), or its bytes with check_content."""
+    if is_url(path) and not check_content:
+        return object_fingerprint(regular_stat(path))
     if check_content:
         h = hashlib.blake2b(digest_size=16)
         with open_regular(path) as f:

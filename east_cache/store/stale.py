@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from east_cache.errors import DataError
 from east_cache.ingest.ufo import load_splits
@@ -70,7 +69,7 @@ def check_stale(m: Manifest) -> Staleness:
         return Staleness()
     src = m.source
     try:
-        records, _ = load_splits([Path(d) for d in src.data_dirs], src.split, m.config, skip_bad=src.skip_bad)
+        records, _ = load_splits(src.data_dirs, src.split, m.config, skip_bad=src.skip_bad)
         fps = source_fingerprints(records, src.check_content)
     except (DataError, OSError) as e:
         return Staleness(error=f"the source data cannot be read: {e}")

@@ -39,13 +39,15 @@ def disk_bytes(path: Path) -> int:
     return st.st_blocks * BLOCK if hasattr(st, "st_blocks") else st.st_size
 
 
-def summary(cache_dir, epochs: int = TRAIN_EPOCHS) -> dict:
+def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None) -> dict:
+    """stored: of a cache at a URL ({"cache": URL, "data_bytes", "quads_bytes"} as listed), whose files are not read."""
     m = Manifest.load(cache_dir)
     cfg = m.config
     paths = [data_path(Path(cache_dir), f.name) for f in m.files]
     data_bytes = sum(disk_bytes(q) for p in paths if p.exists() for q in m.format.stored_files(p))
     quad_bytes = sum(quads_path(p).stat().st_size for p in paths if quads_path(p).exists())
-    cov, replayed = cache_coverage(cache_dir, [e for e in REPORTED_EPOCHS if e < epochs] + [epochs])
+    reported = [e for e in REPORTED_EPOCHS if e < epochs] + [epochs]
+    cov, replayed = (None, 0) if stored else cache_coverage(cache_dir, reported)
     return {
         "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
         "file_format": m.file_format, "image_codec": cfg.image_codec, "codec_reason": m.codec_reason,
@@ -53,12 +55,13 @@ def summary(cache_dir, epochs: int = TRAIN_EPOCHS) -> dict:
         "files": len(m.files), "record_bytes": m.spec.dtype.itemsize,
         "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),
         "config": cfg.to_dict(), "ingest": m.ingest, "notes": m.notes,
-        "coverage": {**asdict(cov), "images_replayed": replayed, "images": len(m.images)},
+        "coverage": {**asdict(cov), "images_replayed": replayed, "images": len(m.images)} if cov else None,
+        **(stored or {}),
     }
 
 
-def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS) -> str:
-    s = summary(cache_dir, epochs)
+def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, stored: dict | None = None) -> str:
+    s = summary(cache_dir, epochs, stored)
     if as_json:
         return json.dumps(s, indent=1, sort_keys=True)
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
@@ -72,7 +75,7 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS) -> st
         f"images     {codec_line(s)}",
         f"on disk    {mib(s['data_bytes'])} data + {mib(s['quads_bytes'])} word quads; "
         f"{mib(s['data_bytes'] / max(1, s['samples']))} per sample",
-        f"coverage   {coverage_line(s['coverage'])}",
+        f"coverage   {coverage_line(s['coverage']) if s['coverage'] else 'not estimated for a cache at a URL'}",
         f"built      {s['build']['finished_at']} in {s['build']['seconds']:.1f} s "
         f"(computed {s['build']['computed']}, copied {s['build']['copied']}, files kept {s['build']['files_reused']})",
         f"source     {', '.join(s['source']['data_dirs'])} (split {s['source']['split']})",

@@ -25,7 +25,7 @@ def find_bad(cache_dir) -> list[tuple[str, str]]:
     """[(file name, what is wrong)] over every file the manifest names."""
     cache_dir = Path(cache_dir)
     m = Manifest.load(cache_dir)
-    return [(f.name, why) for f in m.files if (why := _check(m, cache_dir, f))]
+    return [(f.name, why) for f in m.files if (why := check_file(m, cache_dir, f))]
 
 
 def mark_corrupt(cache_dir, bad: list[tuple[str, str]]) -> None:
@@ -41,7 +41,7 @@ def verify(cache_dir) -> list[tuple[str, str]]:
     return bad
 
 
-def _check(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
+def check_file(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
     why = file_problem(m, cache_dir, entry)   # names, headers and sizes first: cheap, and they say more
     if why:
         return why

@@ -31,6 +31,7 @@ class FileFormat(ABC):
     name: str = ""                           # the --format value and the data file suffix
     whole_file: bool = False                 # True: one call writes a whole file (it cannot be filled in place)
     strategies: tuple[str, ...] | None = None   # the strategies it can store; None: all
+    mapped: bool = True   # what open returns holds the file open (a memory map): it reads on after the name is deleted
 
     def path_ok(self, path) -> bool:
         return Path(path).suffix == f".{self.name}"

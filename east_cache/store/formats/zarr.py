@@ -106,6 +106,7 @@ class ZarrFormat(FileFormat):
     name = "zarr"
     whole_file = True
     strategies = ("chunked",)   # one shard per field: chunk files are what it is made for
+    mapped = False              # a read opens its shard files by name
 
     def preallocate(self, path: Path, spec: RecordSpec, rows: int) -> None:
         """Nothing to reserve: the compressed size is known only once the file is written."""

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from east_cache.errors import BuildError
-from east_cache.store.remote.location import Location, filesystem
-from east_cache.store.remote.retry import DEFAULT_RETRY, RetryPolicy, retrying
+from east_cache.location import Location, filesystem
+from east_cache.retry import DEFAULT_RETRY, RetryPolicy, retrying
 
 LOCK_OBJECT = ".lock"
 ADVICE = "Check the URL, the credentials in the environment and the network, then build again"

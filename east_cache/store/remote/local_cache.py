@@ -16,35 +16,56 @@ import os
 import shutil
 import threading
 import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from east_cache.errors import CacheError, RemoteError
+from east_cache.location import Location, listing
+from east_cache.retry import RetryPolicy
 from east_cache.store.atomic import fsync_path, write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
-from east_cache.store.remote.location import Location
 from east_cache.store.remote.locks import FolderLocks
-from east_cache.store.remote.retry import RetryPolicy
 from east_cache.store.remote.space import (
     TEMP_SUFFIX,
     check_limit,
     eviction_order,
     folder_bytes,
+    parse_size,
     size_flag,
     stem,
     stems_present,
 )
-from east_cache.store.remote.transfer import BLOCK_BYTES, download, get_bytes, listing
+from east_cache.store.remote.transfer import BLOCK_BYTES, download, get_bytes
 from east_cache.store.sidecar import quads_path
 
 ROOM_POLL_S = 0.05   # first wait before looking again for room that pinned files hold; doubles up to 1 s
+_OPEN = weakref.WeakSet()   # this process's LocalCaches, whose locks a forked child makes anew
+
+
+class StoredDamage(RemoteError):
+    """A stored file whose bytes fail the check against the manifest (`why`): damaged at the URL, not in transit."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
+def _renew_locks() -> None:   # a download thread of the parent may have held one at the fork
+    for cache in list(_OPEN):
+        cache._counting = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
 
 
 @dataclass(frozen=True)
 class LocalCacheSettings:
-    folder: Path | None = None      # the local cache folder; None: default_folder(url)
+    folder: Path | None = None      # the local cache folder; None: default_folder(url, root)
+    root: Path | None = None        # where folder is None: the folder is ROOT/<hash of the URL>
     limit_bytes: int = 0            # most bytes its files may take (st_size); 0: no limit
     ahead: int = 4                  # files downloaded ahead of the reader (ahead.py)
     jobs: int = 4                   # downloads at once (ahead.py)
@@ -58,10 +79,26 @@ class LocalCacheSettings:
         return self.ahead + 2
 
 
-def default_folder(loc: Location) -> Path:
-    """~/.cache/east-cache/<hash of the URL> ($XDG_CACHE_HOME where set)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "east-cache" / loc.key()
+def add_local_cache_args(p, limit: bool = True) -> None:
+    """The flags of the local cache folder that a cache at a URL is read through (argparse)."""
+    p.add_argument("--local-cache", type=Path, metavar="DIR",
+                   help="with a cache at a URL: where its files are downloaded, DIR/HASH of the URL, shared by the "
+                        "processes of this machine (default: ~/.cache/east-cache)")
+    if limit:
+        p.add_argument("--local-cache-limit", metavar="SIZE", default="0",
+                       help="with a cache at a URL: most bytes its local folder may hold, e.g. 20G; least recently "
+                            "used files are deleted to make room (default: 0, no limit)")
+
+
+def local_settings(root=None, limit: str | int = 0, **kw) -> LocalCacheSettings:
+    """Settings from the flags --local-cache DIR (the root of the folders) and --local-cache-limit SIZE."""
+    return LocalCacheSettings(root=Path(root) if root else None, limit_bytes=parse_size(limit), **kw)
+
+
+def default_folder(loc: Location, root: Path | None = None) -> Path:
+    """ROOT/<hash of the URL>; ROOT by default ~/.cache/east-cache ($XDG_CACHE_HOME where set)."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "east-cache"
+    return Path(root or base) / loc.key()
 
 
 @dataclass
@@ -80,13 +117,14 @@ class LocalCache:
         """Fetch the manifest into the folder (replacing an older one) and list the stored files' sizes; refuse a
         limit that cannot hold what readers need at once."""
         self.location, self.settings = location, settings
-        self.folder = Path(settings.folder) if settings.folder else default_folder(location)
+        self.folder = Path(settings.folder) if settings.folder else default_folder(location, settings.root)
         (self.folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
         self.locks = FolderLocks(self.folder)
         self.downloaded_bytes = self.downloaded_files = 0   # by this process
         self._counting = threading.Lock()
+        _OPEN.add(self)
         for last_try in (False, True):   # a rebuild may replace the manifest between the fetch and the listing
-            self._manifest_bytes = self._fetch_manifest()
+            self.manifest_bytes = self._fetch_manifest()
             stored = listing(location.join(DATA_DIR))
             self.manifest = self._load_manifest()
             missing = [e.name for e in self.manifest.files if self._objects(e, stored) is None]
@@ -107,6 +145,7 @@ class LocalCache:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._counting = threading.Lock()
+        _OPEN.add(self)
 
     @property
     def local_dir(self) -> Path:
@@ -151,17 +190,49 @@ class LocalCache:
         done = []
         try:
             for n in names:
-                done.append(n)
                 self.pin(n)
+                done.append(n)
             yield [self.path(n) for n in names]
         finally:
             for n in done:
                 self.unpin(n)
 
+    @contextmanager
+    def sidecar(self, name: str):
+        """Data file `name`'s sidecar's local path, pinned inside the block (load it there): fetched alone where the
+        data file is not there (the word tables of files not read yet are small)."""
+        path = quads_path(self.path(name))
+        self.locks.pin(stem(name))
+        try:
+            if not path.exists():
+                with self.locks.fetching(stem(name)):
+                    if not path.exists():
+                        unit = self.units[name]
+                        rel = self._sidecar_object(unit.entry)
+                        self._download(unit, {rel: unit.objects[rel]})
+            yield path
+        finally:
+            self.locks.unpin(stem(name))
+
+    def discard(self, name: str) -> bool:
+        """Delete the local copy of data file `name` and its sidecar (one `verify` found bad); False while it is
+        pinned."""
+        path = self.path(name)
+        return self.locks.evict(stem(name), lambda: _delete([path, quads_path(path)]))
+
+    def fetch_sidecars(self, names) -> None:
+        """The sidecars of data files `names` fetched where missing, `jobs` at once (the word tables a reader needs
+        before its first batch)."""
+        def fetch(name: str) -> None:
+            with self.sidecar(name):
+                pass
+        with ThreadPoolExecutor(max(1, self.settings.jobs)) as pool:
+            list(pool.map(fetch, names))
+
     def rebuilt(self) -> bool:
         """Whether the manifest at the URL is no longer the one this cache was opened with."""
         try:
-            return get_bytes(self.location.join(MANIFEST), self.settings.retry, "") != self._manifest_bytes
+            return get_bytes(self.location.join(MANIFEST), self.settings.retry, "") != self.manifest_bytes
         except (RemoteError, FileNotFoundError):
             return True
 
@@ -173,18 +244,21 @@ class LocalCache:
                              f"python -m preprocess build --data DIR --out {self.location}") from None
 
     def _load_manifest(self) -> Manifest:
-        write_atomic(self.folder / MANIFEST, self._manifest_bytes.decode("utf-8", errors="replace"))
+        write_atomic(self.folder / MANIFEST, self.manifest_bytes.decode("utf-8", errors="replace"))
         try:
             return Manifest.load(self.folder)
         except CacheError as e:
             raise CacheError(f"{self.location}: {str(e).replace(str(self.folder), str(self.location))}") from None
 
+    @staticmethod
+    def _sidecar_object(e: FileEntry) -> str:
+        return f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
+
     def _objects(self, e: FileEntry, stored: dict[str, dict]) -> dict[str, int] | None:
         """The stored objects of a data file and its sidecar with their sizes, or None where any is missing."""
         data = f"{DATA_DIR}/{e.name}"
-        sidecar = f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
         parts = [data] if e.shards is None else [f"{data}/{p}" for p in e.shards]
-        names = [sidecar, *parts]
+        names = [self._sidecar_object(e), *parts]
         sizes = {n: stored.get(n.removeprefix(f"{DATA_DIR}/"), {}).get("size") for n in names}
         return None if None in sizes.values() else sizes
 
@@ -193,17 +267,22 @@ class LocalCache:
             return "Check the URL, the credentials in the environment and the network, then start again"
         return f"Rebuild it with: {update_command(getattr(self, 'manifest', None), self.location)}"
 
-    def _download(self, unit: Unit) -> None:
-        """Reserve, fetch, check, rename into place; on any failure the temp files go and nothing is in place."""
-        tmp = {rel: self._temp_path(rel, unit.entry.name) for rel in unit.objects}
+    def _download(self, unit: Unit, parts: dict[str, int] | None = None) -> None:
+        """Reserve, fetch, check, rename into place the unit's objects (`parts` of them where given; by default all
+        but a sidecar fetched already); on any failure the temp files go and nothing is in place."""
+        if parts is None:
+            have = quads_path(self.path(unit.entry.name)).exists()   # pinned by the caller: it stays
+            fetched = self._sidecar_object(unit.entry) if have else None
+            parts = {rel: n for rel, n in unit.objects.items() if rel != fetched}
+        tmp = {rel: self._temp_path(rel, unit.entry.name) for rel in parts}
         try:
-            self._reserve(unit, tmp)
+            self._reserve(unit, parts, tmp)
             hashes = {rel: download(self.location.join(rel), tmp[rel], size, self.settings.retry,
                                     self._advice("read"), hashed=not rel.endswith(unit.entry.name),
                                     block=self.settings.block_bytes, on_bytes=self._count)
-                      for rel, size in unit.objects.items()}
-            self._check(unit, tmp, hashes)
-            self._install(unit, tmp)
+                      for rel, size in parts.items()}
+            self._check(unit, hashes)
+            self._install(unit, parts)
         except FileNotFoundError:   # listed at open, gone now: deleted by a rebuild, or by hand
             if self.rebuilt():
                 raise CacheError(f"{self.location}: the cache was rebuilt while this run read it "
@@ -213,7 +292,7 @@ class LocalCache:
         finally:
             self._remove_temp(unit)
         with self._counting:
-            self.downloaded_files += 1
+            self.downloaded_files += set(parts) != {self._sidecar_object(unit.entry)}
 
     def _count(self, n: int) -> None:
         with self._counting:
@@ -226,21 +305,21 @@ class LocalCache:
             return self.path(name + TEMP_SUFFIX) / rel_to_file.removeprefix(name + "/")
         return self.path(rel_to_file + TEMP_SUFFIX)
 
-    def _reserve(self, unit: Unit, tmp: dict[str, Path]) -> None:
+    def _reserve(self, unit: Unit, parts: dict[str, int], tmp: dict[str, Path]) -> None:
         """Make room (evicting) and create the temp files at their full size, under the space lock."""
-        waited, wait = 0.0, ROOM_POLL_S
+        waited, wait, need = 0.0, ROOM_POLL_S, sum(parts.values())
         while True:
             with self.locks.space():
-                if self._make_room(unit.bytes, keep=stem(unit.entry.name)):
+                if self._make_room(need, keep=stem(unit.entry.name)):
                     for rel, path in tmp.items():
                         path.parent.mkdir(parents=True, exist_ok=True)
                         with open(path, "wb") as f:
-                            f.truncate(unit.objects[rel])
+                            f.truncate(parts[rel])
                     return
             if waited >= self.settings.room_wait_s:
                 limit = self.settings.limit_bytes
                 raise RemoteError(f"{self.folder}: --local-cache-limit {size_flag(limit)} leaves no room for "
-                                  f"{unit.entry.name} ({size_flag(unit.bytes)}): the files readers need now fill "
+                                  f"{unit.entry.name} ({size_flag(need)}): the files readers need now fill "
                                   f"it; pass a larger --local-cache-limit, or read with fewer workers")
             time.sleep(wait)
             waited, wait = waited + wait, min(1.0, wait * 2)
@@ -267,25 +346,27 @@ class LocalCache:
                     return True
         return False
 
-    def _check(self, unit: Unit, tmp: dict[str, Path], hashes: dict[str, str | None]) -> None:
-        """The downloaded files against the manifest: data file header and size, sidecar and part hashes."""
+    def _check(self, unit: Unit, hashes: dict[str, str | None]) -> None:
+        """The downloaded files against the manifest: sidecar and part hashes, the data file's header and size."""
         e, fmt = unit.entry, self.manifest.format
-        sidecar = f"{DATA_DIR}/{quads_path(Path(e.name)).name}"
+        sidecar = self._sidecar_object(e)
         expected = {sidecar: e.quads_checksum, **{f"{DATA_DIR}/{e.name}/{p}": h for p, h in (e.shards or {}).items()}}
-        bad = next((rel for rel, h in expected.items() if hashes[rel] != h), None)
+        bad = next((rel for rel, h in expected.items() if rel in hashes and hashes[rel] != h), None)
         why = f"{bad} holds other bytes than the manifest's hash" if bad else None
-        if why is None:
+        if why is None and set(hashes) != {sidecar}:   # the data file came too
             why = fmt.check(self.path(e.name + TEMP_SUFFIX), self.manifest.spec, e.rows)
         if why:
-            raise RemoteError(f"{self.location}: data file {e.name} as stored is damaged ({why}). "
-                              f"{self._advice('rebuild')}")
+            raise StoredDamage(f"{self.location}: data file {e.name} as stored is damaged ({why}). "
+                               f"{self._advice('rebuild')}", why)
 
-    def _install(self, unit: Unit, tmp: dict[str, Path]) -> None:
+    def _install(self, unit: Unit, parts: dict[str, int]) -> None:
         """Sidecar first, then the data file: a data file in place always has its sidecar."""
-        name = unit.entry.name
+        name, sidecar_object = unit.entry.name, self._sidecar_object(unit.entry)
         sidecar = quads_path(self.path(name))
-        os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
-        self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
+        if sidecar_object in parts:
+            os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
+        if set(parts) != {sidecar_object}:
+            self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
         fsync_path(self.folder / DATA_DIR)
 
     def _remove_temp(self, unit: Unit) -> None:

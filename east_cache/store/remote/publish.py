@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from east_cache.errors import CacheError, RemoteError
+from east_cache.location import Location, filesystem, listing
+from east_cache.retry import DEFAULT_RETRY, RetryPolicy, retrying
+from east_cache.store.atomic import write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.formats import format_of
 from east_cache.store.manifest import Manifest, data_path
-from east_cache.store.plan import OWN_FILE
+from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE
+from east_cache.store.remote.bucket_lock import bucket_lock
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
-from east_cache.store.remote.location import Location, filesystem
-from east_cache.store.remote.retry import DEFAULT_RETRY, RetryPolicy, retrying
-from east_cache.store.remote.transfer import listing, put_bytes, upload
+from east_cache.store.remote.transfer import get_bytes, put_bytes, upload
 from east_cache.store.sidecar import quads_path
 
 ADVICE = "Check the credentials and the network, then build again: files stored already are not uploaded again"
@@ -50,6 +54,7 @@ class Publisher:
         self.pool = ThreadPoolExecutor(max(1, jobs))
         self.pending: dict[str, Future] = {}
         self.report = PublishReport()
+        self.unpulled: list[str] = []   # stored files pull() could not take (damaged, or unreadable)
         self._stored: dict[str, dict] | None = None
 
     def __enter__(self) -> "Publisher":
@@ -59,9 +64,11 @@ class Publisher:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def pull(self) -> int:
-        """The cache stored at dest into the staging folder (its manifest, and the files staging lacks), so that
-        the build updates it incrementally; the number of files downloaded. 0 where dest holds no cache this code
-        reads (the build then makes every file)."""
+        """The cache stored at dest into the staging folder (its manifest, the files staging lacks, and the list of
+        files `verify URL` found bad), so that the build updates it incrementally; the number of files downloaded.
+        0 where dest holds no cache this code reads (the build then makes every file). A stored file that cannot be
+        fetched, or that fails the check against the manifest, is left out (`unpulled`): the build makes it again."""
+        self._pull_marker()
         if not filesystem(self.dest).exists(self.dest.join(MANIFEST).url):
             return 0
         try:
@@ -69,20 +76,33 @@ class Publisher:
         except CacheError:   # another format version, a damaged manifest: rebuilt from the source
             return 0
         for name in cache.units:
-            cache.ensure(name)
+            try:
+                cache.ensure(name)
+            except RemoteError:
+                self.unpulled.append(name)
         return cache.downloaded_files
 
-    def upload_soon(self, name: str) -> None:
-        """Upload data file `name` and its sidecar from staging in the background (a build's per-finished-file
-        hook); commit() waits for it."""
-        self.pending[name] = self.pool.submit(self.upload, name)
+    def _pull_marker(self) -> None:
+        marker = self.staging / CORRUPT_MARKER
+        try:
+            data = get_bytes(self.dest.join(CORRUPT_MARKER), self.policy, ADVICE)
+        except FileNotFoundError:
+            return
+        self.staging.mkdir(parents=True, exist_ok=True)
+        write_atomic(marker, data.decode("utf-8", errors="replace"))
 
-    def upload(self, name: str) -> int:
-        """Data file `name` and its sidecar, those of their objects the bucket lacks (or holds at another size);
-        bytes put."""
+    def upload_soon(self, name: str, written: bool = True) -> None:
+        """Upload data file `name` and its sidecar from staging in the background (a build's per-finished-file
+        hook: `written`, it was made now, so every object goes up, replacing a damaged one of the same size);
+        commit() waits for it."""
+        self.pending[name] = self.pool.submit(self.upload, name, written)
+
+    def upload(self, name: str, written: bool = False) -> int:
+        """Data file `name` and its sidecar: every object where written, else those the bucket lacks (or holds
+        at another size); bytes put."""
         stored, put = self.stored(), 0
         for rel, size in self.objects(name).items():
-            if stored.get(rel, {}).get("size") != size:
+            if written or stored.get(rel, {}).get("size") != size:
                 upload(self.staging / rel, self.dest.join(rel), self.policy, ADVICE)
                 put += size
         return put
@@ -106,7 +126,7 @@ class Publisher:
         names = [e.name for e in manifest.files]
         for name in names:
             if name not in self.pending:
-                self.upload_soon(name)
+                self.upload_soon(name, written=False)
         for name in names:
             put = self.pending.pop(name).result()
             self.report.uploaded_files += put > 0
@@ -120,6 +140,9 @@ class Publisher:
                               f"manifest was not put, the previous cache stands. {ADVICE}")
         put_bytes((self.staging / MANIFEST).read_bytes(), self.dest.join(MANIFEST), self.policy, ADVICE)
         self.report.deleted_files = self._delete_unnamed(now, {rel.split("/")[1] for rel in expected})
+        if CORRUPT_MARKER in now and not (self.staging / CORRUPT_MARKER).exists():   # the build redid those files
+            fs = filesystem(self.dest)
+            retrying(lambda: fs.rm_file(self.dest.join(CORRUPT_MARKER).url), str(self.dest), self.policy, ADVICE)
         return self.report
 
     def _delete_unnamed(self, stored: dict[str, dict], keep: set[str]) -> int:
@@ -136,3 +159,15 @@ class Publisher:
         if gone:
             retrying(lambda: fs.rm(gone), str(self.dest.join(DATA_DIR)), self.policy, ADVICE)
         return sum(not t.endswith(".npz") for t in tops)
+
+
+@contextmanager
+def publishing(dest: Location, staging: Path | None = None, break_lock: bool = False, jobs: int = 4,
+               policy: RetryPolicy = DEFAULT_RETRY) -> Iterator[Publisher]:
+    """A build for dest: the bucket lock held, the staging folder (default_staging where None) filled from dest,
+    then the block builds into publisher.staging (calling upload_soon per finished file), and commit() runs when
+    it ends without an error. An error leaves the cache at dest as it was."""
+    with bucket_lock(dest, break_lock, policy), Publisher(dest, staging or default_staging(dest), jobs, policy) as pub:
+        pub.pull()
+        yield pub
+        pub.commit()

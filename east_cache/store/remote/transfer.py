@@ -13,25 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from east_cache.store.remote.location import Location, filesystem
-from east_cache.store.remote.retry import Incomplete, RetryPolicy, retrying
+from east_cache.location import Location, filesystem
+from east_cache.retry import Incomplete, RetryPolicy, retrying
 
 BLOCK_BYTES = 32 << 20    # bytes per ranged read: one request each, held in memory while written
 PIECE_BYTES = 64 << 10    # runs of zeros this long (and aligned) are left as holes in a downloaded file
 ATOMIC_PUT = ("s3", "s3a", "gs", "gcs", "az", "abfs")   # stores where an object appears whole or not at all
-
-
-def listing(loc: Location) -> dict[str, dict]:
-    """Every object below loc by its path relative to loc ("data/x.npy"), with the store's details (size,
-    ETag where the store has one). Nothing (an empty dict) where loc holds nothing."""
-    import fsspec.core
-    fs = filesystem(loc)
-    root = fsspec.core.strip_protocol(loc.url).rstrip("/") + "/"
-    try:
-        found = fs.find(loc.url, detail=True)
-    except FileNotFoundError:
-        return {}
-    return {p[len(root):]: info for p, info in found.items() if p.startswith(root)}
 
 
 def download(loc: Location, tmp: Path, size: int, policy: RetryPolicy, advice: str, hashed: bool = False,

@@ -13,14 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from east_cache.errors import RemoteError
-from east_cache.store.remote.location import redact
+from east_cache.errors import RemoteError, redact
 
 T = TypeVar("T")
 
 # errors another try cannot fix: the object is not there, access is refused, the local disk is full or read-only
 FINAL_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 FINAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# what a client raises when it has no credentials at all: no retry brings them
+NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError")
 # libraries whose exceptions are network trouble (a reset, a payload cut short, a timeout)
 NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "http", "requests", "ssl", "socket")
 
@@ -47,6 +48,8 @@ class Incomplete(OSError):
 def transient(e: BaseException) -> bool:
     """Whether another try may succeed: network trouble, throttling (the storage client's OSError), a short read."""
     if isinstance(e, FINAL_ERRORS) or (isinstance(e, OSError) and e.errno in FINAL_ERRNOS):
+        return False
+    if type(e).__name__ in NO_CREDENTIALS:
         return False
     if isinstance(e, (OSError, TimeoutError, ConnectionError)):
         return True

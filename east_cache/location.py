@@ -5,6 +5,8 @@ come from the environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, a profile...) or
 code; never from the URL, so that no manifest, log line or error message can hold them. Storage options are
 kept out of every printed form of a Location.
 
+`listing` lists what lies below a location, for the caches' and the data sets' code alike.
+
 Clients are made per process: an s3fs client used before a fork fails in the child (its event loop and
 connections belong to the parent), so a forked loader worker or rank makes its own on first use.
 """
@@ -18,17 +20,29 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from east_cache.errors import UsageError
+from east_cache.errors import UsageError, redact
+from east_cache.retry import DEFAULT_RETRY, retrying
 
 SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-# userinfo (user:secret@) and query strings (a presigned URL's signature) of any URL inside a text
-URL_SECRETS = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@|(\?[^\s'\"]*)")
-REMOTE_EXTRA = "pip install 'east-cache[remote]'"
+REMOTE_EXTRA = 'pip install "east-cache[remote]"'
+LIST_ADVICE = "Check the URL, the credentials in the environment and the network, then run the command again"
 
 
-def redact(text: str) -> str:
-    """text with the userinfo and query string of every URL in it replaced: safe to print or log."""
-    return URL_SECRETS.sub(lambda m: m.group(1) + "***@" if m.group(1) else "?***", str(text))
+def flag_location(text: str) -> str | Path:
+    """A location flag's value (argparse type): a URL as given, checked (no credentials in it), else a Path."""
+    import argparse
+    if SCHEME.match(text) is None:
+        return Path(text)
+    try:
+        Location.parse(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def is_remote(text) -> bool:
+    """Whether a location flag's value is a URL (read through a storage client and a local cache folder)."""
+    return isinstance(text, Location) and text.remote or isinstance(text, str) and SCHEME.match(text) is not None
 
 
 @dataclass(frozen=True)
@@ -128,3 +142,16 @@ def filesystem(loc: Location):
                              f"install it with {REMOTE_EXTRA}") from None
         _clients[key] = (pid, client)
         return client
+
+
+def listing(loc: Location) -> dict[str, dict]:
+    """Every object below loc by its path relative to loc ("data/x.npy"), with the store's details (size,
+    ETag where the store has one). Nothing (an empty dict) where loc holds nothing."""
+    fs = filesystem(loc)
+    import fsspec.core   # there, since filesystem() made a client
+    root = fsspec.core.strip_protocol(loc.url).rstrip("/") + "/"
+    try:
+        found = retrying(lambda: fs.find(loc.url, detail=True), str(loc), DEFAULT_RETRY, LIST_ADVICE)
+    except FileNotFoundError:
+        return {}
+    return {p[len(root):]: info for p, info in found.items() if p.startswith(root)}
