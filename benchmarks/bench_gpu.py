@@ -35,9 +35,7 @@ def cache_of(data, codec: str, jobs: int):
 
 def read_rate(cache, batch_size: int, workers: int, device_decode: bool, epochs: int) -> tuple[float, int]:
     """(crops/s to the device, crops per epoch) through Loader, after a warm-up epoch."""
-    loader = Loader(cache, batch_size, device="cuda", workers=workers, normalize="imagenet")
-    if not device_decode:
-        loader.dataset.decode_on_device(False)
+    loader = Loader(cache, batch_size, device="cuda", workers=workers, normalize="imagenet", nvjpeg_decode=device_decode)
     with loader:
         n = sum(len(b.image) for b in loader)   # warm-up: workers started, pages mapped in
         torch.cuda.synchronize()

@@ -64,6 +64,7 @@ class TrainConfig:
     rebuild: bool = False                  # update a stale cache before training
     local_cache: Path | None = None        # caches at URLs are downloaded into LOCAL_CACHE/HASH; None: ~/.cache/east-cache
     local_cache_limit: str = "0"           # most bytes each such folder holds, e.g. "20G"; "0": no limit
+    nvjpeg: bool = False                   # jpeg page tiles decoded on the GPU by nvJPEG, not by the loader workers
     node_share: bool = False               # each machine reads a fixed share of the cache's files
     nodes: int | None = None               # machines of the run with node_share; None: torchrun's environment says
     node_rank: int | None = None           # this machine's place among them; None: torchrun's environment says
@@ -174,6 +175,9 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
                            "per core of this process, at most 4; otherwise 0)")
+    data.add_argument("--nvjpeg", action="store_true",
+                      help="a jpeg page cache's tiles decoded on the GPU by nvJPEG (needs torchvision: pip install -e "
+                           "\".[gpu]\"), instead of by the loader workers on the CPU (default: off, the workers)")
     remote = p.add_argument_group("caches at URLs, several machines")
     add_local_cache_args(remote)
     remote.add_argument("--node-share", action="store_true",

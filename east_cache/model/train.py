@@ -136,7 +136,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     def loader(d, train: bool):   # the public reader; jitter in training only
         return Loader(d, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
                       rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0,
-                      share=share if train else None)
+                      share=share if train else None, nvjpeg_decode=cfg.nvjpeg)
     loaders = (loader(ds, True), loader(val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "

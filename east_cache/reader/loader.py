@@ -32,7 +32,7 @@ from east_cache.reader.expand import expand_batch
 from east_cache.reader.fetch import FetchingLoader
 from east_cache.reader.images import NORMALIZATIONS, prepare_images
 from east_cache.reader.jpeg_device import nvjpeg
-from east_cache.reader.prefetch import batches
+from east_cache.reader.prefetch import batches, prefetch
 from east_cache.reader.sampler import ShareSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.store.build import rebuild as rebuild_cache
@@ -66,14 +66,17 @@ class EpochSampler(Sampler):
 
 
 def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int = 0, world: int = 1,
-                device: torch.device = torch.device("cpu"), workers: int | None = None,
-                share: NodeShare | None = None) -> DataLoader | WorkerLoader | FetchingLoader:
+                device: torch.device = torch.device("cpu"), workers: int | None = None, share: NodeShare | None = None,
+                nvjpeg_decode: bool = False) -> DataLoader | WorkerLoader | FetchingLoader:
     """Batches of ds for one process of a run of `world` (rank `rank`): its share of an order seeded by (seed,
     epoch), shuffled and without a short last batch when train; read by `workers` processes (None: as many as
     loader_workers picks), pinned for a CUDA device. Call loader.sampler.set_epoch(epoch) before each epoch.
-    share: where this process lies among the run's nodes, which then read fixed shares of the files (training)."""
+    share: where this process lies among the run's nodes, which then read fixed shares of the files (training).
+    nvjpeg_decode: a jpeg page cache's tiles decoded by nvJPEG on the CUDA device, not by the workers."""
     sampler = EpochSampler(order(ds, batch_size, train, seed, rank, world, share))
-    ds.decode_on_device(nvjpeg(device) is not None)   # jpeg pages: nvJPEG decodes each batch where it goes
+    # jpeg pages: with nvjpeg_decode, nvJPEG decodes each batch on the CUDA device (where torchvision has it), else
+    # the loader's workers decode each crop's tiles on the CPU
+    ds.decode_on_device(nvjpeg_decode and nvjpeg(device) is not None)
     loader = batch_loader(ds, sampler, batch_size, train, seed, device, loader_workers(ds, device, world, workers))
     if ds.remote is None:
         return loader
@@ -214,6 +217,13 @@ def check_caches(ds: CacheDataset, val: CacheDataset | None) -> None:
                          f"{ds.where} has {ds.config.input_size}px at x{ds.config.map_scale}; build both alike")
 
 
+def pinned(batch: dict) -> dict:
+    """The batch with each tensor in pinned memory (copied there unless it is already): a copy to a CUDA device
+    from pageable memory waits for the work queued before it on the device, so it would neither overlap the
+    step nor let a loop tell the time it waits for data from the time it waits for the GPU."""
+    return {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v for k, v in batch.items()}
+
+
 class Batch(NamedTuple):
     """A batch as a training loop takes it, on the Loader's device; B items, S = input_size, m = S x map_scale.
     It unpacks like the BoostCamp baseline's batches: `for image, score, geo, roi in loader:`."""
@@ -243,12 +253,15 @@ class Loader:
     jitter: colour jitter strength applied on the device before normalising (0: none). rebuild: bring a stale
     cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
-    share: this process's node among several (store/remote/share.py NodeShare), each reading its own files."""
+    share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.
+    nvjpeg_decode: a jpeg page cache's tiles decoded on the CUDA device by nvJPEG (torchvision) rather than by the
+    workers on the CPU (the default: the CPU path served a GPU faster where both were measured)."""
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
                  shuffle: bool = True, rank: int | None = None, world: int | None = None,
                  normalize: str | None = "imagenet", jitter: float = 0.0, rebuild: bool = False,
-                 share: NodeShare | None = None, local_cache=None, local_cache_limit: str | int = 0):
+                 share: NodeShare | None = None, local_cache=None, local_cache_limit: str | int = 0,
+                 nvjpeg_decode: bool = False):
         if normalize is not None and normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize={normalize!r}: use one of {', '.join(NORMALIZATIONS)}, or None for uint8")
         if batch_size < 1:
@@ -262,7 +275,7 @@ class Loader:
         self.normalize, self.jitter = normalize, jitter
         # the batches as the cache's items, before the device: a DataLoader, or the slot workers' WorkerLoader
         self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers,
-                                  share)
+                                  share, nvjpeg_decode)
         self.epoch, self._told = 0, False
 
     def __len__(self) -> int:
@@ -279,7 +292,10 @@ class Loader:
         if not self._told:
             self.source.sampler.set_epoch(self.epoch)
         self._told = False
-        for batch in batches(self.source):
+        source = batches(self.source)
+        if self.device.type == "cuda":   # a thread copies what is not pinned yet (the slot workers' batches)
+            source = prefetch(map(pinned, source))
+        for batch in source:
             b = expand_batch(batch, self.device)
             image = b["image"] if self.normalize is None else prepare_images(b["image"], self.jitter, self.normalize)
             yield Batch(image, b["score"].float(), b["geo"].float(), b["roi"].float())
