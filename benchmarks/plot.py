@@ -154,7 +154,7 @@ def draw(results: dict, out: Path, plt) -> None:
     machines = sorted({r["machine"] for r in results.values()})
     modes = sorted({r["mode"] for r in results.values()})
     unplotted = sorted(set(results) - {n for names, _ in PANELS for n in names})
-    note = f"; not drawn: {', '.join(unplotted)} (see results.md)" if unplotted else ""
+    note = f"; not drawn: {', '.join(unplotted)} (see docs/performance.md)" if unplotted else ""
     fig.suptitle(f"{'; '.join(machines)} ({'/'.join(modes)} settings){note}", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

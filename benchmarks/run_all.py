@@ -1,21 +1,22 @@
-"""Runs every benchmark script in benchmarks/ and writes results.md and results/*.json from their tables.
+"""Runs every benchmark script in benchmarks/ and writes results/*.json from their tables, then docs/performance.md
+and the README's headline figures from all of results/ (report.py).
 
-The README's performance figures come from one command:
+The project's performance figures come from one command:
 
-    python benchmarks/run_all.py            # the README settings (each script's defaults); long
+    python benchmarks/run_all.py            # each script's defaults; long
     python benchmarks/run_all.py --quick    # small settings, a few minutes: checks that all still run
     python benchmarks/run_all.py --only sample,loader
     python benchmarks/run_all.py --only peers --peers-python /path/to/peers-env/bin/python
+    python benchmarks/run_all.py --record gpu gpu.txt --command "python benchmarks/bench_gpu.py ..." \
+        --machine "NVIDIA H200, 16 cores"   # a benchmark's output from a run on another machine
 
 bench_peers.py needs the optional `.[peers]` extra, best in an environment of its own (benchmarks/peers.py says
 why); --peers-python (or EAST_PEERS_PYTHON) names that environment's interpreter. Without the extra it prints a
 note, which stands in its section, and the rest runs as usual.
 
-It also rewrites the README's performance section (benchmarks/readme.py) from the same results.
-
 Each script runs in its own process and prints markdown tables; that output is the one contract. For
 script NAME (bench_NAME.py) this writes results/NAME.json (command, mode, machine, date, the output
-and its tables as data, for plot.py), then renders results.md from every results/*.json there, so
+and its tables as data, for plot.py), then renders docs/performance.md from every results/*.json there, so
 that --only refreshes one section and keeps the others. A new script joins by being named
 bench_*.py; without a QUICK entry it runs with its defaults in both modes.
 """
@@ -32,11 +33,9 @@ import time
 from pathlib import Path
 
 from common import REPO, machine, table
-from readme import update_readme
+from report import ORDER, write_reports
 
 HERE = Path(__file__).resolve().parent
-# The order of results.md; scripts not listed follow, by name.
-ORDER = ("targets", "sample", "crops", "codec", "loader", "peers", "rebuild", "build_memory", "zarr")
 # Arguments that bring each benchmark down to seconds or a minute on 2 cores.
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
@@ -89,30 +88,32 @@ def run_one(name: str, script: Path, quick: bool, python: str = sys.executable) 
             "tables": parse_tables(done.stdout)}
 
 
-def section(result: dict) -> str:
-    status = "" if result["returncode"] == 0 else f", FAILED with exit status {result['returncode']}"
-    return (f"## bench_{result['name']}.py\n\n`{result['command']}` ({result['mode']} settings; {result['date']}; "
-            f"{result['seconds']:.0f} s{status})\n\n{result['output'].strip()}\n")
-
-
-def render(results: list[dict]) -> str:
-    machines = sorted({r["machine"] for r in results})
-    return "\n".join([
-        "# Benchmark results\n",
-        f"Machine: {'; '.join(machines)}. Written by `python benchmarks/run_all.py` "
-        f"(`--quick` for small settings); `python benchmarks/plot.py` draws results.png from results/*.json.\n",
-        *(section(r) for r in results)])
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small settings (minutes in all) instead of the README's")
     p.add_argument("--only", help="comma-separated benchmark names (e.g. sample,loader); default: all")
-    p.add_argument("--out", type=Path, default=HERE, help="folder for results.md and results/ (default: benchmarks/)")
+    p.add_argument("--out", type=Path, default=HERE, help="folder for results/ (default: benchmarks/; only there are "
+                                                          "docs/performance.md and the README rewritten)")
+    p.add_argument("--record", nargs=2, metavar=("NAME", "FILE"),
+                   help="record FILE, the output of bench_NAME.py run on another machine, instead of running anything")
+    p.add_argument("--command", help="with --record: the command that printed FILE")
+    p.add_argument("--machine", help="with --record: the machine it ran on")
     p.add_argument("--peers-python", default=os.environ.get("EAST_PEERS_PYTHON") or sys.executable,
                    help="interpreter of an environment with the .[peers] extra, for bench_peers.py "
                         "(default: $EAST_PEERS_PYTHON, else this one)")
     a = p.parse_args()
+    if a.record:
+        name, path = a.record
+        if not (a.command and a.machine):
+            p.error("--record needs --command and --machine: what printed the file, and where")
+        text = Path(path).read_text()
+        result = {"name": name, "command": a.command, "mode": "recorded", "machine": a.machine,
+                  "date": datetime.datetime.fromtimestamp(Path(path).stat().st_mtime, datetime.timezone.utc)
+                  .strftime("%Y-%m-%d %H:%M UTC"), "seconds": 0.0, "returncode": 0, "output": text,
+                  "tables": parse_tables(text)}
+        (a.out / "results").mkdir(parents=True, exist_ok=True)
+        (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        return report(a.out, [])
     found = scripts()
     names = a.only.split(",") if a.only else list(found)
     unknown = [n for n in names if n not in found]
@@ -125,11 +126,16 @@ def main() -> int:
         (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         if result["returncode"]:
             failed.append(name)
-    kept = [json.loads(f.read_text()) for f in (a.out / "results").glob("*.json")]
-    (a.out / "results.md").write_text(render(sorted(kept, key=lambda r: _rank(r["name"]))))
-    if a.out == HERE and update_readme(REPO / "README.md", {r["name"]: r for r in kept}, table):
-        print("README.md: performance section rewritten", file=sys.stderr)
-    print(f"wrote {a.out / 'results.md'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return report(a.out, failed)
+
+
+def report(out: Path, failed: list[str]) -> int:
+    """docs/performance.md and the README's headline from every result in out/results (only for benchmarks/)."""
+    kept = {r["name"]: r for r in (json.loads(f.read_text()) for f in (out / "results").glob("*.json"))}
+    if out == HERE:
+        write_reports(REPO, kept, table)
+        print("wrote docs/performance.md and the README's headline", file=sys.stderr)
+    print(f"results in {out / 'results'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""), file=sys.stderr)
     return 1 if failed else 0
 
 

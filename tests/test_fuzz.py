@@ -157,7 +157,7 @@ def test_hostile_dataset_through_build(world, case):
     mutate(data, secret)
     before = snapshot(data)
     check_answer(*run_cli("build", "--data", data, "--out", out, *FLAGS, *CROPS), expect)
-    if case.startswith("linked image"):   # followed, by decision: the link is the user's; README says so
+    if case.startswith("linked image"):   # followed, by decision: the link is the user's; docs/guide.md says so
         assert (cached_pixels(out) == SENTINEL).all(axis=1).any()
         return
     check_world(data, out, before)

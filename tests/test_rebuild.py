@@ -46,7 +46,7 @@ def test_noop_rebuild_does_nothing(data_copy, tmp_path):
 
 
 def test_noop_rebuild_reads_no_annotations(data_copy, tmp_path, monkeypatch):
-    """The up-to-date answer comes from file fingerprints alone (the 10k-image figure in the README)."""
+    """The up-to-date answer comes from file fingerprints alone (the 10k-image figure in docs/performance.md)."""
     build(data_copy, tmp_path / "c")
 
     def no_parsing(*a, **k):

@@ -1,10 +1,11 @@
-"""The README's performance section, written from results/*.json by run_all.py: every figure it quotes is one a
-benchmark printed, never typed in. It replaces what lies between the two markers in README.md.
+"""docs/performance.md and the README's headline figures, written from results/*.json by run_all.py: every
+figure they quote is one a benchmark printed, never typed in.
 
 Goals come from the project's issues; each is read off a benchmark's parsed tables. A goal whose benchmark has
-not run (or that needs a GPU this machine lacks) says so instead of showing a number.
+not run (or that needs a GPU this machine lacks) says so instead of showing a number. The README keeps a few
+headline rows between its two markers; docs/performance.md has the goals and every benchmark's output.
 
-    python benchmarks/readme.py     # rewrite the README section from benchmarks/results/*.json alone
+    python benchmarks/report.py     # rewrite both from benchmarks/results/*.json alone
 """
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from pathlib import Path
 
 from plot import load, number
 
-START, END = "<!-- performance:start -->", "<!-- performance:end -->"
-# Tables copied whole into the README, by benchmark name and table index; the rest stay in results.md.
-SHOWN = (("targets", 0), ("sample", 0), ("sample", 1), ("sample", 2), ("loader", 0), ("loader", 1), ("loader", 2),
-         ("codec", 0), ("codec", 1), ("codec", 2), ("peers", 0), ("rebuild", 0),
-         ("build_memory", 0), ("zarr", 0), ("zarr", 1))
+START, END = "<!-- headline:start -->", "<!-- headline:end -->"
+# The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
+ORDER = ("targets", "sample", "codec", "crops", "gpu", "loader", "peers", "remote", "rebuild", "build_memory", "zarr",
+         "eval")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 
@@ -132,41 +132,86 @@ def goals(results: dict) -> list[list[str]]:
         ["zarr vs npy chunked: size on disk, samples/s", "reported",
          "; ".join([f"npy {d['npy MiB']} MiB, zarr {d['zarr MiB']} MiB" for d in disk]
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
-        ["data wait at batch 8, input 1024, on a GPU", "< 2 % of step time",
-         "not measured here (no GPU); train.py logs it as data_wait per epoch"],
+        ["train.py's share of step time waiting for data, on a GPU", "near zero", gpu_wait(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
     ]
 
 
-def section(results: dict, table) -> str:
+def gpu_wait(results: dict) -> str:
+    """bench_gpu's train.py table: samples/s and the share of step time waiting for data, per codec."""
+    found = rows(results, "gpu", 1)
+    if not found:
+        return "not measured (needs a CUDA device: benchmarks/bench_gpu.py)"
+    where = results["gpu"]["machine"]
+    return "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, {r['time waiting for data']} waiting"
+                     for r in found) + f" ({where})"
+
+
+def headline(results: dict) -> list[list[str]]:
+    """The README's few rows: what a user of the tool weighs first."""
+    targets = [number(r["speed-up"]) for r in rows(results, "targets", 0)]
+    codec = {r["what"]: r["measured"] for r in rows(results, *CODEC_GOALS)}
+    size = [v for k, v in codec.items() if k.startswith("jpeg cache of camera")]
+    icdar = [v for k, v in codec.items() if k.startswith("jpeg cache of ICDAR")]
+    ratio = [list(r.values())[1:] for r in rows(results, "remote", 2) if list(r.values())[0] == "bucket / local disk"]
+    return [
+        ["EAST targets vs a plain per-word reference", span(targets, ".0f") + "x faster, equal" if targets
+         else "not measured"],
+        ["a cache of JPEG pages over the camera photos it came from",
+         f"{size[0]}x their bytes (ICDAR-like 1280x720 photos: {icdar[0]}x)" if size and icdar else "not measured"],
+        ["train.py on a GPU, AMP fp16, loader workers, 1024-px crops", gpu_wait(results)],
+        ["a cache in a bucket (a local S3 server), items/s of the first / later epochs over a local cache's",
+         " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
+         else "not measured"],
+    ]
+
+
+def performance_page(results: dict, table) -> str:
+    """docs/performance.md: where and when, the goals, then each benchmark's command and output."""
     machines = sorted({r["machine"] for r in results.values()})
     dates = sorted({r["date"] for r in results.values()})
-    modes = sorted({r["mode"] for r in results.values()})
-    parts = [START, "",
-             f"Measured on {'; '.join(machines)}, no GPU, {dates[0]} to {dates[-1]} ({'/'.join(modes)} settings), by "
-             f"`python benchmarks/run_all.py`, which writes this section, `benchmarks/results.md` (every table, with "
-             f"the command that printed it) and the data of `benchmarks/results.png` (`python benchmarks/plot.py`).",
-             "", table(["what", "goal", "measured"], goals(results)), "", "![benchmarks](benchmarks/results.png)", ""]
-    for name, k in SHOWN:
-        found = results.get(name, {}).get("tables", [])
-        if k < len(found):
-            t = found[k]
-            parts += [f"`{results[name]['command']}`:", "", table(t["header"], t["rows"]), ""]
-    return "\n".join(parts + [END])
+    parts = ["# Performance", "",
+             "Written by `python benchmarks/run_all.py` from `benchmarks/results/*.json` (each benchmark's command, "
+             "machine, date and printed tables); `--quick` runs small settings, `--only NAME` one benchmark, and "
+             "`--record NAME FILE` records the output of a run made on another machine (a GPU). Figures are ratios "
+             "against a reference measured in the same run wherever one exists (a memcpy of the same bytes, the "
+             "plain implementation, the other codec).", "",
+             f"Machines: {'; '.join(machines)}. Dates: {dates[0]} to {dates[-1]}.", "",
+             "## Goals", "", table(["what", "goal", "measured"], goals(results)), ""]
+    for name in sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
+        r = results[name]
+        status = "" if r["returncode"] == 0 else f", FAILED with exit status {r['returncode']}"
+        parts += [f"## bench_{name}.py", "",
+                  f"`{r['command']}` ({r['mode']} settings; {r['machine']}; {r['date']}; {r['seconds']:.0f} s{status})",
+                  "", demoted(r["output"].strip()), ""]
+    return "\n".join(parts)
+
+
+def demoted(text: str) -> str:
+    """A benchmark's printed markdown with its headings two levels down, under the page's section for it."""
+    return "\n".join("##" + line if line.startswith("#") else line for line in text.splitlines())
 
 
 def update_readme(readme: Path, results: dict, table) -> bool:
-    """Replace the marked section of readme; False (and no change) when the markers are missing."""
+    """Replace the README's headline block; False (and no change) when the markers are missing."""
     text = readme.read_text()
     if START not in text or END not in text:
         return False
     head, rest = text.split(START, 1)
-    readme.write_text(head + section(results, table) + rest.split(END, 1)[1])
+    block = "\n".join([START, "", "Measured by `python benchmarks/run_all.py` (every table, machine and date: "
+                        "[docs/performance.md](docs/performance.md)):", "",
+                        table(["what", "measured"], headline(results)), "", END])
+    readme.write_text(head + block + rest.split(END, 1)[1])
     return True
+
+
+def write_reports(repo: Path, results: dict, table) -> None:
+    (repo / "docs" / "performance.md").write_text(performance_page(results, table) + "\n")
+    update_readme(repo / "README.md", results, table)
 
 
 if __name__ == "__main__":
     from common import REPO, table
     here = Path(__file__).resolve().parent
-    done = update_readme(REPO / "README.md", load(here / "results"), table)
-    print("README.md: performance section rewritten" if done else f"README.md has no {START} ... {END} markers")
+    write_reports(REPO, load(here / "results"), table)
+    print("docs/performance.md and the README's headline rewritten")

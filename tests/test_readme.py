@@ -1,0 +1,153 @@
+"""Every command the README shows runs, in the order a reader meets them, on data the test makes: the set-up's
+main job, the quick starts, the path to a submission, the own loop, a bucket (a local S3 server) and the inline
+commands. The installed commands are called by their entry points (`python -m preprocess` for east-cache,
+train.py and predict.py); where a command would train for long or at full size, flags that shorten it are
+appended (argparse lets a later flag win), listed in FAST. `.ci/run` runs the set-up's install and test lines."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from east_cache.model.loss import east_loss
+from east_cache.model.model import EAST
+from east_cache.tools.sampledata import write_sample_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+ENTRY = {"east-cache": [sys.executable, "-m", "preprocess"], "east-train": [sys.executable, str(REPO / "train.py")],
+         "east-predict": [sys.executable, str(REPO / "predict.py")],
+         "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
+# appended to shorten a command: small pages and crops, one training step on the CPU without a download
+FAST = {"build": ["--image-size", "160", "--input-size", "64", "--jobs", "1", "--quiet"],
+        "east-train": ["--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--workers", "0",
+                       "--backbone-weights", "random", "--device", "cpu"],
+        "east-predict": ["--image-size", "160", "--device", "cpu", "--quiet"],
+        "bench": ["--workers", "0", "--batch-sizes", "2", "--batches", "1"]}
+SET_UP_ONLY = ("git ", "cd ", "pip ", "python -m pytest")   # .ci/run's part: install, then the tests
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, re.S)
+
+
+def commands(block: str) -> list[str]:
+    """A bash block's commands: comments dropped, `&&` chains split."""
+    out = []
+    for line in block.splitlines():
+        line = line.split("   #")[0].strip()
+        out += [c.strip() for c in line.split("&&") if c.strip()]
+    return out
+
+
+def argv(command: str, bucket: str | None = None) -> list[str]:
+    """The command as this test runs it: its entry point, the README's arguments, then FAST's for its kind."""
+    if bucket:
+        command = command.replace("s3://bucket/", f"{bucket}/").replace("/scratch", "scratch")
+    words = shlex.split(command)
+    if words[0] == "torchrun":   # one process on one machine here: the flags after train.py are the README's
+        at = words.index("train.py")
+        return [*ENTRY["torchrun"], "--nnodes", "1", "--nproc_per_node", "1", str(REPO / "train.py"),
+                *words[at + 1:], *FAST["east-train"]]
+    args = words[1:]
+    extra = FAST.get(args[0] if words[0] == "east-cache" else words[0], [])
+    return [*ENTRY[words[0]], *args, *extra]
+
+
+def run(command: str, cwd: Path, bucket: str | None = None, env: dict | None = None) -> str:
+    done = subprocess.run(argv(command, bucket), cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+def make_data(here: Path) -> None:
+    """What the quick starts' commands read: data/receipts (train, val, test), data/ic15 (train, val) and an ICDAR
+    2015 set (ic15_gt/gt_NAME.txt beside ic15_images/NAME.jpg)."""
+    for root, splits in (("receipts", ("train", "val", "test")), ("ic15", ("train", "val"))):
+        for split in splits:
+            write_sample_dataset(here / "data" / root, n_images=2, words_per_page=6, page_size=(200, 150),
+                                 seed=len(split), split=split)
+    (here / "ic15_gt").mkdir()
+    (here / "ic15_images").mkdir()
+    for name, entry in json.loads((here / "data" / "ic15" / "ufo" / "train.json").read_text())["images"].items():
+        (here / "ic15_images" / name).write_bytes((here / "data" / "ic15" / "images" / name).read_bytes())
+        lines = [",".join(str(round(v)) for p in w["points"][:4] for v in p) + "," + (w.get("transcription") or "x")
+                 for w in entry["words"].values() if len(w["points"]) == 4]
+        (here / "ic15_gt" / f"gt_{Path(name).stem}.txt").write_text("\n".join(lines) + "\n")
+
+
+def bash_blocks_with(word: str) -> list[str]:
+    return [b for b in blocks("bash") if word in b]
+
+
+@pytest.mark.slow
+def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
+    here = tmp_path / "user"
+    here.mkdir()
+    set_up = [c for c in commands(bash_blocks_with("pip install")[0]) if not c.startswith(SET_UP_ONLY)]
+    assert set_up[0].startswith("east-cache build") and set_up[1].startswith("east-train")
+    run(set_up[0], here)   # the built-in sample set into cache/, at the README's sizes
+    run(set_up[1] + " --max-steps 1", here)
+    assert (here / "cache" / "manifest.json").is_file() and (here / "runs" / "east" / "latest.pt").is_file()
+
+    make_data(here)
+    quick = [c for b in blocks("bash") if "pip install" not in b and "s3://" not in b for c in commands(b)]
+    assert any("convert --from icdar2015" in c for c in quick) and any(c.startswith("east-predict") for c in quick)
+    for command in quick:
+        run(command, here)
+    assert json.loads((here / "predictions.json").read_text())["images"]
+    inline = sorted(set(re.findall(r"`(east-cache (?:info|show|verify|bench) CACHE[^`]*)`", README)))
+    assert len(inline) == 4, inline
+    for command in inline:
+        run(command.replace("CACHE", "cache/receipts"), here)
+    assert (here / "crop.png").is_file()
+
+
+@pytest.mark.slow
+def test_the_own_loop_runs_as_written(tmp_path, monkeypatch):
+    """The README's loop, with a baseline-style model whose train_step is one optimiser step of the EAST loss."""
+    here = tmp_path / "user"
+    here.mkdir()
+    make_data(here)
+    run("east-cache build --data data/receipts --split train --out cache/receipts", here)
+
+    class BaselineModel:   # the BoostCamp baseline's contract: train_step(img, score, geo, roi) -> (loss, info)
+        def __init__(self):
+            self.net = EAST(0.5)
+            self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+            self.losses = []
+
+        def train_step(self, img, gt_score, gt_geo, roi):
+            parts = east_loss(*self.net(img), gt_score, gt_geo, roi)
+            self.opt.zero_grad()
+            parts["loss"].backward()
+            self.opt.step()
+            self.losses.append(parts["loss"].item())
+            return parts["loss"], {k: v.item() for k, v in parts.items()}
+
+    monkeypatch.chdir(here)
+    model = BaselineModel()
+    (code,) = blocks("python")
+    exec(compile(code.replace("batch_size=12", "batch_size=2"), "README.md", "exec"),
+         {"device": "cpu", "max_epoch": 2, "model": model})
+    assert len(model.losses) == 2 and all(torch.isfinite(torch.tensor(model.losses)))
+
+
+@pytest.mark.slow
+def test_the_bucket_commands_run_against_a_local_s3_server(s3, tmp_path):
+    here = tmp_path / "user"
+    here.mkdir()
+    make_data(here)
+    s3.fs().put(str(here / "data" / "receipts"), s3.url("receipts"), recursive=True)
+    (block,) = bash_blocks_with("s3://")
+    for command in commands(block):
+        run(command, here, bucket=s3.url())
+    assert s3.fs().exists(s3.url("cache", "receipts", "manifest.json"))
