@@ -127,3 +127,25 @@ def test_a_worker_holding_a_pickled_copy_warns_that_set_epoch_cannot_reach_it(ca
         copy[1]            # once per process
         CacheDataset(cache)[0]   # forked, or in this process: the epoch is shared
         pickle.loads(pickle.dumps(CacheDataset(cache)))[(0, 1)]
+
+
+def test_the_validation_loss_reads_the_same_crops_every_time(cache):
+    """A Loader moves to the next epoch's crops at each pass; the validation loss pins its loader to epoch 0, so
+    that one epoch's figure compares with the next."""
+    from east_cache import Loader
+    from east_cache.model import engine
+    from east_cache.model.config import TrainConfig
+    from east_cache.model.runtime import Runtime
+    seen = []
+
+    def model(image):
+        seen.append(image.clone())
+        b, _, s, _ = image.shape
+        return torch.full((b, 1, s // 2, s // 2), 0.5), torch.ones(b, 5, s // 2, s // 2)
+
+    model.eval = lambda: None
+    ctx = engine.new_context(TrainConfig(amp="off"), Runtime())
+    loader = Loader(cache, batch_size=2, shuffle=False)
+    first = engine.validation_loss(model, loader, ctx)
+    second = engine.validation_loss(model, loader, ctx)
+    assert torch.equal(seen[0], seen[1]) and first == second

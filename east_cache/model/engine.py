@@ -204,9 +204,10 @@ def check_bad_steps(ctx: Context) -> None:
 @torch.no_grad()
 def validation_loss(model, loader, ctx: Context) -> dict:
     """{"val_loss", "val_cls", ...}: the loss's parts over the validation loader, each sample counted once,
-    without jitter; reduced over the ranks."""
+    without jitter, on the same crops every time (epoch 0), so that epochs compare; reduced over the ranks."""
     model.eval()
     sums = torch.zeros(len(LOSS_KEYS) + 1, device=ctx.rt.device)
+    loader.set_epoch(0)
     for batch in loader:
         parts = forward_loss(model, batch, ctx)
         n = parts["loss"].new_full((1,), len(batch.image))
