@@ -31,7 +31,7 @@ BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every
                      "CACHE` alone brings it up to date; the defaults below are those of a new cache. The plan "
                      "(strategy and why, counts, size, what changed) is printed before any work starts.")
 BUILD_INTERRUPTED = ("interrupted: the previous cache, if any, is intact; run the same command again to finish "
-                     "(finished files are reused)")
+                     "(it reuses the finished files, and the finished samples of an unfinished npy file)")
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
@@ -160,8 +160,9 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
             f"to do [{r.seconds:.2f} s]")
         return 0
+    resumed = f", kept {r.resumed} from the interrupted build" if r.resumed else ""
     say(f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
-        f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
+        f"previous cache{resumed}; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
         f"[{r.seconds:.1f} s]")
     if r.cleanup_error:
         print(f"warning: the new cache is complete, but removing the previous build's files failed ({r.cleanup_error});"
