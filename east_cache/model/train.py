@@ -38,7 +38,6 @@ from east_cache.model.checkpoint import (
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.model.predict import split_files
 from east_cache.model.runtime import (
     Runtime,
     jsonl_writer,
@@ -50,6 +49,7 @@ from east_cache.model.runtime import (
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
+from east_cache.ingest.ufo import find_split
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
 from east_cache.store.remote.share import NodeShare
 
@@ -93,7 +93,7 @@ def run(argv: list[str] | None = None) -> int:
         cfg = resolve_config(args, rt.device)
         check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
         if cfg.val_data:
-            split_files(cfg.val_data, cfg.val_split)
+            find_split(cfg.val_data, cfg.val_split, "--val-data", "--val-split")
         status = 0
         if args.eval_only:
             evaluate_checkpoint(cfg, rt, args.checkpoint)
