@@ -102,7 +102,8 @@ def plan_lines(p: BuildPlan) -> list[str]:
     lines += [f"  strategy {p.strategy}, {p.file_format} files: {p.strategy_reason}",
               (f"  {p.images} images x {p.variants} variant(s) = {p.images * p.variants} samples in {p.files} file(s); "
                f"to write: {p.files_to_write} file(s), {p.samples_to_make} sample(s) to make, {p.samples_to_copy} "
-               f"to copy from the previous cache"),
+               f"to copy from the previous cache"
+               + (f", {p.samples_resumed} kept from the interrupted build" if p.samples_resumed else "")),
               f"  estimated size on disk: {mib:,.2f} MiB"]
     if p.codec_bytes:
         quality = f" at quality {p.image_quality}" if p.image_codec == "jpeg" else ""

@@ -31,7 +31,7 @@ BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every
                      "CACHE` alone brings it up to date; the defaults below are those of a new cache. The plan "
                      "(strategy and why, counts, size, what changed) is printed before any work starts.")
 BUILD_INTERRUPTED = ("interrupted: the previous cache, if any, is intact; run the same command again to finish "
-                     "(finished files are reused)")
+                     "(it reuses the finished files, and the finished samples of an unfinished npy file)")
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
@@ -160,8 +160,9 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
             f"to do [{r.seconds:.2f} s]")
         return 0
+    resumed = f", kept {r.resumed} from the interrupted build" if r.resumed else ""
     say(f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
-        f"previous cache; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
+        f"previous cache{resumed}; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
         f"[{r.seconds:.1f} s]")
     if r.cleanup_error:
         print(f"warning: the new cache is complete, but removing the previous build's files failed ({r.cleanup_error});"
@@ -256,11 +257,15 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
+    from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
     from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
+    from east_cache.reader.bench_loops import loops_report
     if a.batches is not None and a.batches < 1:
         print("error: --batches must be at least 1", file=sys.stderr)
         return 2
-    print(run(a.cache, a.workers or default_workers(), a.batch_sizes, a.batches))
+    workers = a.workers or default_workers()
+    print(run(a.cache, workers, a.batch_sizes, a.batches), flush=True)
+    print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device, training_loader))
     return 0
 
 
@@ -312,13 +317,16 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     v.add_argument("cache", type=flag_location, help="cache directory or URL (whose files are downloaded to check)")
     add_local_cache_args(v)
     v.set_defaults(func=cmd_verify)
-    bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy")
+    bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy; "
+                                      "then train.py's reading beside a loop of your own through east_cache.Loader")
     bn.add_argument("cache", type=flag_location, help="cache directory or URL")
     bn.add_argument("--workers", type=_int_list, default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
     bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
     bn.add_argument("--batches", type=int, default=None,
                     help="batches timed per setting and pass (default: as many as fit in about 2 s)")
+    bn.add_argument("--device", help="where the Loaders of the second table put their batches, as train.py's "
+                                     "--device (default: cuda when there is one, else cpu)")
     bn.set_defaults(func=cmd_bench)
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")

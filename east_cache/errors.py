@@ -81,6 +81,17 @@ class BuildInterrupted(KeyboardInterrupt):
         super().__init__(message)
 
 
+class BuildStopped(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during a build, before its commit: the previous cache is intact, and what the next build
+    of the same command takes over is said in numbers."""
+
+    def __init__(self, kept: int, samples: int, files_done: int, files: int, in_unfinished: int):
+        super().__init__(f"interrupted: the previous cache, if any, is intact; {kept} of {samples} samples are kept "
+                         f"for the next build ({files_done} of {files} file(s) finished, {in_unfinished} sample(s) "
+                         f"written into unfinished ones); run the same command again to make the other "
+                         f"{samples - kept}")
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse's parser with --debug, whose usage errors are one `error:` line (exit status 2) instead of the
     whole usage followed by the message. Subcommands' parsers are of this class too."""

@@ -35,7 +35,8 @@ def test_cli_imports_no_torch():
 def test_bench_prints_a_row_per_setting_a_memcpy_row_and_a_recommendation(cache, capsys):
     assert main(["bench", str(cache), "--workers", "0,1", "--batch-sizes", "2", "--batches", "3"]) == 0
     out = capsys.readouterr().out
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines() if line.startswith("| ")]
+    sweep = out.split("train.py's reading beside")[0]   # the first table; test_bench_loops.py reads the second
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in sweep.splitlines() if line.startswith("| ")]
     header, body = rows[0], rows[1:]
     assert header[:2] == ["workers", "batch"] and len(header) == 8
     settings = [r for r in body if r[0].isdigit()]

@@ -13,13 +13,12 @@ from pathlib import Path, PurePosixPath
 from PIL import Image
 
 from east_cache.errors import DataError
-from east_cache.ingest.imageio import oriented_size
+from east_cache.ingest.imageio import IMAGE_EXTENSIONS, oriented_size
 
 # The build's own orientation test, so that "clockwise" means the same on both sides.
 from east_cache.ingest.ufo import signed_area
 
 ILLEGIBLE_TEXT = "###"     # the ICDAR convention for "do not care", used by most formats
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SHOW_BAD = 5               # bad lines / images named in the summary; the rest are counted
 
 

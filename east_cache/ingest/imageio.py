@@ -25,6 +25,8 @@ from east_cache.ingest.files import NotAllowed, open_regular
 # A 100-byte PNG can declare 3.6 Gpx; the header is checked before any pixel is decoded. PIL's own check looks
 # at the stored size, which refuses a 200 Mpx phone JPEG that DCT scaling decodes at 3 Mpx, so it is off.
 MAX_DECODED_PIXELS = 100_000_000
+# Suffixes of the image files in a source folder (what convert links; what a look at a folder counts as images).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 Image.MAX_IMAGE_PIXELS = None
 # The value ranges a float or 32-bit grayscale image may use, and the 8-bit scale of each: the smallest that
 # holds the pixels is taken (a float page in [0, 1] would otherwise decode all black).

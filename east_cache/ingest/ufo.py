@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import math
+import shlex
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -17,6 +18,7 @@ from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from east_cache.ingest.objects import listed, source_path
 from east_cache.ingest.imageio import oriented_size
+from east_cache.ingest.lookalike import looks_like
 
 # Why a word is (not) a positive. Everything but CARE becomes a don't-care region (ROI = 0).
 CARE = 0            # legible quad: drawn in score and geometry
@@ -51,9 +53,10 @@ class ImageRecord:
 
 
 
-def find_split(data_dir, split: str) -> tuple[Path, Path]:
+def find_split(data_dir, split: str, data_flag: str = "--data", split_flag: str = "--split") -> tuple[Path, Path]:
     """(UFO JSON, image folder) of a split: DATA/ufo/{split}.json and DATA/images/ or else DATA/img/{split}/. DATA
-    may be a URL (objects.py): it is listed now, and its files are ObjectPaths."""
+    may be a URL (objects.py): it is listed now, and its files are ObjectPaths. The flags that gave DATA and the
+    split, for the error when there is no such split (missing_split)."""
     data_dir = listed(source_path(data_dir))
     if not split or "/" in split or "\0" in split or split.startswith("."):
         raise DataError(f"--split {split!r}: a split is a plain name such as train or val (it names ufo/SPLIT.json)")
@@ -63,13 +66,30 @@ def find_split(data_dir, split: str) -> tuple[Path, Path]:
     except NotAllowed as e:
         raise DataError(f"{json_path}: {e}; the UFO file must be a regular file") from None
     except OSError:
-        raise DataError(f"{json_path}: UFO file not found; pass the dataset root that holds ufo/{split}.json, "
-                        f"or choose another --split") from None
+        raise DataError(missing_split(data_dir, split, json_path, data_flag, split_flag)) from None
     tried = (data_dir / "images", data_dir / "img" / split)
     for folder in tried:
         if folder.is_dir():
             return json_path, folder
     raise DataError(f"{data_dir}: no image folder for split {split!r}; tried {tried[0]} and {tried[1]}")
+
+
+def missing_split(data_dir, split: str, json_path, data_flag: str, split_flag: str) -> str:
+    """Why DATA has no ufo/{split}.json, in one line: the splits it holds; or, where it holds none, the format of
+    convert/ it looks like and the command that makes a UFO root of it (a local folder only)."""
+    line = (f"{json_path}: UFO file not found; pass the dataset root that holds ufo/{split}.json, or choose another "
+            f"{split_flag}")
+    if not isinstance(data_dir, Path):
+        return line
+    held = sorted(p.stem for p in (data_dir / "ufo").glob("*.json")) if (data_dir / "ufo").is_dir() else []
+    if held:
+        return f"{line}; the splits there: {', '.join(held)}"
+    other = looks_like(data_dir, split)
+    if other is None:
+        return line
+    out = data_dir.with_name(data_dir.name + "-ufo")
+    return (f"{data_dir}: not a UFO dataset root (no ufo/{split}.json); it looks like {other.title}: convert it with "
+            f"`{other.command(out, split)}`, then pass {data_flag} {shlex.quote(str(out))}")
 
 
 @dataclass

@@ -94,9 +94,11 @@ def improves(score: tuple[str, float], best: dict | None) -> bool:
 
 
 def disk_use(out: Path, model) -> str:
-    """The size of one checkpoint (the weights and Adam's two moments), what out holds now and the space free."""
+    """The size of one checkpoint (the weights and Adam's two moments), what out holds now and the space free. A
+    file with several names (latest.pt and best.pt are hard links to epoch files) counts once."""
     per = 3 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    held = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else 0
+    stats = [f.stat() for f in out.rglob("*") if f.is_file()] if out.is_dir() else []
+    held = sum(st.st_size for st in {(st.st_dev, st.st_ino): st for st in stats}.values())
     free = shutil.disk_usage(nearest_existing(out)).free
     return f"about {per / 2**20:.0f} MB a checkpoint; {out} holds {held / 2**20:.0f} MB, {free / 2**30:.1f} GB free"
 

@@ -76,21 +76,9 @@ class Page(NamedTuple):
     height: int     # frame height (px)
 
 
-def split_files(root, split: str) -> tuple[Path, Path]:
-    """find_split's (UFO file, image folder) of a split; when ROOT/ufo holds no such split, its error names the
-    splits it holds."""
-    try:
-        return find_split(root, split)
-    except DataError as e:
-        held = sorted(p.stem for p in (Path(root) / "ufo").glob("*.json"))
-        if not held or split in held:
-            raise
-        raise DataError(f"{e}; the splits there: {', '.join(held)}") from None
-
-
 def pages_from_split(root, split: str, skip_bad: bool = False) -> tuple[list[Page], list[tuple[str, str]]]:
     """The images of ROOT/ufo/{split}.json (their words are not needed), and those skipped as (name, why)."""
-    records, summary = load_ufo(*split_files(root, split), BuildConfig(), skip_bad)
+    records, summary = load_ufo(*find_split(root, split), BuildConfig(), skip_bad)
     return [Page(r.name, r.path, r.width, r.height) for r in records], list(summary.bad)
 
 

@@ -38,7 +38,6 @@ from east_cache.model.checkpoint import (
 from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.model.predict import split_files
 from east_cache.model.runtime import (
     Runtime,
     jsonl_writer,
@@ -50,6 +49,7 @@ from east_cache.model.runtime import (
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
+from east_cache.ingest.ufo import find_split
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
 from east_cache.store.remote.share import NodeShare
 
@@ -93,7 +93,7 @@ def run(argv: list[str] | None = None) -> int:
         cfg = resolve_config(args, rt.device)
         check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
         if cfg.val_data:
-            split_files(cfg.val_data, cfg.val_split)
+            find_split(cfg.val_data, cfg.val_split, "--val-data", "--val-split")
         status = 0
         if args.eval_only:
             evaluate_checkpoint(cfg, rt, args.checkpoint)
@@ -111,9 +111,8 @@ def run(argv: list[str] | None = None) -> int:
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
-    local = (cfg.local_cache, cfg.local_cache_limit)   # where caches at URLs are downloaded
-    ds = open_cache(cfg.cache, cfg.rebuild, rt.rank, rt.world, *local)
-    val = open_cache(cfg.val_cache, cfg.rebuild, rt.rank, rt.world, *local) if cfg.val_cache else None
+    ds = open_run_cache(cfg, rt, cfg.cache)
+    val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
     check_caches(ds, val)
     model = EAST(ds.config.map_scale)
@@ -133,11 +132,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     nothing_left(cfg, ctx.state)
     net = torch.nn.parallel.DistributedDataParallel(model) if rt.world > 1 else model
     net = torch.compile(net) if cfg.compile else net
-    def loader(d, train: bool):   # the public reader; jitter in training only
-        return Loader(d, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
-                      rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0,
-                      share=share if train else None, nvjpeg_decode=cfg.nvjpeg)
-    loaders = (loader(ds, True), loader(val, False) if val is not None else None)
+    loaders = (run_loader(cfg, rt, ds, True, share), run_loader(cfg, rt, val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
         raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
                          f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
@@ -155,6 +150,26 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     with stop_on_signals(ctx.state, rt):
         run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
     return finish(ctx, argv)
+
+
+def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
+    """A cache of the run (its training or validation cache) opened for this process, brought up to date with
+    --rebuild; one at a URL downloaded into the run's local cache folder."""
+    return open_cache(path, cfg.rebuild, rt.rank, rt.world, cfg.local_cache, cfg.local_cache_limit)
+
+
+def run_loader(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, train: bool, share: NodeShare | None = None) -> Loader:
+    """The loader train.py reads ds by: the public reader, colour jitter and the node share in training only."""
+    return Loader(ds, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
+                  rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0, share=share if train else None,
+                  nvjpeg_decode=cfg.nvjpeg)
+
+
+def training_loader(cache, batch_size: int, workers: int | None, device) -> Loader:
+    """The training loader train.py --cache CACHE --batch-size B --workers W --device D reads by, its other flags
+    at their defaults (`bench` sets it beside a loop of your own)."""
+    cfg, rt = TrainConfig(cache=cache, batch_size=batch_size, workers=workers), Runtime(torch.device(device))
+    return run_loader(cfg, rt, open_run_cache(cfg, rt, cfg.cache), train=True)
 
 
 def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages=None) -> None:

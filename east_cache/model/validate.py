@@ -25,11 +25,11 @@ from east_cache.model.deteval import dataset_metrics, evaluate_image, gt_quads
 from east_cache.model.engine import Context, new_context
 from east_cache.model.model import EAST
 from east_cache.reader.images import prepare_images
-from east_cache.model.predict import Page, PredictConfig, predict, split_files
+from east_cache.model.predict import Page, PredictConfig, predict
 from east_cache.model.runtime import Runtime, jsonl_writer, sum_over_ranks
 from east_cache.model.scoring import Words, score_image
 from east_cache.config import BuildConfig
-from east_cache.ingest.ufo import ImageRecord, load_splits
+from east_cache.ingest.ufo import ImageRecord, find_split, load_splits
 from east_cache.reader.loader import open_cache
 
 FULL_PAGE_METRIC = "rect"   # the headline metric on full pages: the competition scorer
@@ -79,7 +79,7 @@ class ValPages:
 
 def val_pages(root: Path, split: str, cache_cfg: BuildConfig, batch_size: int) -> ValPages:
     """ROOT/ufo/{split}.json's images, ready to validate a model trained on a cache built with cache_cfg."""
-    split_files(root, split)   # a missing split is named with those there
+    find_split(root, split, "--val-data", "--val-split")   # a missing split is named with those there
     records, _ = load_splits([root], split, cache_cfg)
     return ValPages(records, PredictConfig(image_size=cache_cfg.image_size, map_scale=cache_cfg.map_scale,
                                            batch_size=batch_size))

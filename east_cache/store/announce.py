@@ -42,6 +42,7 @@ class BuildPlan:
     codec_reason: str = ""
     image_quality: int = 0      # jpeg: its quality
     codec_bytes: dict[str, int] = field(default_factory=dict)   # page caches: estimated data bytes under each codec
+    samples_resumed: int = 0    # rows an interrupted build finished in a file it left unfinished, not made again
 
 
 
@@ -64,7 +65,7 @@ def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Mani
                      len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
                      full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
                      option_changes(old, source, fmt), [warning] if warning else [], cfg.image_codec, codec_reason,
-                     cfg.image_quality if cfg.image_codec == "jpeg" else 0, codec_bytes)
+                     cfg.image_quality if cfg.image_codec == "jpeg" else 0, codec_bytes, plan.resumed)
 
 
 def upscale_warning(sizes: Sequence[tuple[int, int]], cfg: BuildConfig) -> str | None:

@@ -3,8 +3,9 @@
 Crash safety: new data files are written under temp names and renamed into place only when
 complete; the manifest is replaced atomically after every file is in place; files the new
 manifest no longer names are deleted only after that. A build killed at any point leaves the
-previous cache readable, and the next build reuses every file that was finished. What the build may
-touch in --out is outdir.py's; how workers start and stop (Ctrl-C) is pool.py's.
+previous cache readable, and the next build reuses every file that was finished and, in a file left
+unfinished, every row it had finished (journal.py; not for zarr, whose files are written whole). What
+the build may touch in --out is outdir.py's; how workers start and stop (Ctrl-C) is pool.py's.
 """
 from __future__ import annotations
 
@@ -21,41 +22,26 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import AUTO, BuildConfig
-from east_cache.errors import BuildError, BuildInterrupted, CacheError
-from east_cache.ingest.files import open_regular
+from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError
 from east_cache.ingest.objects import source_root
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.store.announce import announce
 from east_cache.store.atomic import fsync_path
-from east_cache.store.fingerprint import (
-    build_fingerprint,
-    json_fingerprints,
-    rows_checksum,
-    source_fingerprints,
-)
-from east_cache.store.format import (
-    DATA_DIR,
-    MANIFEST,
-    record_spec,
-    sample_bytes,
-)
+from east_cache.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
+from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
 from east_cache.store.formats import FileFormat, format_of, get_format
+from east_cache.store.journal import append_rows, journaled, resume
 from east_cache.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
 from east_cache.store.outdir import (
     build_lock,  # noqa: F401  (the lock is part of the build's API)
     collect_garbage,
+    corrupt_files,
     owned_out,
+    remove_other_temp_files,
     remove_temp_files,
 )
-from east_cache.store.plan import (
-    CORRUPT_MARKER,
-    FilePlan,
-    Plan,
-    make_plan,
-    stage_name,
-    tmp_name,
-)
+from east_cache.store.plan import CORRUPT_MARKER, FilePlan, Plan, journal_name, make_plan, stage_name, tmp_name
 from east_cache.store.pool import running
 from east_cache.store.sidecar import quads_checksum, quads_path, sidecar_arrays
 from east_cache.store.stale import Staleness, compare_sources, sources_unchanged
@@ -72,6 +58,7 @@ class BuildReport:
     samples: int = 0
     computed: int = 0           # samples made from the source images
     copied: int = 0             # samples copied from the previous cache
+    resumed: int = 0            # samples an interrupted build had finished in a file it left unfinished
     files_reused: int = 0
     files_written: int = 0
     files_removed: int = 0
@@ -118,7 +105,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
                          first_build=old is None)
     sources = source_fingerprints(records, check_content)
     build_fp = build_fingerprint(cfg)
-    corrupt = _corrupt_files(out)
+    corrupt = corrupt_files(out)
     plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
     report.changes = compare_sources(old.images, sources) if old else Staleness(added=list(sources))
     if old is not None and old.build_fingerprint != build_fp:
@@ -131,6 +118,8 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
             dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp, config=cfg).save(out)
         report.seconds = time.perf_counter() - t0
         return report
+    spec = record_spec(cfg)
+    going_on = set() if fmt.whole_file else resume(out, plan, spec)
     if on_plan is not None:
         on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
                          report.changes, codec_reason))
@@ -139,9 +128,16 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
     exif = {n for n in (old.exif_applied if old else []) if unchanged(n)}
     try:
+        remove_other_temp_files(out, going_on)
         _preallocate(out, cfg, plan, fmt, records)
         entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report, on_file)
-    except BaseException:   # what is unfinished is worthless; finished files stay, for the next build to reuse
+    except KeyboardInterrupt:   # Ctrl-C, SIGTERM: finished files and journaled rows stay, for the next build
+        kept, rows = journaled(out, plan, spec)
+        remove_temp_files(out, plan, kept)
+        done = [f for f in plan.files if data_path(out, f.name).exists()]
+        raise BuildStopped(sum(len(f.keys) for f in done) + rows, report.samples, len(done), len(plan.files),
+                           rows) from None
+    except BaseException:   # an error: finished files stay, for the next build to reuse
         remove_temp_files(out, plan)
         raise
     summary.exif_applied = len(exif)
@@ -264,22 +260,6 @@ def _same_files(old: Manifest, plan: Plan) -> bool:
     return [f.name for f in old.files] == [f.name for f in plan.files]
 
 
-def _corrupt_files(out: Path) -> set[str]:
-    """The files `verify` found bad (CORRUPT_MARKER), for this build to redo."""
-    marker = out / CORRUPT_MARKER
-    if not (marker.exists() or marker.is_symlink()):
-        return set()
-    try:
-        with open_regular(marker) as f:
-            names = json.loads(f.read())
-        if isinstance(names, list) and all(isinstance(n, str) for n in names):
-            return set(names)
-    except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
-        pass
-    raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
-                     f"`python -m preprocess verify {out}` again, then build")
-
-
 def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, records) -> None:
     """Reserve every new file's space up front: a full disk fails here, with a message, not mid-write. Page files
     are packed from sparse staging files: the check counts the pages' own bytes, and one file's staging beside its
@@ -297,6 +277,8 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, recor
                          f"the existing cache is unchanged.")
     fmt.check_writers(spec, max((len(f.keys) for f in plan.to_write), default=0))
     for f in plan.to_write:
+        if f.done:   # its staging file holds rows of an interrupted build: this build goes on with it
+            continue
         path = data_path(out, stage_name(f.name, spec))
         try:
             fmt.preallocate(path, spec, len(f.keys))
@@ -310,35 +292,51 @@ def _preallocate(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, recor
 def _execute(cfg, plan: Plan, out: Path, jobs, quiet, skip_bad, backend, notes, exif, report,
              on_file=None) -> list[FileEntry]:
     entries: list[FileEntry | None] = [None] * len(plan.files)
-    pending = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
+    pending: dict[int, dict] = {i: {} for i, f in enumerate(plan.files) if f.reuse is None}
     for i, f in enumerate(plan.files):
         if f.reuse is not None:
             entries[i] = f.reuse if isinstance(f.reuse, FileEntry) else _entry_from_disk(out, f, cfg)
             report.files_reused += 1
+    journal = not get_format(plan.file_format).whole_file
+
+    def arrived(rows: list[RowResult], resumed: bool = False) -> None:
+        """Rows reported (or kept from an interrupted build): files complete are finished, the rest journaled."""
+        unfinished: dict[int, list] = {}
+        for r in rows:
+            _record(r, notes, exif, report, resumed)
+            done, f = pending[r.file], plan.files[r.file]
+            done[r.row] = r
+            unfinished.setdefault(r.file, []).append((f.keys[r.row], r))
+            if len(done) == len(f.keys):
+                entries[r.file] = _finish_file(out, f, done, record_spec(cfg))
+                report.files_written += 1
+                if on_file is not None:
+                    on_file(entries[r.file].name)
+                del pending[r.file], unfinished[r.file]
+        for i, journaled_rows in unfinished.items():
+            if journal and not resumed:
+                append_rows(data_path(out, journal_name(plan.files[i].name)), journaled_rows)
+
+    arrived([r for f in plan.to_write for r in f.done.values()], resumed=True)
     progress = Progress(len(plan.tasks), "samples", quiet)
     with running(cfg, plan, jobs, skip_bad, backend) as results:
         for batch in results:
-            for r in batch:
-                _record(r, notes, exif, report)
-                rows = pending[r.file]
-                rows[r.row] = r
-                if len(rows) == len(plan.files[r.file].keys):
-                    entries[r.file] = _finish_file(out, plan.files[r.file], rows, record_spec(cfg))
-                    report.files_written += 1
-                    if on_file is not None:
-                        on_file(entries[r.file].name)
-                    del pending[r.file]
+            arrived(batch)
             progress.update(len(batch))
     progress.close()
     fsync_path(out / DATA_DIR)
     return entries
 
 
-def _record(r: RowResult, notes: dict, exif: set, report: BuildReport) -> None:
-    if r.name is None:
+def _record(r: RowResult, notes: dict, exif: set, report: BuildReport, resumed: bool = False) -> None:
+    if resumed:
+        report.resumed += 1
+    elif r.name is None:
         report.copied += 1
+    else:
+        report.computed += 1
+    if r.name is None:
         return
-    report.computed += 1
     (exif.add if r.exif else exif.discard)(r.name)
     if r.note:
         notes[r.name] = r.note
@@ -352,10 +350,9 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> Fi
     tmp = data_path(out, tmp_name(f.name))
     ordered = [rows[i] for i in range(len(f.keys))]
     final = data_path(out, f.name)
+    stage = data_path(out, stage_name(f.name, spec))
     if spec.kind.packed:
-        stage = data_path(out, stage_name(f.name, spec))
         format_of(final).pack(stage, tmp, spec, [r.lengths for r in ordered])
-        stage.unlink()
     final_quads = quads_path(final)
     tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
     np.savez(tmp_quads, **sidecar_arrays(ordered))
@@ -364,6 +361,8 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> Fi
     os.replace(tmp_quads, final_quads)
     fmt = format_of(final)
     fmt.install(tmp, final)
+    for p in (stage, data_path(out, journal_name(f.name))):   # kept until now: a kill before leaves the rows
+        p.unlink(missing_ok=True)
     return _file_entry(final, f, rows_checksum(r.crc for r in ordered), fmt)
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from east_cache.errors import BuildError
 from east_cache.ingest.files import open_regular
-from east_cache.store.format import DATA_DIR, MANIFEST
+from east_cache.store.format import DATA_DIR, MANIFEST, QUADS_SUFFIX
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path
-from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, Plan, temp_names, tmp_name
+from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, TMP_SUFFIX, Plan, temp_names, tmp_name
 from east_cache.store.sidecar import quads_path
 
 LOCK = ".lock"
@@ -43,6 +43,22 @@ def owned_out(out: Path):
             except OSError:
                 break
         raise
+
+
+def corrupt_files(out: Path) -> set[str]:
+    """The files `verify` found bad (CORRUPT_MARKER), for this build to redo."""
+    marker = out / CORRUPT_MARKER
+    if not (marker.exists() or marker.is_symlink()):
+        return set()
+    try:
+        with open_regular(marker) as f:
+            names = json.loads(f.read())
+        if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return set(names)
+    except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
+        pass
+    raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
+                     f"`python -m preprocess verify {out}` again, then build")
 
 
 def build_holder(out: Path) -> str | None:
@@ -109,15 +125,34 @@ def _holds_our_files(out: Path) -> bool:
     return (out / LOCK).exists() or (data.is_dir() and any(OWN_FILE.fullmatch(p.name) for p in data.iterdir()))
 
 
-def remove_temp_files(out: Path, plan: Plan) -> None:
-    """The preallocated temp files of a build that failed, and their sidecars' (gigabytes, of no use)."""
+def remove_temp_files(out: Path, plan: Plan, keep: set[str] = frozenset()) -> None:
+    """The preallocated temp files of a build that failed, and their sidecars' (gigabytes, of no use), but for the
+    names in keep (staging files with finished rows, and their journals: journal.py)."""
     for f in plan.to_write:
         sidecar = quads_path(data_path(out, f.name))
         for p in (*(data_path(out, n) for n in temp_names(f.name)), sidecar.with_name(tmp_name(sidecar.name))):
-            try:
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-            except OSError:   # a failing disk: the next build collects them by name
-                pass
+            if p.name not in keep:
+                _remove(p)
+
+
+def remove_other_temp_files(out: Path, keep: set[str]) -> None:
+    """Before a build writes: the temp files that earlier builds left in data/ (a killed build's, the staging
+    files of an interrupted build of other samples), but for the names in keep, which this build goes on with.
+    Their space is free for this build then, not only after its commit."""
+    for p in (out / DATA_DIR).iterdir():
+        if OWN_FILE.fullmatch(p.name) and _temp(p.name) and p.name not in keep:
+            _remove(p)
+
+
+def _temp(name: str) -> bool:
+    return name.endswith((TMP_SUFFIX, tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX)))
+
+
+def _remove(p: Path) -> None:
+    try:
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    except OSError:   # a failing disk: the next build collects them by name
+        pass
 
 
 def collect_garbage(out: Path, keep: set[str]) -> int:

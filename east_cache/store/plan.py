@@ -44,6 +44,8 @@ class FilePlan:
     members: list[tuple[int, int]]
     reuse: FileEntry | bool | None = None   # kept as it is: its old manifest entry, or True for a file finished
                                             # by an interrupted build (no entry yet); None: to write
+    done: dict = field(default_factory=dict)   # to write: rows an interrupted build finished in its staging file
+                                               # (worker.RowResult by row, journal.py), not to be made again
 
 
 @dataclass
@@ -59,6 +61,11 @@ class Plan:
     def count(self, kind: str) -> int:
         return sum((t.src is None) == (kind == "compute") for t in self.tasks)
 
+    @property
+    def resumed(self) -> int:
+        """Rows an interrupted build finished, kept in the staging files of the files to write."""
+        return sum(len(f.done) for f in self.to_write)
+
 
 def sample_keys(build_fp: str, records, sources: dict[str, ImageSource]) -> list[str]:
     return [digest(build_fp, r.name, sources[r.name].ann, sources[r.name].file) for r in records]
@@ -66,6 +73,7 @@ def sample_keys(build_fp: str, records, sources: dict[str, ImageSource]) -> list
 
 TMP_SUFFIX = ".tmp"   # a file being written; renamed to its final name when complete
 STAGE_SUFFIX = ".slots"   # before TMP_SUFFIX: a packed kind's staging file of fixed slots (formats/packed.py)
+ROWS_SUFFIX = ".rows"     # before TMP_SUFFIX: the journal of a staging file's finished rows (journal.py)
 
 
 def file_name(strategy: str, index: int, digest16: str, file_format: str) -> str:
@@ -83,9 +91,14 @@ def stage_name(name: str, spec: RecordSpec) -> str:
     return name + STAGE_SUFFIX + TMP_SUFFIX if spec.kind.packed else tmp_name(name)
 
 
+def journal_name(name: str) -> str:
+    """The journal of the rows finished in data file name's staging file, kept across an interruption."""
+    return name + ROWS_SUFFIX + TMP_SUFFIX
+
+
 def temp_names(name: str) -> list[str]:
     """Every temp name a build may write a data file under (outdir.remove_temp_files removes them)."""
-    return [tmp_name(name), name + STAGE_SUFFIX + TMP_SUFFIX]
+    return [tmp_name(name), name + STAGE_SUFFIX + TMP_SUFFIX, journal_name(name)]
 
 
 def _alternatives(words) -> str:
@@ -93,10 +106,10 @@ def _alternatives(words) -> str:
 
 
 # Every name a build writes in CACHE/data/: file_name's data files (X.npy, X.zarr), their sidecars (X.quads.npz,
-# named from the stem), the temp names of both, and the staging files of packed data files. Garbage collection
+# named from the stem), the temp names of both, the staging files of packed data files and the journals. Garbage collection
 # deletes only these, so that a --out holding anything else (a dataset's own data/ folder) loses nothing.
 OWN_FILE = re.compile(rf"{_alternatives(STRATEGIES)}-\d{{5}}-[0-9a-f]{{16}}"
-                      rf"(\.{_alternatives(FILE_FORMATS)}(({re.escape(STAGE_SUFFIX)})?{re.escape(TMP_SUFFIX)})?"
+                      rf"(\.{_alternatives(FILE_FORMATS)}({_alternatives((STAGE_SUFFIX, ROWS_SUFFIX))}?{re.escape(TMP_SUFFIX)})?"
                       rf"|{re.escape(QUADS_SUFFIX)}({re.escape(tmp_name(QUADS_SUFFIX).removeprefix(QUADS_SUFFIX))})?)")
 
 
