@@ -1,4 +1,4 @@
-"""Page image codecs, raw and jpeg, side by side in one run: what a cache takes on disk, what its build costs, how
+"""Page image codecs, raw and jpeg (its default 4:2:0 chroma, and 4:4:4), side by side in one run: what a cache takes on disk, what its build costs, how
 fast its crops are read, and the image error jpeg adds. Prints markdown tables; asserts nothing.
 
 Data: camera photos (common.bench_photos: 12 MP and A4 phone-like JPEGs; default build settings, crops of 1024 and
@@ -41,7 +41,8 @@ from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
 from east_cache.tools.info import disk_bytes
 
-CODECS = ("raw", "jpeg")
+CODECS = {"raw": {"image_codec": "raw"}, "jpeg": {"image_codec": "jpeg"},   # each codec's build options
+          "jpeg 4:4:4": {"image_codec": "jpeg", "image_chroma": "444"}}
 TARGETS = ("score", "geo", "roi")
 
 
@@ -74,11 +75,16 @@ def cache_bytes(out: Path) -> int:
     return sum(disk_bytes(p) + disk_bytes(quads_path(p)) for p in paths)
 
 
-def build(s: DataSet, codec: str, size: int, out: Path) -> float:
-    """Seconds of a one-job build of the set in a codec at a crop size, into out (made anew)."""
+def folder(work: Path, codec: str, size: int) -> Path:
+    return work / f"{codec.replace(' ', '-').replace(':', '')}-{size}"
+
+
+def build(s: DataSet, codec: str, size: int, work: Path) -> float:
+    """Seconds of a one-job build of the set in a codec at a crop size, into its folder in work (made anew)."""
+    out = folder(work, codec, size)
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    build_cache(dataclasses.replace(s.cfg, input_size=size, image_codec=codec), [s.root], out, jobs=1, quiet=True)
+    build_cache(dataclasses.replace(s.cfg, input_size=size, **CODECS[codec]), [s.root], out, jobs=1, quiet=True)
     return time.perf_counter() - t0
 
 
@@ -159,9 +165,9 @@ def main() -> None:
             for _ in range(a.repeat):
                 floor.append(floor_seconds(records, dataclasses.replace(s.cfg, input_size=s.crops[0])) / len(records))
                 for codec in CODECS:
-                    seconds[codec].append(build(s, codec, s.crops[0], work / f"{codec}-{s.crops[0]}") / len(records))
+                    seconds[codec].append(build(s, codec, s.crops[0], work) / len(records))
             for codec in CODECS:
-                per_image = cache_bytes(work / f"{codec}-{s.crops[0]}") / len(records)
+                per_image = cache_bytes(folder(work, codec, s.crops[0])) / len(records)
                 ratio = [t / f for t, f in zip(seconds[codec], floor)]
                 sizes.append([s.label, str(len(records)), f"{source / 2**20:.3f}", codec, f"{per_image / 2**20:.3f}",
                               f"{per_image / source:.2f}", spread(seconds[codec], "{:.3f}"), spread(ratio, "{:.2f}")])
@@ -169,26 +175,29 @@ def main() -> None:
             for size in s.crops:
                 for codec in CODECS:
                     if size != s.crops[0]:
-                        build(s, codec, size, work / f"{codec}-{size}")
+                        build(s, codec, size, work)
                 rates = {(c, w): [] for c in CODECS for w in (0, 1, 2)}
                 for _ in range(a.repeat):
                     for w in (0, 1, 2):
                         for codec in CODECS:
-                            rates[(codec, w)].append(read_rates(work / f"{codec}-{size}", w, a.epochs, a.batch_size))
+                            rates[(codec, w)].append(read_rates(folder(work, codec, size), w, a.epochs, a.batch_size))
                 for codec in CODECS:
                     row = [f"{s.label}, {size} px", codec]
                     for w in (0, 1, 2):
                         row.append(spread([r[0] for r in rates[(codec, w)]]))
                     per_core = [r[1] for w in (1, 2) for r in rates[(codec, w)]]
                     row.append(spread(per_core))
-                    ratio = [j[0] / r[0] for j, r in zip(rates[("jpeg", 1)], rates[("raw", 1)])]
-                    row.append(spread(ratio, "{:.2f}") if codec == "jpeg" else "")
+                    ratio = [j[0] / r[0] for j, r in zip(rates[(codec, 1)], rates[("raw", 1)])]
+                    row.append(spread(ratio, "{:.2f}") if codec != "raw" else "")
                     reads.append(row)
                     done[(s.label, size, codec)] = statistics.median(per_core)
-                e = image_error(work / f"raw-{size}", work / f"jpeg-{size}", a.epochs)
-                errors.append([f"{s.label}, {size} px", str(e["crops"]), f"{e['worst']:.1f}", f"{e['median']:.1f}",
-                               str(e["max_abs"]), "yes" if e["same"] else "NO"])
-                done[(s.label, size, "same")] = e["same"]
+                for codec in CODECS:
+                    if codec == "raw":
+                        continue
+                    e = image_error(folder(work, "raw", size), folder(work, codec, size), a.epochs)
+                    errors.append([f"{s.label}, {size} px", codec, str(e["crops"]), f"{e['worst']:.1f}",
+                                   f"{e['median']:.1f}", str(e["max_abs"]), "yes" if e["same"] else "NO"])
+                    done[(s.label, size, codec, "same")] = e["same"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"Machine: {machine()}; {a.repeat} run(s) of each measurement, codecs alternated: median [min-max].\n")
@@ -197,11 +206,12 @@ def main() -> None:
                  "build s / image", "build / make_page floor"], sizes))
     print("\n### Read speed of train.py's crops (compact items)\n")
     print(table(["data, crop", "codec", "in process crops/s", "1 worker crops/s", "2 workers crops/s",
-                 "workers' crops per CPU s (per core)", "jpeg / raw, 1 worker"], reads))
+                 "workers' crops per CPU s (per core)", "/ raw, 1 worker"], reads))
     print("\n### Image error of jpeg crops against raw crops (targets compared bit for bit)\n")
-    print(table(["data, crop", "crops", "worst PSNR dB", "median PSNR dB", "max abs", "targets identical"], errors))
+    print(table(["data, crop", "codec", "crops", "worst PSNR dB", "median PSNR dB", "max abs", "targets identical"],
+                errors))
     print("\n### The issue's targets\n")
-    same = all(v for k, v in done.items() if k[2] == "same")
+    same = all(v for k, v in done.items() if k[-1] == "same")
     rows = [["jpeg cache of camera photos / the photos' bytes", "<= 1",
              f"{done[('camera photos', 'size', 'jpeg')]:.2f}"],
             ["jpeg cache of ICDAR-like photos / the photos' bytes", "<= 2.5",

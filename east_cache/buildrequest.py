@@ -106,7 +106,7 @@ def plan_lines(p: BuildPlan) -> list[str]:
                + (f", {p.samples_resumed} kept from the interrupted build" if p.samples_resumed else "")),
               f"  estimated size on disk: {mib:,.2f} MiB"]
     if p.codec_bytes:
-        quality = f" at quality {p.image_quality}" if p.image_codec == "jpeg" else ""
+        quality = f" at {p.image_settings}" if p.image_settings else ""
         sizes = ", ".join(f"{c} {b / 2**20:,.2f} MiB" for c, b in p.codec_bytes.items())
         lines.insert(-1, f"  image codec {p.image_codec}{quality}: {p.codec_reason} (estimated: {sizes})")
     lines += [f"warning: {w}" for w in p.warnings]

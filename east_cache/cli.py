@@ -12,7 +12,16 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.config import AUTO, CROP_MODES, DEFAULT_IGNORE_TAGS, IMAGE_CODECS, MAP_SCALES, STRATEGIES, BuildConfig
+from east_cache.config import (
+    AUTO,
+    CROP_MODES,
+    DEFAULT_IGNORE_TAGS,
+    IMAGE_CHROMAS,
+    IMAGE_CODECS,
+    MAP_SCALES,
+    STRATEGIES,
+    BuildConfig,
+)
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
 from east_cache.errors import CommandParser, run_command
@@ -88,7 +97,11 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "in half the available RAM, else jpeg, and an existing cache's while nothing else changes "
                         "(default auto)")
     p.add_argument("--image-quality", type=int,
-                   help="JPEG quality 1..100 of --image-codec jpeg pages (4:4:4 chroma)" + kept(d.image_quality))
+                   help="JPEG quality 1..100 of --image-codec jpeg pages" + kept(d.image_quality))
+    p.add_argument("--image-chroma", choices=IMAGE_CHROMAS,
+                   help="chroma of --image-codec jpeg pages: 420, colour at half resolution both ways (text edges "
+                        "live in the brightness, kept whole; smaller and faster to decode); 444, colour at full "
+                        "resolution, for text that differs from its ground by colour alone" + kept(d.image_chroma))
     p.add_argument("--crop-tries", type=int,
                    help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
                         "is taken" + kept(d.crop_tries))

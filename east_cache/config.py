@@ -25,6 +25,9 @@ CROP_MODES = ("read", "build")
 # How a page's image is stored (--crop read): raw tiles, read at memory speed, or JPEG tiles, a crop decoding only
 # those it covers; auto: the build picks one (store/strategy.py choose_codec), and its manifest records which.
 IMAGE_CODECS = ("raw", "jpeg")
+# Chroma of jpeg pages: "420" stores colour at half resolution both ways (luminance, where text edges are, stays
+# whole; smaller, and faster to decode), "444" at full resolution (for text told from its ground by colour alone).
+IMAGE_CHROMAS = ("420", "444")
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,8 @@ class BuildConfig:
     batch_size: int = 8             # records per file for the batch strategy
     image_codec: str = AUTO         # a page's image: raw tiles, or jpeg tiles; auto: the build picks (raw when the
                                     # raw cache fits comfortably in RAM); --crop build records keep raw images
-    image_quality: int = 90         # libjpeg quality 1..100 of jpeg page tiles (4:4:4 chroma)
+    image_quality: int = 90         # libjpeg quality 1..100 of jpeg page tiles
+    image_chroma: str = "420"       # chroma of jpeg page tiles: 420 (half resolution both ways) or 444 (full)
 
     def __post_init__(self) -> None:
         if self.strategy not in (AUTO, *STRATEGIES):
@@ -57,6 +61,8 @@ class BuildConfig:
             raise UsageError(f"--image-codec {self.image_codec!r} is not one of {AUTO}, {', '.join(IMAGE_CODECS)}")
         if not 1 <= self.image_quality <= 100:
             raise UsageError(f"--image-quality {self.image_quality} must lie in 1..100 (libjpeg's quality)")
+        if self.image_chroma not in IMAGE_CHROMAS:
+            raise UsageError(f"--image-chroma {self.image_chroma!r} is not one of {', '.join(IMAGE_CHROMAS)}")
         if self.crop not in CROP_MODES:
             raise UsageError(f"--crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
         if self.map_scale not in MAP_SCALES:

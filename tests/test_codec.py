@@ -8,6 +8,7 @@ import json
 import cv2
 import numpy as np
 import pytest
+import simplejpeg
 import torch
 from helpers import photo, psnr, small_config
 
@@ -18,6 +19,7 @@ from east_cache.reader import jpeg_device
 from east_cache.reader.expand import expand_batch
 from east_cache.store import strategy
 from east_cache.store.build import build_cache
+from east_cache.store.jpeg_tiles import tile_stream
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import JPEG_BLOCK, JPEG_STREAMS
 from east_cache.tools.sampledata import write_sample_dataset
@@ -130,18 +132,33 @@ def test_the_plan_and_info_say_the_codec_its_reason_and_both_sizes(photo_root, t
             "--jobs", "1", "--image-codec", "jpeg", "--image-quality", "85"]
     assert cli_main(args) == 0
     err = capsys.readouterr().err
-    assert "image codec jpeg at quality 85: chosen with --image-codec (estimated: raw " in err and " jpeg " in err
+    assert "image codec jpeg at quality 85, chroma 4:2:0: chosen with --image-codec (estimated: raw " in err
+    assert " jpeg " in err
     assert cli_main(["info", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "images     jpeg: JPEG tiles of 128 px at quality 85" in printed and "chosen with --image-codec" in printed
+    assert "images     jpeg: JPEG tiles of 128 px at quality 85, chroma 4:2:0" in printed
+    assert "chosen with --image-codec" in printed
     assert "--image-codec jpeg --image-quality 85" in Manifest.load(out).build_command(out)
 
 
-def test_changing_the_codec_or_its_quality_rebuilds_everything(photo_root, tmp_path):
+def tile_chroma(cache) -> str:
+    """The chroma subsampling of the first page's first JPEG tile, as its header says ("420", "444")."""
+    tiles = CacheDataset(cache).cropper.page(0, 0).image.tiles
+    return simplejpeg.decode_jpeg_header(tile_stream(tiles, 0, "first page"))[3]
+
+
+def test_changing_the_codec_its_quality_or_chroma_rebuilds_everything(photo_root, caches, tmp_path):
     out = tmp_path / "c"
     build(photo_root, out, image_codec="jpeg")
+    assert tile_chroma(out) == "420"
     r = build(photo_root, out, image_codec="jpeg", image_quality=80)
     assert r.computed == 10 and "image_quality: 90 -> 80" in r.full_rebuild_reason
+    r = build(photo_root, out, image_codec="jpeg", image_quality=90, image_chroma="444")
+    assert r.computed == 10 and "image_chroma: 420 -> 444" in r.full_rebuild_reason and tile_chroma(out) == "444"
+    assert "--image-codec jpeg --image-chroma 444" in Manifest.load(out).build_command(out)
+    raw, full = CacheDataset(caches[0]), CacheDataset(out)   # full chroma: within the bound of raw too, targets equal
+    worst = min(psnr(a["image"], b["image"]) for a, b in zip(items(raw, 1), items(full, 1), strict=True))
+    assert PSNR_BOUND_DB <= worst < np.inf, worst
     r = build(photo_root, out, image_codec="raw")
     assert r.computed == 10 and "image_codec: jpeg -> raw" in r.full_rebuild_reason
     assert Manifest.load(out).spec.kind.name == "page"
@@ -201,8 +218,8 @@ def test_a_page_whose_jpeg_outgrows_its_slot_is_refused_naming_the_image(monkeyp
     from east_cache.errors import DataError
     from east_cache.store import page_jpeg
     noise = np.random.default_rng(0).integers(0, 256, (3, 256, 256), np.uint8)
-    image = page_jpeg.JpegCodec(100).encode(noise, "train.json: image a.jpg")
+    image = page_jpeg.JpegCodec(100, "444").encode(noise, "train.json: image a.jpg")
     assert noise.nbytes < image.tiles.nbytes <= page_jpeg.jpeg_values((256, 256))
     monkeypatch.setattr(page_jpeg, "JPEG_BOUND", 1)
     with pytest.raises(DataError, match=r"image a\.jpg: its page's JPEG tiles .*--image-quality"):
-        page_jpeg.JpegCodec(100).encode(noise, "train.json: image a.jpg")
+        page_jpeg.JpegCodec(100, "444").encode(noise, "train.json: image a.jpg")

@@ -12,6 +12,7 @@ from east_cache.config import IMAGE_CODECS, BuildConfig
 from east_cache.store.format import record_spec, sample_bytes
 from east_cache.store.formats import FileFormat
 from east_cache.store.manifest import Manifest, Source
+from east_cache.store.page_jpeg import jpeg_settings_words
 from east_cache.store.plan import Plan
 from east_cache.store.stale import Staleness
 
@@ -40,7 +41,7 @@ class BuildPlan:
     warnings: list[str] = field(default_factory=list)   # settings that misfit the data, shown before the work
     image_codec: str = "raw"    # the page image codec (resolved), and why
     codec_reason: str = ""
-    image_quality: int = 0      # jpeg: its quality
+    image_settings: str = ""    # jpeg: its quality and chroma, in words
     codec_bytes: dict[str, int] = field(default_factory=dict)   # page caches: estimated data bytes under each codec
     samples_resumed: int = 0    # rows an interrupted build finished in a file it left unfinished, not made again
 
@@ -65,7 +66,7 @@ def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Mani
                      len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
                      full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
                      option_changes(old, source, fmt), [warning] if warning else [], cfg.image_codec, codec_reason,
-                     cfg.image_quality if cfg.image_codec == "jpeg" else 0, codec_bytes, plan.resumed)
+                     jpeg_settings_words(cfg) if cfg.image_codec == "jpeg" else "", codec_bytes, plan.resumed)
 
 
 def upscale_warning(sizes: Sequence[tuple[int, int]], cfg: BuildConfig) -> str | None:

@@ -146,8 +146,8 @@ PAGE = RecordKind("page", (
 # The same page with its image as JPEG tiles and no maps: a reader draws a crop's maps from the page's words.
 JPEG_PAGE = RecordKind("jpeg-page", (
     Field("image", np.dtype(np.uint8), PageShape("jpeg"),
-          doc="RGB page as JPEG tiles of page_jpeg.JPEG_TILE_PX at the config's image_quality, 4:4:4, packed by "
-              "jpeg_tiles.pack (shared header, CRC32 per tile)"),
+          doc="RGB page as JPEG tiles of page_jpeg.JPEG_TILE_PX at the config's image_quality and image_chroma, "
+              "packed by jpeg_tiles.pack (shared header, CRC32 per tile)"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ), page_codec="jpeg")
 RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE)}

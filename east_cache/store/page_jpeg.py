@@ -35,7 +35,6 @@ from east_cache.store.jpeg_tiles import (
 from east_cache.store.page_record import RAW_TILES, RawTiles, block_tiles, page_bytes, tile_grid
 
 JPEG_TILE_PX = 128        # side of a page's JPEG tiles, page px: a multiple of the JPEG MCU and of page_record.TILE_PX
-JPEG_SUBSAMPLING = "444"  # full-resolution chroma: coloured text keeps its edges
 # A page's packed tiles may take at most this many times its raw tiles' bytes (plus the pack's index): the size of
 # its slot while the build writes it. JPEG exceeds raw pixels only for noise at the highest qualities; an encoding
 # past the bound is refused, naming the image.
@@ -136,12 +135,13 @@ def empty_tiles(tile: int) -> JpegTiles:
 
 
 class JpegCodec:
-    """Image codec "jpeg" (see RawTiles for what a codec answers): tiles of JPEG_TILE_PX at a quality."""
+    """Image codec "jpeg" (see RawTiles for what a codec answers): tiles of JPEG_TILE_PX at a quality and chroma
+    subsampling (config.IMAGE_CHROMAS)."""
     name = "jpeg"
     stores_maps = False
 
-    def __init__(self, quality: int):
-        self.settings = JpegSettings(JPEG_TILE_PX, quality, JPEG_SUBSAMPLING)
+    def __init__(self, quality: int, chroma: str):
+        self.settings = JpegSettings(JPEG_TILE_PX, quality, chroma)
 
     def values(self, size: tuple[int, int]) -> int:
         return jpeg_values(size)
@@ -191,4 +191,9 @@ def tiles_problem(field: np.ndarray, size, where: str) -> str | None:
 
 def codec_of(cfg: BuildConfig) -> RawTiles | JpegCodec:
     """The image codec of a page cache built with cfg (its image_codec resolved)."""
-    return JpegCodec(cfg.image_quality) if cfg.image_codec == "jpeg" else RAW_TILES
+    return JpegCodec(cfg.image_quality, cfg.image_chroma) if cfg.image_codec == "jpeg" else RAW_TILES
+
+
+def jpeg_settings_words(cfg: BuildConfig) -> str:
+    """How a config's jpeg pages are encoded, in words: "quality 90, chroma 4:2:0"."""
+    return f"quality {cfg.image_quality}, chroma {':'.join(cfg.image_chroma)}"

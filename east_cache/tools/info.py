@@ -5,9 +5,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from east_cache.config import BuildConfig
 from east_cache.errors import skipped_reason
 from east_cache.store.manifest import Manifest, data_path
-from east_cache.store.page_jpeg import JPEG_TILE_PX
+from east_cache.store.page_jpeg import JPEG_TILE_PX, jpeg_settings_words
 from east_cache.store.sidecar import quads_path
 from east_cache.tools.coverage import TRAIN_EPOCHS, cache_coverage
 
@@ -27,8 +28,8 @@ def coverage_line(c: dict) -> str:
 def codec_line(s: dict) -> str:
     """How the cache stores its images, and why."""
     c = s["config"]
-    what = (f"jpeg: JPEG tiles of {JPEG_TILE_PX} px at quality {c['image_quality']}, 4:4:4, a crop decodes those "
-            f"it covers; maps drawn from the words" if s["image_codec"] == "jpeg"
+    what = (f"jpeg: JPEG tiles of {JPEG_TILE_PX} px at {jpeg_settings_words(BuildConfig.from_dict(c))}, a crop "
+            f"decodes those it covers; maps drawn from the words" if s["image_codec"] == "jpeg"
             else "raw: pixels as they are, nothing to decode")
     return f"{what} ({s['codec_reason']})" if s["codec_reason"] else what
 
