@@ -6,15 +6,17 @@ delivers). Prints markdown tables; asserts nothing.
 - ahead: a reader that spends --compute-ms on each data file of a cache, in epoch order, with files downloaded
   when first read, and with download ahead (Ahead: --ahead files before the reader, --jobs at once)
 - epochs: train.py's loader (page-mode cache of --images sample pages, one variant so that every epoch reads every
-  file, compact items, --batch-size, read in this process, no model) over --epochs epochs: items/s from the bucket
-  through a fresh local cache folder against the same cache on local disk, in the same run; MiB and files
+  file, compact items, --batch-size, read in this process, no model): items/s from the bucket through a fresh
+  local cache folder against the same cache on local disk, in the same run, their --timed-epochs epochs read in
+  turns; over --epochs epochs, MiB and files
   downloaded per node per epoch with no limit, with the limit at half the cache, and under the node share of two
   nodes (two processes at once, a folder each)
 
 Needs `moto[server]` and s3fs (the dev extra). Without them, prints a note and exits 0.
 
     python benchmarks/bench_remote.py [--mib 100] [--files 12] [--file-mib 8] [--compute-ms 150] [--ahead 4]
-                                      [--jobs 4] [--images 24] [--chunk 1] [--epochs 6] [--batch-size 4]
+                                      [--jobs 4] [--images 24] [--chunk 1] [--epochs 6] [--timed-epochs 21]
+                                      [--batch-size 4]
 """
 from __future__ import annotations
 
@@ -115,14 +117,19 @@ def page_cache(images: int, chunk: int, work: Path) -> tuple[Path, str]:
 
 
 def read_epochs(cache, epochs: int, batch: int, folder: Path | None = None, limit: int = 0, node=None) -> list:
-    """[(seconds, MiB downloaded, data files downloaded)] per epoch of train.py's loader over cache (a folder, or a
-    URL read through a fresh local cache folder), read in this process; node: (node rank, nodes) of a node share."""
+    """[(seconds, items, MiB downloaded, data files downloaded)] per epoch of train.py's loader over cache (a
+    folder, or a URL read through a fresh local cache folder), read in this process; node: (node rank, nodes) of a
+    node share."""
+    return list(each_epoch(cache, epochs, batch, folder, limit, node))
+
+
+def each_epoch(cache, epochs: int, batch: int, folder: Path | None = None, limit: int = 0, node=None):
+    """read_epochs' epochs, each yielded once read (so that two caches' epochs can be read in turns)."""
     from east_cache.reader.loader import make_loader, open_cache
     from east_cache.store.remote.share import NodeShare
     ds = open_cache(str(cache), False, local_cache=folder, local_cache_limit=limit)
     share = NodeShare(node[1], node[0]) if node else None
     loader = make_loader(ds, batch, True, seed=0, workers=0, share=share)
-    out = []
     for epoch in range(epochs):
         loader.sampler.set_epoch(epoch)
         before = (ds.remote.downloaded_bytes, ds.remote.downloaded_files) if ds.remote else (0, 0)
@@ -130,15 +137,14 @@ def read_epochs(cache, epochs: int, batch: int, folder: Path | None = None, limi
         items = sum(len(next(iter(b.values()))) for b in loader)
         seconds = time.perf_counter() - t0
         after = (ds.remote.downloaded_bytes, ds.remote.downloaded_files) if ds.remote else (0, 0)
-        out.append((seconds, items, (after[0] - before[0]) / MIB, after[1] - before[1]))
-    return out
+        yield seconds, items, (after[0] - before[0]) / MIB, after[1] - before[1]
 
 
 def _node(url: str, folder: Path, epochs: int, batch: int, node, results) -> None:
     results.put((node[0], read_epochs(url, epochs, batch, folder, node=node)))
 
 
-def epoch_tables(images: int, chunk: int, epochs: int, batch: int, work: Path) -> str:
+def epoch_tables(images: int, chunk: int, epochs: int, timed_epochs: int, batch: int, work: Path) -> str:
     from multiprocessing import get_context
 
     from east_cache.store.remote.local_cache import LocalCacheSettings
@@ -146,10 +152,12 @@ def epoch_tables(images: int, chunk: int, epochs: int, batch: int, work: Path) -
     local, url = page_cache(images, chunk, work)
     cache_mib = sum(p.stat().st_size for p in (local / "data").iterdir()) / MIB
     files = len(list((local / "data").glob("*.npy")))
-    speeds = {"local disk": read_epochs(local, epochs, batch),
-              "bucket, through the local cache": read_epochs(url, epochs, batch, work / "lc")}
+    # The two read their epochs in turns (local, bucket, local, ...), so that the machine's drift falls on both;
+    # timed_epochs of them, more than the download table shows: a later epoch of a small cache is short to time
+    turns = zip(each_epoch(local, timed_epochs, batch), each_epoch(url, timed_epochs, batch, work / "lc"))
+    speeds = dict(zip(["local disk", "bucket, through the local cache"], map(list, zip(*turns))))
     heads = [f"epoch {e + 1}" for e in range(epochs)]
-    # items/s of the first epoch (files downloaded) and of the later ones together (files local, long enough to time)
+    # items/s of the first epoch (files downloaded) and of the later ones together (files local)
     rate = {name: (runs[0][1] / runs[0][0], sum(r[1] for r in runs[1:]) / max(sum(r[0] for r in runs[1:]), 1e-9))
             for name, runs in speeds.items()}
     rows = [[name, *(f"{r:.0f}" for r in rate[name])] for name in speeds]
@@ -158,7 +166,7 @@ def epoch_tables(images: int, chunk: int, epochs: int, batch: int, work: Path) -
              for f in (local / "data").glob("*.npy")]
     half = max(int(cache_mib * MIB) // 2, least_limit(sizes, LocalCacheSettings().at_once))
     share = "half the cache" if half == int(cache_mib * MIB) // 2 else f"{half / cache_mib / MIB:.0%} of the cache"
-    runs = {"no limit": speeds["bucket, through the local cache"],
+    runs = {"no limit": speeds["bucket, through the local cache"][:epochs],
             f"limit {size_flag(half)} ({share})": read_epochs(url, epochs, batch, work / "half", half)}
     ctx = get_context("fork")
     results = ctx.Queue()
@@ -175,7 +183,8 @@ def epoch_tables(images: int, chunk: int, epochs: int, batch: int, work: Path) -
     return "\n".join([
         f"A page-mode cache of {images} pages, one variant: {cache_mib:.0f} MiB in {files} data files; batches of "
         f"{batch}, read in this process, no model.", "",
-        table(["items/s (train.py's loader)", "epoch 1: files downloaded", f"epochs 2-{epochs}: files local"], rows),
+        table(["items/s (train.py's loader)", "epoch 1: files downloaded", f"epochs 2-{timed_epochs}: files local"],
+              rows),
         "",
         table(["downloaded per node", *heads], downloaded)])
 
@@ -191,6 +200,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=24)
     ap.add_argument("--chunk", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--timed-epochs", type=int, default=21)
     ap.add_argument("--batch-size", type=int, default=4)
     a = ap.parse_args()
     if not (importlib.util.find_spec("moto") and importlib.util.find_spec("s3fs")):
@@ -220,7 +230,7 @@ def main() -> None:
             print()
             print(table([f"one pass over {a.files} files", "s", "MiB downloaded", "s of it computing"], rows))
             print()
-            print(epoch_tables(a.images, a.chunk, a.epochs, a.batch_size, work))
+            print(epoch_tables(a.images, a.chunk, a.epochs, max(a.timed_epochs, a.epochs), a.batch_size, work))
     finally:
         server.terminate()
         server.join()

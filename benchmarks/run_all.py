@@ -48,7 +48,7 @@ QUICK = {
     "build_memory": ["--sizes", "10,40", "--input-size", "256"],
     "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
-               "--epochs", "3"],
+               "--epochs", "3", "--timed-epochs", "5"],
 }
 
 

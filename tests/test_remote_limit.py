@@ -142,3 +142,24 @@ def test_ahead_fetches_the_next_files_and_pins_them_until_the_reader_passes(stor
         assert not local.present(order[2])   # passed before it was due: never fetched
     assert not any(pinned(n) for n in names)
     assert local.downloaded_files == 4
+
+
+def test_ahead_pins_files_already_local_without_a_download_thread(stored, tmp_path):
+    """A later epoch, every file local: each pin is taken in the reader's thread (a thread per file would cost the
+    reader more than its batches); a file not local still goes to a download thread."""
+    local = opened(stored, tmp_path / "lc")
+    names = list(local.units)
+    for n in names[:-1]:
+        local.ensure(n)
+    ahead = Ahead(local, names, ahead=len(names))
+    threaded, submit = [], ahead.pool.submit
+    ahead.pool.submit = lambda fn, name: threaded.append(name) or submit(fn, name)
+    try:
+        ahead.advance(0)
+        assert threaded == names[-1:]
+        assert ahead.window[len(names) - 1].result() == local.path(names[-1])
+        assert all(local.locks.pinned_here(stem(n)) for n in names)   # the reader has not passed any yet
+    finally:
+        ahead.close()
+    assert not any(local.locks.pinned_here(stem(n)) for n in names)
+    assert local.downloaded_files == len(names)

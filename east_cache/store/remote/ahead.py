@@ -45,10 +45,22 @@ class Ahead:
             self._release(self.window.pop(p), self.names[p])
         for p in range(self.position, min(len(self.names), self.position + self.ahead + 1)):
             if p not in self.window:
-                self.window[p] = self.pool.submit(self.cache.pin, self.names[p])
+                self.window[p] = self._pin(self.names[p])
         for future in self.window.values():
             if future.done() and future.exception() is not None:
                 raise future.exception()
+
+    def _pin(self, name: str) -> Future:
+        """The pin of data file `name`: taken here when the file is local already (a few system calls; a thread per
+        file would cost the reader more, once every file is local), else by a download thread."""
+        if not self.cache.present(name):
+            return self.pool.submit(self.cache.pin, name)
+        pinned = Future()
+        try:
+            pinned.set_result(self.cache.pin(name))   # evicted since present(): downloaded here, as a reader would
+        except Exception as e:   # noqa: BLE001 - reported by advance(), as a download thread's error is
+            pinned.set_exception(e)
+        return pinned
 
     def reached(self, name: str) -> None:
         """advance() to the position of data file `name` (a batch's first file, as the loader yields it)."""
