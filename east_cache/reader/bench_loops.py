@@ -21,17 +21,19 @@ from east_cache.reader.bench import table
 from east_cache.reader.loader import Loader
 
 TURNS = "ABBA"      # A: train.py's loader, B: your own loop's
-SECONDS = 2.0       # length of a timed pass when no batch count is given
+SECONDS = 2.0       # length of a timed pass when no batch count is given, and
+MIN_BATCHES = 8     # its fewest batches (a CPU device's colour jitter makes a batch slow: too few to compare)
 
 
 def loop_pass(loader: Loader, batches: int | None, device: torch.device) -> tuple[int, float]:
-    """(batches read, seconds) over epochs of loader: `batches` of them, or as many as fit in about SECONDS."""
+    """(batches read, seconds) over epochs of loader: `batches` of them, or as many as fit in about SECONDS (at
+    least MIN_BATCHES)."""
     n, t0 = 0, time.perf_counter()
     while True:
         epoch = iter(loader)
         for _ in epoch:
             n += 1
-            if n == batches or (not batches and n >= 2 and time.perf_counter() - t0 >= SECONDS):
+            if n == batches or (not batches and n >= MIN_BATCHES and time.perf_counter() - t0 >= SECONDS):
                 epoch.close()
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
