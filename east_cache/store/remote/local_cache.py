@@ -120,6 +120,7 @@ class LocalCache:
         self.folder = Path(settings.folder) if settings.folder else default_folder(location, settings.root)
         (self.folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
         self.locks = FolderLocks(self.folder)
+        self.paths: dict[str, Path] = {}   # data file name -> its local path (asked for every file every epoch)
         self.downloaded_bytes = self.downloaded_files = 0   # by this process
         self._counting = threading.Lock()
         _OPEN.add(self)
@@ -153,7 +154,10 @@ class LocalCache:
         return self.folder
 
     def path(self, name: str) -> Path:
-        return data_path(self.folder, name)
+        path = self.paths.get(name)
+        if path is None:
+            path = self.paths[name] = data_path(self.folder, name)
+        return path
 
     def present(self, name: str) -> bool:
         """Renamed into place, so complete; the sidecar goes in first and out last, so the data file stands for both."""
@@ -164,22 +168,26 @@ class LocalCache:
         machine downloads, the others wait); its path. It may be evicted once no one pins it."""
         self.locks.pin(stem(name))
         try:
-            if not self.present(name):
-                with self.locks.fetching(stem(name)):
-                    if not self.present(name):
-                        self._download(self.units[name])
+            return self._pinned_here(name)
         finally:
             self.locks.unpin(stem(name))
-        return self.path(name)
 
     def pin(self, name: str) -> Path:
         """ensure(name), and keep it from eviction until unpin(name) (calls are counted per process)."""
         self.locks.pin(stem(name))
         try:
-            return self.ensure(name)
+            return self._pinned_here(name)
         except BaseException:
             self.locks.unpin(stem(name))
             raise
+
+    def _pinned_here(self, name: str) -> Path:
+        """Data file `name`'s local path, downloaded if missing; the caller holds its pin (no eviction meanwhile)."""
+        if not self.present(name):
+            with self.locks.fetching(stem(name)):
+                if not self.present(name):
+                    self._download(self.units[name])
+        return self.path(name)
 
     def unpin(self, name: str) -> None:
         self.locks.unpin(stem(name))

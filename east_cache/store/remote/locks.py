@@ -44,9 +44,13 @@ class FolderLocks:
     def __init__(self, folder: Path):
         self.dir = Path(folder) / LOCKS_DIR
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.paths: dict[tuple[str, str], Path] = {}   # (stem, kind) -> its lock file (pinned every epoch)
 
     def path(self, stem: str, kind: str) -> Path:
-        return self.dir / f"{stem}.{kind}"
+        path = self.paths.get((stem, kind))
+        if path is None:
+            path = self.paths[stem, kind] = self.dir / f"{stem}.{kind}"
+        return path
 
     def pin(self, stem: str) -> None:
         """Hold stem's pin (shared) until as many unpin calls; marks it used now."""
