@@ -154,11 +154,16 @@ def headline(results: dict) -> list[list[str]]:
     size = [v for k, v in codec.items() if k.startswith("jpeg cache of camera")]
     icdar = [v for k, v in codec.items() if k.startswith("jpeg cache of ICDAR")]
     ratio = [list(r.values())[1:] for r in rows(results, "remote", 2) if list(r.values())[0] == "bucket / local disk"]
+    per_core = {r["codec"]: r["workers' crops per CPU s (per core)"].split(" [")[0]
+                for r in rows(results, "codec", 1) if r["data, crop"] == "camera photos, 1024 px"}
     return [
         ["EAST targets vs a plain per-word reference", span(targets, ".0f") + "x faster, equal" if targets
          else "not measured"],
         ["a cache of JPEG pages over the camera photos it came from",
          f"{size[0]}x their bytes (ICDAR-like 1280x720 photos: {icdar[0]}x)" if size and icdar else "not measured"],
+        ["1024-px crops of camera photos per CPU second of a loader worker",
+         f"JPEG pages {per_core['jpeg']} (decoded), raw pages {per_core['raw']}" if {"jpeg", "raw"} <= set(per_core)
+         else "not measured"],
         ["train.py on a GPU, AMP fp16, loader workers, 1024-px crops", gpu_wait(results)],
         ["a cache in a bucket (a local S3 server), items/s of the first / later epochs over a local cache's",
          " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
