@@ -209,16 +209,19 @@ def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
     loader.close()
 
 
-def test_train_reads_through_worker_processes(cache, tmp_path):
-    """train.py --workers 2 builds the worker loader and trains from it."""
+@pytest.mark.parametrize("codec", ["raw", pytest.param("jpeg", marks=pytest.mark.slow)])
+def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
+    """train.py --workers 2 builds the worker loader and trains from it (a page cache: the batches of every kind of
+    cache are checked against a DataLoader's above)."""
     from helpers import read_log
 
     from east_cache.model.train import run
-    if "build" in str(cache):
-        pytest.skip("the page modes are enough for the training path")
-    run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",
+    cache = tmp_path / "c"
+    build_cache(small_config(variants=2, crop="read", strategy="image", image_codec=codec), [sample_root], cache,
+                jobs=1, quiet=True)
+    run(["--cache", str(cache), "--out", str(tmp_path / "run"), "--workers", "2", "--batch-size", "2", "--log-every", "1",
          "--backbone-weights", "random", "--max-steps", "2", "--device", "cpu"])
-    steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
+    steps = [r for r in read_log(tmp_path / "run") if r["event"] == "step"]
     assert len(steps) == 2 and all(np.isfinite(r["loss"]) for r in steps)
 
 
