@@ -73,6 +73,7 @@ def test_installed_commands_work_beside_a_users_preprocess_dataset_and_east(tmp_
         assert r.returncode == 0 and r.stdout.startswith("usage:"), (name, r.stderr)
 
 
+@pytest.mark.slow
 def test_an_own_loop_imports_east_cache_beside_the_baselines_files(tmp_path, tiny_cache):
     """A user's train.py in the baseline's folder reads a cache through `east_cache`, and its own `dataset` (and
     east, preprocess) modules are still the user's."""

@@ -102,7 +102,7 @@ def _read_every_file(url: str, folder: Path) -> None:
         ds.remote.ensure(name)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_runs_loader_downloads_each_file_once_per_machine(s3, caches, tmp_path, downloads, workers):
     """Forked loader workers and a second process of the machine (another rank) share one download per file; the
     batches are the local cache's, and a second epoch downloads nothing."""

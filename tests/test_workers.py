@@ -209,7 +209,8 @@ def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
     loader.close()
 
 
-@pytest.mark.parametrize("codec", ["raw", pytest.param("jpeg", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
     """train.py --workers 2 builds the worker loader and trains from it (a page cache: the batches of every kind of
     cache are checked against a DataLoader's above)."""
