@@ -152,6 +152,33 @@ def test_ctrl_c_is_status_130_and_one_line(entry, world, monkeypatch, capsys):
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err, err
 
 
+def test_each_line_is_one_write_so_that_ranks_sharing_stderr_never_mix_lines(monkeypatch):
+    """Under torchrun every rank writes its line to one stderr; where the stream is unbuffered (PYTHONUNBUFFERED,
+    python -u), print() writes a line and its newline apart, and two ranks' lines then ran together."""
+    writes = []
+
+    class Stream:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    def fails():
+        raise errors.UsageError("--out x: a file is there")
+
+    def stopped():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sys, "stderr", Stream())
+    assert errors.run_command(fails, []) == errors.EXIT_USER
+    assert errors.run_command(stopped, []) == errors.EXIT_INTERRUPTED
+    with pytest.raises(SystemExit):
+        cli.get_parser().parse_args(["info"])   # a usage error
+    assert len(writes) == 3 and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    assert writes[0] == "error: --out x: a file is there\n" and writes[1] == "interrupted\n", writes
+
+
 def test_a_killed_build_worker_is_one_line(world, monkeypatch, capsys):
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
