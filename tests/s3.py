@@ -25,13 +25,15 @@ def free_port() -> int:
 
 
 def start_s3_server():
-    """moto's S3 server on a free loopback port, started: (the server, its URL). Needs `moto[server]`."""
+    """moto's S3 server on a loopback port the system picks as it binds (a port looked up first could be taken by
+    another program before the server binds it, and its start would then wait forever), started: (the server, its
+    URL). Needs `moto[server]`."""
     from moto.server import ThreadedMotoServer
     logging.getLogger("werkzeug").setLevel(logging.ERROR)   # no request log lines in the output
-    port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
-    return moto, f"http://127.0.0.1:{port}"
+    host, port = moto.get_host_and_port()
+    return moto, f"http://{host}:{port}"
 
 
 @pytest.fixture(scope="session")

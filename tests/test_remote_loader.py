@@ -231,19 +231,23 @@ def test_train_py_trains_from_a_url_within_a_limit(s3, wide, tmp_path):
 def test_torchrun_on_two_nodes_trains_from_a_url_each_downloading_its_share(s3, caches, tmp_path):
     """Two machines simulated as two torchrun launches on this one (--nnodes 2, a node rank each, one process each,
     a local cache folder each): DDP steps in lock step, and each node holds only its own files."""
-    url, port = s3.put_cache(caches["pages0"]), free_port()
-    runs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-         str(n), "--master-addr", "127.0.0.1", "--master-port", str(port), "train.py", "--cache", url,
-         "--node-share", "--local-cache", str(tmp_path / f"node{n}"), "--out", str(tmp_path / "run"),
-         "--epochs", "2", "--batch-size", "1", "--workers", "0", "--log-every", "1", "--backbone-weights", "random"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
-    out = [r.communicate(timeout=300)[0] for r in runs]
+    url = s3.put_cache(caches["pages0"])
+    for attempt in range(3):   # the master port is looked up before node 0 binds it: another program may take it
+        here, port = tmp_path / str(attempt), free_port()
+        runs = [subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
+             str(n), "--master-addr", "127.0.0.1", "--master-port", str(port), "train.py", "--cache", url,
+             "--node-share", "--local-cache", str(here / f"node{n}"), "--out", str(here / "run"), "--epochs", "2",
+             "--batch-size", "1", "--workers", "0", "--log-every", "1", "--backbone-weights", "random"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in range(2)]
+        out = [r.communicate(timeout=300)[0] for r in runs]
+        if "EADDRINUSE" not in out[0] + out[1]:
+            break
     assert [r.returncode for r in runs] == [0, 0], out[0][-3000:] + out[1][-3000:]
-    held = [{p.name for p in (tmp_path / f"node{n}" / Location.parse(url).key() / "data").glob("*.npy")}
+    held = [{p.name for p in (here / f"node{n}" / Location.parse(url).key() / "data").glob("*.npy")}
             for n in range(2)]
     assert held[0] and held[1] and not held[0] & held[1]
-    assert [r["epoch"] for r in epochs_of(read_log(tmp_path / "run"))] == [1, 2]
+    assert [r["epoch"] for r in epochs_of(read_log(here / "run"))] == [1, 2]
 
 
 @pytest.mark.parametrize("flags, says", [
