@@ -81,7 +81,8 @@ def same_batches(a: list[dict], b: list[dict]) -> bool:
         torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k] for k in x) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("kind", [*(f"pages{k}" for k in range(len(PAGE_CODECS))), "crops", "zarr"])
+@pytest.mark.parametrize("kind", [*(f"pages{k}" for k in range(len(PAGE_CODECS))), "crops",
+                                  pytest.param("zarr", marks=pytest.mark.slow)])   # zarr: 50 objects each way
 def test_items_read_from_a_url_are_the_local_caches(s3, caches, tmp_path, kind):
     url = s3.put_cache(caches[kind])
     for compact in (False, True):   # the second opens the URL again, its files already downloaded by the first
@@ -123,6 +124,7 @@ def test_a_runs_loader_downloads_each_file_once_per_machine(s3, caches, tmp_path
         loader.close()
 
 
+@pytest.mark.slow
 def test_reading_within_a_limit_keeps_the_folder_under_it_and_downloads_files_not_items(s3, wide, tmp_path,
                                                                                        downloads, monkeypatch):
     url = s3.put_cache(wide)

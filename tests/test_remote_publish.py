@@ -112,6 +112,7 @@ def _commit_in_child(dest: Location, staging: Path) -> None:
     commit(dest, staging)
 
 
+@pytest.mark.slow
 def test_a_killed_upload_leaves_the_previous_cache_whole(s3, faulty, data_copy, tmp_path):
     dest, staging = Location.parse(s3.url("c")), tmp_path / "staging"
     commit(dest, make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read"))
