@@ -64,6 +64,7 @@ def test_each_normalisation_is_the_stated_formula(cache):
         Loader(cache, batch_size=2, normalize="bgr")
 
 
+@pytest.mark.slow   # a training loop (the README's own loop, test_readme.py, is the other)
 def test_the_baselines_loop_trains_from_a_cache_in_a_few_changed_lines(cache):
     """The BoostCamp loop: `for img, gt_score_map, gt_geo_map, roi_mask in train_loader:` into an EAST model and its
     loss; here a few steps on the CPU. Both import names give this one Loader."""
