@@ -102,8 +102,15 @@ class CommandParser(argparse.ArgumentParser):
                           help=f"on a failure, show the traceback as well (default: off; also {DEBUG_ENV}=1)")
 
     def error(self, message: str):
-        print(f"error: {message}; see `{self.prog} --help`", file=sys.stderr)
+        stderr_line(f"error: {message}; see `{self.prog} --help`")
         sys.exit(EXIT_USER)
+
+
+def stderr_line(line: str) -> None:
+    """line and its newline on stderr in one write: print() writes them apart where the stream is unbuffered
+    (PYTHONUNBUFFERED, python -u), and the lines of a torchrun job's ranks, which share one stderr, ran together."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def run_command(body: Callable[[], int], argv: list[str] | None = None, interrupted: str = "interrupted",
@@ -120,7 +127,7 @@ def run_command(body: Callable[[], int], argv: list[str] | None = None, interrup
     except BrokenPipeError:
         return reader_gone()
     except KeyboardInterrupt as e:
-        print(str(e) or interrupted, file=sys.stderr)
+        stderr_line(str(e) or interrupted)
         return EXIT_INTERRUPTED
     except Exception as e:   # noqa: BLE001 - ours are raised again, with their traceback
         line = user_message(e)
@@ -128,7 +135,7 @@ def run_command(body: Callable[[], int], argv: list[str] | None = None, interrup
             raise
         if kept and isinstance(e, OSError):
             line += f"; {kept}"
-        print(f"error: {rank_prefix()}{line}", file=sys.stderr)
+        stderr_line(f"error: {rank_prefix()}{line}")
         return getattr(e, "exit_status", EXIT_USER)
 
 

@@ -1,14 +1,22 @@
 """Shared fixtures: tiny synthetic datasets and a small build config, so every test takes seconds on a CPU."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import make_tiny_cache
 from s3 import faulty, no_client_retries, s3, s3_endpoint  # noqa: F401  fixtures: a local S3 server, a bucket, a faulty proxy
 
 from east_cache.tools.sampledata import write_sample_dataset
+
+# One thread for torch's operators, in this process and in the commands the tests start (unless the environment says
+# otherwise): the tests' models and crops are tiny, and where another program keeps a core busy, an operator split
+# over two threads waits for the slower one, which made the training tests several times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")

@@ -65,6 +65,18 @@ def nudge_first_word(images) -> None:
     word["points"] = [[x + 2, y] for x, y in word["points"]]
 
 
+def cli_run(capsys, *args, prog: str = "python -m preprocess") -> tuple[int, str, str]:
+    """The east-cache command in this process, as `prog` would run it (usage and hints name prog): (exit status,
+    stdout, stderr). A test whose point is the process itself (its start, a signal, a pipe) runs it as one."""
+    from east_cache.cli import main
+    try:
+        status = main([str(a) for a in args], prog=prog)
+    except SystemExit as e:   # argparse's --help and usage errors
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def make_tiny_cache(data: Path, out: Path, **over) -> Path:
     build_cache(BuildConfig(**{**TINY, "map_scale": 0.5, **over}), [data], out, jobs=1, quiet=True)
     return out

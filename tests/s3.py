@@ -5,6 +5,7 @@ mid-transfer. Tests that need S3 skip where moto or s3fs is not installed (the d
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import uuid
@@ -24,13 +25,15 @@ def free_port() -> int:
 
 
 def start_s3_server():
-    """moto's S3 server on a free loopback port, started: (the server, its URL). Needs `moto[server]`."""
+    """moto's S3 server on a loopback port the system picks as it binds (a port looked up first could be taken by
+    another program before the server binds it, and its start would then wait forever), started: (the server, its
+    URL). Needs `moto[server]`."""
     from moto.server import ThreadedMotoServer
     logging.getLogger("werkzeug").setLevel(logging.ERROR)   # no request log lines in the output
-    port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
-    return moto, f"http://127.0.0.1:{port}"
+    host, port = moto.get_host_and_port()
+    return moto, f"http://{host}:{port}"
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +46,9 @@ def s3_endpoint():
     moto.stop()
 
 
+_ADMIN: dict[tuple[int, str], object] = {}   # (pid, endpoint) -> the tests' own client
+
+
 @dataclass
 class Bucket:
     name: str
@@ -52,9 +58,15 @@ class Bucket:
         return "/".join([f"s3://{self.name}", *parts])
 
     def fs(self):
-        """A client of this process, apart from the code's own (a fresh one)."""
+        """The tests' own client, apart from the code's: made once per process (making one costs about as much as
+        a test's requests), with no listing cache and the server's address given, so that it sees every change at
+        once and a test's faulty proxy never touches it."""
         import s3fs
-        return s3fs.S3FileSystem(skip_instance_cache=True)
+        key = (os.getpid(), self.endpoint)
+        if key not in _ADMIN:
+            _ADMIN[key] = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False,
+                                            client_kwargs={"endpoint_url": self.endpoint})
+        return _ADMIN[key]
 
     def put_cache(self, local, prefix: str = "c") -> str:
         """A local cache copied object by object below prefix (no code under test involved); its URL."""

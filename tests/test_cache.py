@@ -202,14 +202,13 @@ def test_auto_strategy_prefers_per_image_files_for_big_records():
 
 
 def test_cli_build_and_info_do_not_import_torch(sample_root, tmp_path):
+    """Both in one fresh process: torch is not in sys.modules after the build and info ran."""
     out = tmp_path / "cli-cache"
-    code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]); "
+    code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]) or c.main(['info', sys.argv[5]]); "
             "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")
     args = ["build", "--data", str(sample_root), "--out", str(out), "--input-size", "64", "--image-size", "128",
             "--strategy", "auto", "--jobs", "1"]
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "strategy whole, npy files: auto:" in r.stderr
-    info = subprocess.run([sys.executable, "-m", "preprocess", "info", str(out)], cwd=REPO, capture_output=True, text=True)
-    assert info.returncode == 0, info.stderr
-    assert "samples    5 = 5 images x 1 variants" in info.stdout and "illegible" in info.stdout
+    assert "samples    5 = 5 images x 1 variants" in r.stdout and "illegible" in r.stdout

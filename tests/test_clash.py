@@ -61,9 +61,8 @@ def test_every_module_subcommand_works_beside_a_users_dataset_and_east(tmp_path,
                                            for name, e in images.items()}}))
     r = run([*preprocess, "evaluate", "--gt", gt, "--pred", pred], here)
     assert r.returncode == 0 and "user's own" not in r.stderr, r.stderr
-    for sub in ("convert", "build", "info", "verify", "bench", "show", "evaluate"):
-        r = run([*preprocess, sub, "--help"], here)
-        assert r.returncode == 0, (sub, r.stderr)
+    r = run([*preprocess, "convert", "--help"], here)   # the one subcommand not run above (one parser holds all)
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.slow
@@ -74,6 +73,7 @@ def test_installed_commands_work_beside_a_users_preprocess_dataset_and_east(tmp_
         assert r.returncode == 0 and r.stdout.startswith("usage:"), (name, r.stderr)
 
 
+@pytest.mark.slow
 def test_an_own_loop_imports_east_cache_beside_the_baselines_files(tmp_path, tiny_cache):
     """A user's train.py in the baseline's folder reads a cache through `east_cache`, and its own `dataset` (and
     east, preprocess) modules are still the user's."""

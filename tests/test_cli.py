@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from helpers import edit_ufo, nudge_first_word
+from helpers import cli_run, edit_ufo, nudge_first_word
 
 from east_cache import progress
 from east_cache.buildrequest import plan_lines
@@ -26,15 +26,11 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL_FLAGS = ["--image-size", "192", "--input-size", "96", "--crop-tries", "50", "--jobs", "1"]
 
 
-def run_cli(*args, cwd: Path, script: str | None = None, **kw) -> subprocess.CompletedProcess:
-    """The command in a fresh process, from cwd, with this checkout importable: `python -m preprocess ARGS`, or as
-    the console script named script would run it (its argv[0] is the script's path)."""
+def run_cli(*args, cwd: Path, **kw) -> subprocess.CompletedProcess:
+    """`python -m preprocess ARGS` in a fresh process, from cwd, with this checkout importable: for the tests whose
+    point is the process (its start from another folder, a closed pipe); the others run it in this one (cli_run)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if script is None:
-        cmd = [sys.executable, "-m", "preprocess", *map(str, args)]
-    else:
-        launcher = f"import sys; sys.argv[0] = {script!r}; from east_cache.cli import main; sys.exit(main())"
-        cmd = [sys.executable, "-c", launcher, *map(str, args)]
+    cmd = [sys.executable, "-m", "preprocess", *map(str, args)]
     return subprocess.run(cmd, cwd=cwd, env=env, text=True, check=False, **{"capture_output": True, **kw})
 
 
@@ -61,10 +57,14 @@ def test_module_help_works_from_another_folder_and_opens_with_a_user_sentence(tm
     assert "BuildConfig" not in r.stdout and "torch" not in r.stdout
 
 
-def test_console_script_names_itself_in_usage(tmp_path):
-    r = run_cli("build", "--help", cwd=tmp_path, script="/somewhere/bin/east-cache")
-    assert r.returncode == 0 and r.stdout.startswith("usage: east-cache build ")
-    assert "every option not given keeps the value the cache was built with" in " ".join(r.stdout.split())
+def test_console_script_names_itself_in_usage(monkeypatch, capsys):
+    from east_cache.cli import main
+    monkeypatch.setattr(sys, "argv", ["/somewhere/bin/east-cache", "build", "--help"])   # as pip's launcher calls it
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: east-cache build ")
+    assert "every option not given keeps the value the cache was built with" in " ".join(out.split())
 
 
 def _options(parser: argparse.ArgumentParser, where: str = ""):
@@ -83,15 +83,20 @@ def test_every_flag_help_states_its_default():
     assert silent == []
 
 
-def _build(cwd: Path, *args) -> subprocess.CompletedProcess:
-    r = run_cli("build", *args, cwd=cwd)
-    assert r.returncode == 0, r.stderr
-    return r
+@pytest.fixture
+def build(capsys, monkeypatch):
+    """`python -m preprocess build ARGS` in this process, from the folder cwd: its stderr, once it succeeded."""
+    def run(cwd: Path, *args) -> str:
+        monkeypatch.chdir(cwd)
+        status, _, err = cli_run(capsys, "build", *args)
+        assert status == 0, err
+        return err
+    return run
 
 
-def test_the_plan_comes_first_and_the_summary_names_the_cache(sample_root, tmp_path):
+def test_the_plan_comes_first_and_the_summary_names_the_cache(sample_root, tmp_path, build):
     out = tmp_path / "c"
-    err = _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS).stderr
+    err = build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
     lines = err.splitlines()
     assert lines[0] == f"cache {out}: a new cache"
     assert any(line.startswith("  strategy whole, npy files: auto: the cache") for line in lines[:4])
@@ -102,20 +107,20 @@ def test_the_plan_comes_first_and_the_summary_names_the_cache(sample_root, tmp_p
     assert "\r" not in err, "off a terminal the progress is whole lines"
 
 
-def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_path):
+def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_path, build):
     out = tmp_path / "c"
-    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--strategy", "batch",
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--strategy", "batch",
            "--batch-size", "2", "--seed", "3", "--fit-polygons", "--skip-bad", "--ignore-tags", "stamp")
     built = Manifest.load(out)
-    r = _build(tmp_path / "c", "--out", ".", "--jobs", "1")   # from another folder, with no option at all
-    assert "up to date" in r.stderr and "sample_data" not in r.stderr
+    err = build(tmp_path / "c", "--out", ".", "--jobs", "1")   # from another folder, with no option at all
+    assert "up to date" in err and "sample_data" not in err
     assert Manifest.load(out).config == built.config and Manifest.load(out).source == built.source
 
 
-def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_path):
+def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_path, build):
     out = tmp_path / "c"
-    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--strategy", "batch", "--batch-size", "2")
-    lines = _build(tmp_path, "--out", out, "--image-size", "160", "--no-skip-bad", "--jobs", "1").stderr.splitlines()
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--strategy", "batch", "--batch-size", "2")
+    lines = build(tmp_path, "--out", out, "--image-size", "160", "--no-skip-bad", "--jobs", "1").splitlines()
     assert lines[:3] == [f"cache {out}: update of the existing cache",
                          "  full rebuild: the build configuration changed (image_size: 192 -> 160)",
                          "  strategy batch, npy files: chosen with --strategy"]
@@ -124,26 +129,25 @@ def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_pat
     assert m.source.data_dirs == [str(sample_root.resolve())]
 
 
-@pytest.mark.slow
-def test_source_option_changes_are_listed(data_copy, tmp_path):
+def test_source_option_changes_are_listed(data_copy, tmp_path, build):
     out = tmp_path / "c"
-    _build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS)
-    lines = _build(tmp_path, "--out", out, "--skip-bad", "--check-content", "--jobs", "1").stderr.splitlines()
+    build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS)
+    lines = build(tmp_path, "--out", out, "--skip-bad", "--check-content", "--jobs", "1").splitlines()
     assert lines[1] == "  changed: skip_bad: False -> True; check_content: False -> True"
     assert Manifest.load(out).source.skip_bad and Manifest.load(out).config.image_size == 192
     edit_ufo(data_copy, nudge_first_word)
-    lines = _build(tmp_path, "--out", out, "--jobs", "1").stderr.splitlines()
+    lines = build(tmp_path, "--out", out, "--jobs", "1").splitlines()
     assert lines[1].startswith("  source: 1 changed image(s) since the build")
 
 
-def test_skip_bad_summary_names_the_image_without_advising_skip_bad(data_copy, tmp_path):
+def test_skip_bad_summary_names_the_image_without_advising_skip_bad(data_copy, tmp_path, build, capsys):
     victim = sorted((data_copy / "images").iterdir())[0]
     victim.unlink()
     out = tmp_path / "c"
-    err = _build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS, "--skip-bad").stderr
+    err = build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS, "--skip-bad")
     assert victim.name in err and "image file not found" in err and "--skip-bad" not in err
     assert f"`python -m preprocess info {out}` lists them" in err
-    info = run_cli("info", out, cwd=tmp_path).stdout
+    _, info, _ = cli_run(capsys, "info", out)
     assert victim.name in info and "--skip-bad" not in info
 
 
@@ -154,24 +158,26 @@ def test_skipped_reason_drops_only_the_advice():
     assert skipped_reason('"words" is not an object; fix it, or pass --skip-bad') == '"words" is not an object; fix it'
 
 
-def test_jobs_zero_is_our_own_one_line_error(sample_root, tmp_path):
-    r = run_cli("build", "--data", sample_root, "--out", tmp_path / "c", "--jobs", "0", cwd=tmp_path)
-    assert r.returncode == 2
-    assert r.stderr.startswith("error: --jobs 0: give -1 (every core) or a number of worker processes >= 1")
-    assert len(r.stderr.splitlines()) == 1 and "n_jobs" not in r.stderr
+def test_jobs_zero_is_our_own_one_line_error(sample_root, tmp_path, capsys):
+    status, _, err = cli_run(capsys, "build", "--data", sample_root, "--out", tmp_path / "c", "--jobs", "0")
+    assert status == 2
+    assert err.startswith("error: --jobs 0: give -1 (every core) or a number of worker processes >= 1")
+    assert len(err.splitlines()) == 1 and "n_jobs" not in err
 
 
-def test_show_into_a_missing_folder_names_the_file_and_no_cache(sample_root, tmp_path):
+def test_show_into_a_missing_folder_names_the_file_and_no_cache(sample_root, tmp_path, capsys):
     target = tmp_path / "nonexist" / "a.png"
     name = sorted((sample_root / "images").iterdir())[0].name
-    r = run_cli("show", "--source", sample_root, "--name", name, "--input-size", "96", "-o", target, cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith(f"error: cannot write {target}: No such file or directory")
-    assert "cache" not in r.stderr and "Traceback" not in r.stderr
+    status, _, err = cli_run(capsys, "show", "--source", sample_root, "--name", name, "--input-size", "96",
+                             "-o", target)
+    assert status == 2 and err.startswith(f"error: cannot write {target}: No such file or directory")
+    assert "cache" not in err and "Traceback" not in err
 
 
-def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path):
+def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path, build):
+    """A process of its own: what a closed pipe does to it (SIGPIPE's exit status) is the point."""
     out = tmp_path / "c"
-    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
     read_end, write_end = os.pipe()
     os.close(read_end)   # the reader is gone before the first line, as `info | head -0` leaves it
     try:
@@ -226,28 +232,26 @@ def test_the_usage_follows_how_it_was_invoked(argv0, shown):
     assert get_parser(shown).format_usage().startswith(f"usage: {shown} ")
 
 
-
-@pytest.mark.slow
-def test_an_unreadable_manifest_without_data_is_not_rebuilt_from_guesses(sample_root, tmp_path):
+def test_an_unreadable_manifest_without_data_is_not_rebuilt_from_guesses(sample_root, tmp_path, build, capsys):
     out = tmp_path / "c"
-    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
     (out / "manifest.json").write_text('{"format_version": ')
-    r = run_cli("build", "--out", out, "--jobs", "1", cwd=tmp_path)
-    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
-    assert r.stderr.startswith(f"error: {out / 'manifest.json'}: unreadable manifest") and "--data DIR" in r.stderr
+    status, _, err = cli_run(capsys, "build", "--out", out, "--jobs", "1")
+    assert status == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {out / 'manifest.json'}: unreadable manifest") and "--data DIR" in err
     assert not (tmp_path / "sample_data").exists(), "no sample set was built in its place"
-    _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS)
     assert Manifest.load(out).config.image_size == 192
 
 
 @pytest.mark.parametrize("crop", ["build", "read"])
-def test_the_estimated_size_is_the_size_built(sample_root, tmp_path, crop):
+def test_the_estimated_size_is_the_size_built(sample_root, tmp_path, crop, build, capsys):
     """Crop records are exact; pages are estimated from their augmentation draw alone, an upper bound (the
     widest interpolation fringe) a few per cent over."""
     out = tmp_path / "c"
-    err = _build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--crop", crop).stderr
+    err = build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--crop", crop)
     estimate = float(err.split("estimated size on disk: ")[1].split(" MiB")[0])
-    built = json.loads(run_cli("info", "--json", out, cwd=tmp_path).stdout)["data_bytes"] / 2**20
+    built = json.loads(cli_run(capsys, "info", "--json", out)[1])["data_bytes"] / 2**20
     if crop == "build":
         assert estimate == pytest.approx(built, abs=0.01)
     else:

@@ -1,8 +1,8 @@
 """One rule at every entry point: a failure that is the user's input, environment or a killed helper process ends in
 one `error: ...` line naming the thing and what to do, exit status 2 (130 on Ctrl-C); a traceback only for our own
-bugs, or with --debug / EAST_CACHE_DEBUG=1. Each case of CASES runs in this process (fast) and, for the form a user
-sees, as a process of its own (slow): `python -m preprocess`, `python train.py`, `python predict.py`; and train.py
-under torchrun, and with a loader worker killed."""
+bugs, or with --debug / EAST_CACHE_DEBUG=1. Each case of CASES runs in this process (fast); for the form a user
+sees, a usage error and an error of the run of each entry point run as a process of its own (slow): `python -m
+preprocess`, `python train.py`, `python predict.py`; and train.py under torchrun, and with a loader worker killed."""
 from __future__ import annotations
 
 import json
@@ -89,6 +89,8 @@ CASES = [
     ("east-cache", "info", r"the following arguments are required: cache; see `.*info --help`"),
 ]
 IDS = [f"{entry}-{i}" for i, (entry, _, _) in enumerate(CASES)]
+# as a process of its own: a usage error and an error of the run for each entry point (every case runs in process)
+AS_COMMAND = [pytest.param(*CASES[i], id=IDS[i]) for i in (2, 3, 11, 13, 15, 20)]
 
 
 def argv(args: str, world: dict) -> list[str]:
@@ -112,7 +114,7 @@ def test_a_failure_is_one_line_in_process(entry, args, expect, world, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry, args, expect", CASES, ids=IDS)
+@pytest.mark.parametrize("entry, args, expect", AS_COMMAND)
 def test_a_failure_is_one_line_as_a_command(entry, args, expect, world):
     r = subprocess.run([*COMMANDS[entry], *argv(args, world)], cwd=world["dir"], capture_output=True, text=True,
                        timeout=TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -148,6 +150,33 @@ def test_ctrl_c_is_status_130_and_one_line(entry, world, monkeypatch, capsys):
     assert MAINS[entry](argv(flags, world)) == errors.EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err, err
+
+
+def test_each_line_is_one_write_so_that_ranks_sharing_stderr_never_mix_lines(monkeypatch):
+    """Under torchrun every rank writes its line to one stderr; where the stream is unbuffered (PYTHONUNBUFFERED,
+    python -u), print() writes a line and its newline apart, and two ranks' lines then ran together."""
+    writes = []
+
+    class Stream:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    def fails():
+        raise errors.UsageError("--out x: a file is there")
+
+    def stopped():
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sys, "stderr", Stream())
+    assert errors.run_command(fails, []) == errors.EXIT_USER
+    assert errors.run_command(stopped, []) == errors.EXIT_INTERRUPTED
+    with pytest.raises(SystemExit):
+        cli.get_parser().parse_args(["info"])   # a usage error
+    assert len(writes) == 3 and all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+    assert writes[0] == "error: --out x: a file is there\n" and writes[1] == "interrupted\n", writes
 
 
 def test_a_killed_build_worker_is_one_line(world, monkeypatch, capsys):

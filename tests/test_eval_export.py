@@ -1,6 +1,7 @@
 """Training's command line beyond training: detection metrics on a validation cache (every --eval-every epochs, and for a saved
 checkpoint with --eval-only), the ONNX export checked in onnxruntime against PyTorch, and the errors that say
-what to pass. One short run on 96 px crops of the sample pages provides the checkpoint, on the CPU."""
+what to pass. One short run on 96 px crops of the sample pages provides the checkpoint, on the CPU (a run of one
+step, for the tests that need a checkpoint but not its metrics)."""
 from __future__ import annotations
 
 import contextlib
@@ -52,6 +53,15 @@ def run(cache, tmp_path_factory) -> tuple[Path, str]:
     printed = main("--cache", str(cache), "--val-cache", str(cache), "--out", str(out), "--epochs", "2",
                    "--eval-every", "2", "--batch-size", "2", "--workers", "0", "--backbone-weights", "random")
     return out, printed
+
+
+@pytest.fixture(scope="module")
+def checkpoint_file(cache, tmp_path_factory) -> Path:
+    """A checkpoint of one step (no validation): for the tests that need a checkpoint, not a trained model."""
+    out = tmp_path_factory.mktemp("step")
+    main("--cache", str(cache), "--out", str(out), "--max-steps", "1", "--batch-size", "2", "--workers", "0",
+         "--backbone-weights", "random")
+    return out / "latest.pt"
 
 
 def epochs_of(out: Path) -> list[dict]:
@@ -136,16 +146,16 @@ def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
             assert np.abs(g - w.numpy()).max() < 1e-3, shape
 
 
-def test_export_without_the_extra_says_what_to_install(run, tmp_path, monkeypatch):
+def test_export_without_the_extra_says_what_to_install(checkpoint_file, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
     with pytest.raises(UsageError, match=r'onnxruntime: pip install -e "\.\[export\]"'):
-        main("--export-onnx", str(tmp_path / "east.onnx"), "--checkpoint", str(run[0] / "latest.pt"))
+        main("--export-onnx", str(tmp_path / "east.onnx"), "--checkpoint", str(checkpoint_file))
     assert not (tmp_path / "east.onnx").exists()
 
 
 @pytest.mark.parametrize("case", ["missing", "no checkpoint", "not a checkpoint", "other map scale"])
-def test_eval_only_errors_name_the_file_and_what_to_do(case, sample_root, cache, run, tmp_path):
-    ckpt, val = run[0] / "latest.pt", cache
+def test_eval_only_errors_name_the_file_and_what_to_do(case, sample_root, cache, checkpoint_file, tmp_path):
+    ckpt, val = checkpoint_file, cache
     if case == "missing":
         ckpt, expect = tmp_path / "nope.pt", r"nope\.pt: no such checkpoint; pass a file that train\.py wrote"
     elif case == "no checkpoint":

@@ -1,10 +1,14 @@
 """Every command the README shows runs, in the order a reader meets them, on data the test makes: the set-up's
 main job, the quick starts, the path to a submission, the own loop, a bucket (a local S3 server) and the inline
-commands. The installed commands are called by their entry points (`python -m preprocess` for east-cache,
-train.py and predict.py); where a command would train for long or at full size, flags that shorten it are
-appended (argparse lets a later flag win), listed in FAST. `.ci/run` runs the set-up's install and test lines."""
+commands. Each command runs through its command's main() in this process, from the reader's folder (an interpreter
+and torch started per command cost seconds each); the set-up's first command runs as the process a user starts
+(`python -m preprocess`), and torchrun's line as torchrun. Where a command would train for long or at full size,
+flags that shorten it are appended (argparse lets a later flag win), listed in FAST. `.ci/run` runs the set-up's
+install and test lines."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from east_cache import cli
+from east_cache.model import predict, train
 from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST
 from east_cache.tools.sampledata import write_sample_dataset
@@ -25,6 +31,7 @@ README = (REPO / "README.md").read_text()
 ENTRY = {"east-cache": [sys.executable, "-m", "preprocess"], "east-train": [sys.executable, str(REPO / "train.py")],
          "east-predict": [sys.executable, str(REPO / "predict.py")],
          "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
+MAINS = {"east-cache": cli.main, "east-train": train.main, "east-predict": predict.main}
 # appended to shorten a command: small pages and crops, one training step on the CPU without a download
 FAST = {"build": ["--image-size", "160", "--input-size", "64", "--jobs", "1", "--quiet"],
         "east-train": ["--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--workers", "0",
@@ -61,11 +68,21 @@ def argv(command: str, bucket: str | None = None) -> list[str]:
     return [*ENTRY[words[0]], *args, *extra]
 
 
-def run(command: str, cwd: Path, bucket: str | None = None, env: dict | None = None) -> str:
-    done = subprocess.run(argv(command, bucket), cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
-    assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
-    return done.stdout
+def run(command: str, cwd: Path, bucket: str | None = None, process: bool = False) -> None:
+    """The command from the folder cwd: through its main() in this process, or as a process of its own (process,
+    and torchrun's line)."""
+    args = argv(command, bucket)
+    if process or command.startswith("torchrun"):
+        done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+        return
+    entry = shlex.split(command)[0]
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        mp.chdir(cwd)
+        status = MAINS[entry](args[len(ENTRY[entry]):])
+    assert status == 0, f"{command}\n{err.getvalue()[-2000:]}"
 
 
 def make_data(here: Path) -> None:
@@ -94,7 +111,7 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     here.mkdir()
     set_up = [c for c in commands(bash_blocks_with("pip install")[0]) if not c.startswith(SET_UP_ONLY)]
     assert set_up[0].startswith("east-cache build") and set_up[1].startswith("east-train")
-    run(set_up[0], here)   # the built-in sample set into cache/, at the README's sizes
+    run(set_up[0], here, process=True)   # the built-in sample set into cache/, as the process a user starts
     run(set_up[1] + " --max-steps 1", here)
     assert (here / "cache" / "manifest.json").is_file() and (here / "runs" / "east" / "latest.pt").is_file()
 

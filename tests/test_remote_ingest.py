@@ -94,6 +94,7 @@ def test_an_object_path_joins_lists_and_refuses_to_leave_its_root(s3, data_copy)
         root / "../elsewhere"
 
 
+@pytest.mark.slow
 def test_build_info_verify_at_a_url_through_the_command_line(s3, data_copy, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     data, out = put_data(s3, data_copy), s3.url("cache")

@@ -108,6 +108,7 @@ def _read_randomly(local: LocalCache, seed: int, rounds: int, errors) -> None:
         raise
 
 
+@pytest.mark.slow
 def test_forked_readers_never_take_the_folder_past_its_limit(stored, tmp_path):
     limit = least(stored, tmp_path)
     local = opened(stored, tmp_path / "lc", limit)

@@ -112,6 +112,7 @@ def _commit_in_child(dest: Location, staging: Path) -> None:
     commit(dest, staging)
 
 
+@pytest.mark.slow
 def test_a_killed_upload_leaves_the_previous_cache_whole(s3, faulty, data_copy, tmp_path):
     dest, staging = Location.parse(s3.url("c")), tmp_path / "staging"
     commit(dest, make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read"))
@@ -121,7 +122,7 @@ def test_a_killed_upload_leaves_the_previous_cache_whole(s3, faulty, data_copy, 
     faulty.stall(100_000)   # upstream: past the lock and the listing, inside the new data file's upload
     child = multiprocessing.get_context("fork").Process(target=_commit_in_child, args=(dest, staging))
     child.start()
-    assert faulty.stalled.wait(30)
+    assert faulty.stalled.wait(120)   # a generous bound: only a broken upload takes it
     os.kill(child.pid, signal.SIGKILL)
     child.join()
     stored = stored_sizes(s3)

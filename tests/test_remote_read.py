@@ -87,6 +87,7 @@ def _read_all(loc_cache: LocalCache, seed: int, results) -> None:
     results.put((loc_cache.downloaded_files, sorted(got), sum(len(b) for b in got.values())))
 
 
+@pytest.mark.slow
 def test_forked_processes_download_each_file_once(s3, caches, tmp_path):
     """Loader workers forked after the parent used its storage client: each makes its own, one of them downloads
     a file while the others wait for it, and all read the same bytes."""

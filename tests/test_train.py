@@ -81,11 +81,17 @@ def plain_vgg16_features() -> dict:
     return state
 
 
+@pytest.fixture(scope="module")
+def refusing_model() -> EAST:
+    """A model for the weights files that are refused (what a refused file leaves in it is never looked at)."""
+    return EAST()
+
+
 @pytest.mark.parametrize("case", ["missing", "truncated", "whole model", "not a dict", "no features",
                                   "plain vgg16", "wrong shape"])
-def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
+def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path, refusing_model):
     path = tmp_path / "weights.pth"
-    good = {f"features.{k}": v for k, v in EAST().features.state_dict().items()}
+    good = {f"features.{k}": v for k, v in refusing_model.features.state_dict().items()}
     if case == "truncated":
         torch.save(good, path)
         path.write_bytes(path.read_bytes()[:1000])
@@ -100,7 +106,7 @@ def test_bad_backbone_weights_name_the_file_and_what_it_needs(case, tmp_path):
     elif case == "wrong shape":
         torch.save({**good, "features.0.weight": torch.zeros(64, 1, 3, 3)}, path)
     with pytest.raises(UsageError, match=r"(?s)weights\.pth: .*; --backbone-weights takes imagenet, random, or a torchvision vgg16_bn state dict"):
-        load_backbone(EAST(), path)
+        load_backbone(refusing_model, path)
 
 
 def test_a_missing_backbone_file_stops_before_the_cache_is_read(tmp_path):
@@ -468,16 +474,52 @@ def test_two_processes_with_torchrun(cache, tmp_path):
     assert (tmp_path / "latest.pt").exists()
 
 
+class Recorder:
+    """A stream that records what is done to it, in events shared with os._exit's stand-in."""
+
+    def __init__(self, name: str, events: list):
+        self.name, self.events = name, events
+
+    def write(self, text: str) -> int:
+        self.events.append((self.name, text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.events.append((self.name, "flush"))
+
+
 @pytest.mark.parametrize("world", ["1", "2"])
-def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out(world):
-    """entry(): main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes what it printed
-    and skips the interpreter's teardown (an atexit hook stands for it), where gloo runs aborted after finishing."""
+def test_a_torchrun_rank_flushes_its_output_then_ends_with_os_exit(world, monkeypatch):
+    """entry() in this process: main()'s status either way; a rank of a multi-process job (WORLD_SIZE > 1) flushes
+    both streams, then calls os._exit with it (no teardown); a single process exits through sys.exit."""
+    events = []
+
+    def exit_now(status):
+        events.append(("os._exit", status))
+        raise SystemExit(status)   # os._exit's stand-in must end entry() too
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setattr(sys, "stdout", Recorder("stdout", events))
+    monkeypatch.setattr(sys, "stderr", Recorder("stderr", events))
+    monkeypatch.setattr(os, "_exit", exit_now)
+    monkeypatch.setattr(train, "main", lambda: (print("done", end=""), 3)[-1])
+    with pytest.raises(SystemExit) as e:
+        train.entry()
+    assert e.value.code == 3 and events[0] == ("stdout", "done")
+    if world == "2":
+        assert events[-3:] == [("stdout", "flush"), ("stderr", "flush"), ("os._exit", 3)]
+    else:
+        assert ("os._exit", 3) not in events
+
+
+@pytest.mark.slow
+def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out():
+    """entry() as a rank's process (WORLD_SIZE 2): what it printed is out, the interpreter's teardown (an atexit hook
+    stands for it) is skipped, where gloo runs aborted after finishing, and main()'s status is the process's."""
     code = ("import atexit, sys; from east_cache.model import train; atexit.register(lambda: print('teardown')); "
             "train.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; train.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "WORLD_SIZE": world})
-    assert r.returncode == 3 and r.stdout.startswith("done") and r.stderr == "err", (r.stdout, r.stderr)
-    assert ("teardown" in r.stdout) == (world == "1")
+                       env={**os.environ, "WORLD_SIZE": "2", "PYTHONUNBUFFERED": ""})   # buffered, as by default
+    assert r.returncode == 3 and r.stdout == "done" and r.stderr == "err", (r.stdout, r.stderr)
 
 
 def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):

@@ -1,6 +1,7 @@
 """The training command as a user meets it, in a subprocess started from another folder: help with every
 default, the lines that state what will run, plain progress lines in a log, Ctrl-C that saves and prints how
-to go on, a resume with nothing left, and a cache that is not one yet."""
+to go on; and, in this process (train.main, the same one line), a resume with nothing left and a cache that is not
+one yet."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +25,7 @@ from helpers import QUIET_RUN, REPO, read_log, train_run
 from east_cache.reader import CacheDataset
 from east_cache.model.config import get_args_parser
 from east_cache.model.train import INTERRUPTED
+from east_cache.model.train import main as train_main
 from east_cache.store.build import build_lock
 
 TRAIN = [sys.executable, str(REPO / "train.py")]
@@ -126,18 +128,19 @@ def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_resume_with_nothing_left_is_one_line_that_says_how_to_go_on(tiny_cache, tmp_path):
+def test_a_resume_with_nothing_left_is_one_line_that_says_how_to_go_on(tiny_cache, tmp_path, capsys):
     train_run(tiny_cache, tmp_path, "--epochs", "1")
-    r = train_cmd("--cache", str(tiny_cache), "--out", str(tmp_path), "--epochs", "1", "--resume",
-                  str(tmp_path / "latest.pt"), cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    capsys.readouterr()
+    status = train_main(["--cache", str(tiny_cache), "--out", str(tmp_path), "--epochs", "1", "--resume",
+                         str(tmp_path / "latest.pt")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
     assert re.match(r"error: .*latest\.pt has 1 epoch\(s\) done and --epochs is 1: nothing left to train\. To train "
-                    r"on, pass a larger --epochs, e\.g\. --epochs 2", r.stderr)
+                    r"on, pass a larger --epochs, e\.g\. --epochs 2", err)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["data set", "being built"])
-def test_a_folder_that_is_not_a_cache_yet_says_what_it_is(case, tiny_data, tmp_path):
+def test_a_folder_that_is_not_a_cache_yet_says_what_it_is(case, tiny_data, tmp_path, capsys):
     folder, lock = tiny_data, contextlib.nullcontext()
     expect = (f"error: {tiny_data} is a data set (it holds ufo/), not a cache; build a cache from it first: "
               f"python -m preprocess build --data {tiny_data} --out cache")
@@ -147,5 +150,6 @@ def test_a_folder_that_is_not_a_cache_yet_says_what_it_is(case, tiny_data, tmp_p
         lock = build_lock(folder)  # held by this process, as by a build that has not finished
         expect = f"error: {folder}: a build (pid {os.getpid()}) is still writing this cache; run again when"
     with lock:
-        r = train_cmd("--cache", str(folder), "--out", str(tmp_path / "run"), cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith(expect), r.stderr
+        status = train_main(["--cache", str(folder), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(expect), err

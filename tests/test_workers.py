@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -169,30 +170,38 @@ def test_batches_the_consumer_keeps_are_never_written_over():
         loader.close()
 
 
-class Slow(Failing):
+class Gated(Failing):
+    """Item 0 at once; every later item once the file `gate` exists: its worker is at work on item 1 until then,
+    whatever the machine's load."""
+
+    def __init__(self, gate: Path):
+        self.gate = gate
+
     def __getitems__(self, keys):
-        time.sleep(0.2)
+        while keys != [0] and not self.gate.exists():
+            time.sleep(0.01)
         return [{"image": np.full((4, 4), k, np.uint8)} for k in keys]
 
 
-def test_a_worker_that_dies_stops_the_epoch_with_an_error_that_says_so():
-    loader = WorkerLoader(Slow(), range(6), 1, 1)
+def test_a_worker_that_dies_stops_the_epoch_with_an_error_that_says_so(tmp_path):
+    loader = WorkerLoader(Gated(tmp_path / "never"), range(6), 1, 1)
     it = iter(loader)
     assert next(it)["image"][0, 0, 0] == 0
-    os.kill(loader._procs[0].pid, signal.SIGKILL)
+    os.kill(loader._procs[0].pid, signal.SIGKILL)   # at work on item 1: the epoch cannot end without it
     with pytest.raises(RuntimeError, match=r"east-loader-0 .* killed by signal 9.*--workers 0"):
         list(it)
 
 
-def test_workers_leave_ctrl_c_and_sigterm_to_the_training_process():
+def test_workers_leave_ctrl_c_and_sigterm_to_the_training_process(tmp_path):
     """A signal to the whole process group reaches the workers too: they go on, so that the training process can
     stop at a step boundary and save, then end them."""
-    loader = WorkerLoader(Slow(), range(4), 1, 1)
+    loader = WorkerLoader(Gated(tmp_path / "gate"), range(4), 1, 1)
     try:
         it = iter(loader)
         assert int(next(it)["image"][0, 0, 0]) == 0
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM):   # while the worker is at work on item 1
             os.kill(loader._procs[0].pid, sig)
+        (tmp_path / "gate").touch()
         assert [int(b["image"][0, 0, 0]) for b in it] == [1, 2, 3]
         assert loader._procs[0].is_alive()
     finally:
@@ -209,16 +218,20 @@ def test_close_ends_the_workers_and_a_later_epoch_starts_new_ones():
     loader.close()
 
 
-def test_train_reads_through_worker_processes(cache, tmp_path):
-    """train.py --workers 2 builds the worker loader and trains from it."""
+@pytest.mark.slow
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
+    """train.py --workers 2 builds the worker loader and trains from it (a page cache: the batches of every kind of
+    cache are checked against a DataLoader's above)."""
     from helpers import read_log
 
     from east_cache.model.train import run
-    if "build" in str(cache):
-        pytest.skip("the page modes are enough for the training path")
-    run(["--cache", str(cache), "--out", str(tmp_path), "--workers", "2", "--batch-size", "2", "--log-every", "1",
+    cache = tmp_path / "c"
+    build_cache(small_config(variants=2, crop="read", strategy="image", image_codec=codec), [sample_root], cache,
+                jobs=1, quiet=True)
+    run(["--cache", str(cache), "--out", str(tmp_path / "run"), "--workers", "2", "--batch-size", "2", "--log-every", "1",
          "--backbone-weights", "random", "--max-steps", "2", "--device", "cpu"])
-    steps = [r for r in read_log(tmp_path) if r["event"] == "step"]
+    steps = [r for r in read_log(tmp_path / "run") if r["event"] == "step"]
     assert len(steps) == 2 and all(np.isfinite(r["loss"]) for r in steps)
 
 
