@@ -275,6 +275,7 @@ def test_a_non_finite_step_is_skipped(fused, scaled):
     assert int(optimizer.state[model.weight]["step"]) == 1
 
 
+@pytest.mark.slow
 def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
     real = east_loss
     monkeypatch.setattr(engine, "east_loss", lambda *a: {k: v * math.nan for k, v in real(*a).items()})
@@ -348,6 +349,7 @@ def test_a_cut_epoch_is_resumed_where_it_stopped(cache, tmp_path):
     assert torch.load(tmp_path / "r" / "latest.pt", weights_only=True)["epoch"] == 2
 
 
+@pytest.mark.slow
 def test_resume_without_scaler_state_starts_a_fresh_scale(cache, tmp_path):
     """A checkpoint of a bf16 / float32 run has an empty GradScaler state; an fp16 run resumes from it."""
     train_run(cache, tmp_path, "--epochs", "1")
@@ -370,6 +372,7 @@ def test_the_loss_falls_when_overfitting_two_images(cache, tmp_path):
     assert last < 0.7 * first, (first, last)
 
 
+@pytest.mark.slow
 def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
     train_run(cache, tmp_path, "--epochs", "3", "--profile", "1")
     assert json.loads((tmp_path / "profile_trace.json").read_text())["traceEvents"]
