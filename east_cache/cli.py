@@ -16,6 +16,7 @@ from east_cache.config import (
     AUTO,
     CROP_MODES,
     DEFAULT_IGNORE_TAGS,
+    GEOMETRY_MODES,
     IMAGE_CHROMAS,
     IMAGE_CODECS,
     MAP_SCALES,
@@ -77,7 +78,8 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int,
                    help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
     p.add_argument("--variants", type=int,
-                   help="augmented variants cached per image; epoch e reads variant (e + offset) mod K"
+                   help="augmented variants cached per image (--geometry build or --crop build); epoch e reads "
+                        "variant (e + offset) mod K"
                         + kept(d.variants))
     p.add_argument("--image-size", type=int, help="long side after resizing, px" + kept(d.image_size))
     p.add_argument("--input-size", type=int, help="square crop side, px" + kept(d.input_size))
@@ -90,6 +92,11 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
                         "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
                         "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
+    p.add_argument("--geometry", choices=GEOMETRY_MODES,
+                   help="--crop read: where the height jitter and rotation are drawn. read: every epoch, by the reader, "
+                        "from a page stored resized only (each image seen at a new angle and aspect ratio every "
+                        "epoch; --variants 1); build: once per variant at build time, the page stored warped (crops "
+                        "read by slicing, several times faster to read, one angle per variant)" + kept(d.geometry))
     p.add_argument("--image-codec", choices=(AUTO, *IMAGE_CODECS),
                    help="how a page's image is stored (--crop read): raw tiles, read at memory speed with nothing to "
                         "decode; jpeg, JPEG tiles of 128 px (a cache near the photos' own size; each crop decodes "

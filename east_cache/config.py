@@ -28,6 +28,9 @@ IMAGE_CODECS = ("raw", "jpeg")
 # Chroma of jpeg pages: "420" stores colour at half resolution both ways (luminance, where text edges are, stays
 # whole; smaller, and faster to decode), "444" at full resolution (for text told from its ground by colour alone).
 IMAGE_CHROMAS = ("420", "444")
+# Where a page's height jitter and rotation are drawn (--crop read): read = every epoch, by the reader, from a page
+# stored resized only (sample/epoch_geometry.py); build = once per variant, at build time, the page stored warped.
+GEOMETRY_MODES = ("read", "build")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class BuildConfig:
     height_jitter: float = 0.2      # height scaled by U[1 - j, 1 + j]
     max_rotation: float = 10.0      # degrees, rotation drawn from U[-r, r] about the image centre
     crop: str = "read"              # where crops are cut: read = a new one every epoch from a cached page, build = frozen
+    geometry: str = "read"          # --crop read: where height jitter and rotation are drawn: read = every epoch from a
+                                    # page stored resized only, build = once per variant into a stored warped page
+                                    # (--crop build freezes them with the crop, whatever this says)
     crop_tries: int = 1000          # --crop build: random crops tested for cutting a legible word before giving up
     ignore_tags: tuple[str, ...] = DEFAULT_IGNORE_TAGS  # word tags that make a don't-care region
     min_area: float = 10.0          # px^2 in the annotation frame; smaller words become don't-care
@@ -65,6 +71,13 @@ class BuildConfig:
             raise UsageError(f"--image-chroma {self.image_chroma!r} is not one of {', '.join(IMAGE_CHROMAS)}")
         if self.crop not in CROP_MODES:
             raise UsageError(f"--crop {self.crop!r} is not one of {', '.join(CROP_MODES)}")
+        if self.geometry not in GEOMETRY_MODES:
+            raise UsageError(f"--geometry {self.geometry!r} is not one of {', '.join(GEOMETRY_MODES)}")
+        if self.warps_at_read and self.variants > 1:
+            raise UsageError(f"--variants {self.variants} with --geometry read: every epoch already draws its own "
+                             f"height, rotation and crop from the one stored page, so more variants would store "
+                             f"copies of it; keep --variants 1, or use --geometry build for {self.variants} frozen "
+                             f"warped pages per image")
         if self.map_scale not in MAP_SCALES:
             raise UsageError(f"--map-scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
         if self.input_size % 32 != 0 or self.input_size <= 0:
@@ -76,6 +89,11 @@ class BuildConfig:
             raise UsageError(f"--height-jitter {self.height_jitter} must lie in [0, 1)")
         # JSON round-trips give lists; keep the dataclass hashable and canonical.
         object.__setattr__(self, "ignore_tags", tuple(sorted(set(self.ignore_tags))))
+
+    @property
+    def warps_at_read(self) -> bool:
+        """Pages stored resized only, each epoch's height, rotation and crop drawn by the reader."""
+        return self.crop == "read" and self.geometry == "read"
 
     @property
     def map_size(self) -> int:

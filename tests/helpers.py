@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = dict(image_size=96, input_size=64, variants=1, crop_tries=20)
 # flags of a quiet, offline CPU run: no download of ImageNet weights, a log record every step
 QUIET_RUN = ["--workers", "0", "--batch-size", "2", "--log-every", "1", "--backbone-weights", "random"]
-SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50)
+# two variants of pages stored warped (--geometry build); a page warped at read time has one
+SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50, geometry="build")
 
 
 def small_config(**over) -> BuildConfig:

@@ -120,7 +120,8 @@ def test_a_zarr_file_keeps_no_rows_and_the_message_says_so(data_copy, tmp_path, 
 
 def _start(data, out) -> subprocess.Popen:
     args = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "preprocess", "build", "--data", str(data), "--out", str(out),
-            "--jobs", "2", "--strategy", "whole", "--variants", "60", "--input-size", "96", "--image-size", "192"]
+            "--jobs", "2", "--strategy", "whole", "--variants", "60", "--geometry", "build", "--input-size", "96",
+            "--image-size", "192"]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 

@@ -170,6 +170,7 @@ def _start(data, out, *extra) -> subprocess.Popen:
     """A 2-job build in its own session, with SIGINT at its default (a shell's background job ignores it)."""
     args = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "preprocess", "build", "--data", str(data), "--out", str(out),
             "--quiet", "--jobs", "2", "--strategy", "chunked", "--chunk-size", "1", "--variants", "40",
+            "--geometry", "build",
             "--input-size", "96", "--image-size", "192", *extra]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})

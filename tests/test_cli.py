@@ -109,8 +109,8 @@ def test_the_plan_comes_first_and_the_summary_names_the_cache(sample_root, tmp_p
 
 def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_path, build):
     out = tmp_path / "c"
-    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--strategy", "batch",
-           "--batch-size", "2", "--seed", "3", "--fit-polygons", "--skip-bad", "--ignore-tags", "stamp")
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--geometry", "build",
+          "--strategy", "batch", "--batch-size", "2", "--seed", "3", "--fit-polygons", "--skip-bad", "--ignore-tags", "stamp")
     built = Manifest.load(out)
     err = build(tmp_path / "c", "--out", ".", "--jobs", "1")   # from another folder, with no option at all
     assert "up to date" in err and "sample_data" not in err
@@ -249,7 +249,8 @@ def test_the_estimated_size_is_the_size_built(sample_root, tmp_path, crop, build
     """Crop records are exact; pages are estimated from their augmentation draw alone, an upper bound (the
     widest interpolation fringe) a few per cent over."""
     out = tmp_path / "c"
-    err = build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--crop", crop)
+    err = build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--variants", "2", "--geometry", "build",
+                "--crop", crop)
     estimate = float(err.split("estimated size on disk: ")[1].split(" MiB")[0])
     built = json.loads(cli_run(capsys, "info", "--json", out)[1])["data_bytes"] / 2**20
     if crop == "build":

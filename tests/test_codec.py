@@ -29,7 +29,7 @@ PSNR_BOUND_DB = 40.0   # the image error jpeg pages may add to a crop, against t
 EPOCHS = range(4)
 # Pages at the photos' own scale (a camera photo is about twice a 2048 px page, as helpers.photo makes them), crops
 # large enough to hold several lines of text and the paper around them.
-PHOTO_PAGES = dict(image_size=480, input_size=256, variants=2)
+PHOTO_PAGES = dict(image_size=480, input_size=256, variants=2, geometry="build")
 
 
 def build(data, out, **over):

@@ -23,7 +23,8 @@ def digest(t: torch.Tensor) -> str:
 @pytest.fixture(scope="module")
 def cache(tiny_data, tmp_path_factory):
     """Two pages, three variants: crops change with the epoch and so do the variants read."""
-    return make_tiny_cache(tiny_data, tmp_path_factory.mktemp("loader") / "c", variants=3)
+    return make_tiny_cache(tiny_data, tmp_path_factory.mktemp("loader") / "c", variants=3,
+                           geometry="build")
 
 
 def epoch_items(cache, epoch: int) -> dict[str, torch.Tensor]:
@@ -54,9 +55,9 @@ def test_batches_are_the_items_of_each_epoch_and_each_pass_is_the_next_epoch(cac
 
 def test_each_normalisation_is_the_stated_formula(cache):
     from east_cache import Loader
-    raw = next(iter(Loader(cache, batch_size=2, shuffle=False, normalize=None))).image.float() / 255
-    base = next(iter(Loader(cache, batch_size=2, shuffle=False, normalize="baseline"))).image
-    net = next(iter(Loader(cache, batch_size=2, shuffle=False))).image
+    raw = next(iter(Loader(cache, batch_size=2, train=False, normalize=None))).image.float() / 255
+    base = next(iter(Loader(cache, batch_size=2, train=False, normalize="baseline"))).image
+    net = next(iter(Loader(cache, batch_size=2, train=False))).image
     assert torch.allclose(base, (raw - 0.5) / 0.5)
     mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     assert torch.allclose(net, (raw - mean) / std, atol=1e-6)
@@ -147,7 +148,7 @@ def test_the_validation_loss_reads_the_same_crops_every_time(cache):
 
     model.eval = lambda: None
     ctx = engine.new_context(TrainConfig(amp="off"), Runtime())
-    loader = Loader(cache, batch_size=2, shuffle=False)
+    loader = Loader(cache, batch_size=2, train=False)
     first = engine.validation_loss(model, loader, ctx)
     second = engine.validation_loss(model, loader, ctx)
     assert torch.equal(seen[0], seen[1]) and first == second

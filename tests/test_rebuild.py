@@ -141,7 +141,8 @@ def test_image_file_change_is_detected_by_mtime(data_copy, tmp_path):
 
 def _start_build(data, out, *extra):
     args = [sys.executable, "-m", "preprocess", "build", "--data", str(data), "--out", str(out), "--quiet",
-            "--strategy", "chunked", "--chunk-size", "1", "--variants", "12", "--input-size", "96",
+            "--strategy", "chunked", "--chunk-size", "1", "--variants", "12", "--geometry", "build",
+            "--input-size", "96",
             "--image-size", "192", "--jobs", "1", *extra]
     return subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE)
 

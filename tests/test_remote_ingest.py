@@ -23,9 +23,9 @@ from east_cache.store.manifest import Manifest
 from east_cache.store.plan import CORRUPT_MARKER
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 
-CFG = BuildConfig(**{**TINY, "map_scale": 0.5, "variants": 2, "strategy": "image"})
-BUILD = ["--image-size", "96", "--input-size", "64", "--variants", "2", "--strategy", "image", "--jobs", "1",
-         "--quiet"]
+CFG = BuildConfig(**{**TINY, "map_scale": 0.5, "variants": 2, "geometry": "build", "strategy": "image"})
+BUILD = ["--image-size", "96", "--input-size", "64", "--variants", "2", "--geometry", "build", "--strategy", "image",
+         "--jobs", "1", "--quiet"]
 
 
 def put_data(s3, local, prefix: str = "set") -> str:

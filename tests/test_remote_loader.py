@@ -39,7 +39,7 @@ def caches(tmp_path_factory, sample_root) -> dict[str, Path]:
     several files each."""
     root = tmp_path_factory.mktemp("loader")
     out = {f"pages{k}": make_tiny_cache(sample_root, root / f"pages{k}", strategy="image", variants=2, crop="read",
-                                        **codec) for k, codec in enumerate(PAGE_CODECS)}
+                                        geometry="build", **codec) for k, codec in enumerate(PAGE_CODECS)}
     out["crops"] = make_tiny_cache(sample_root, root / "crops", strategy="chunked", chunk_size=2, variants=2,
                                    crop="build")
     cfg = BuildConfig(**{**TINY, "map_scale": 0.5, "strategy": "chunked", "chunk_size": 2, "variants": 2,
@@ -206,12 +206,12 @@ def test_two_nodes_read_disjoint_files_and_together_every_item_each_epoch(s3, ca
 
 
 def test_a_cache_rebuilt_at_its_url_under_a_run_stops_it_with_one_line(s3, data_copy, tmp_path):
-    first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2)
+    first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2, geometry="build")
     url = s3.put_cache(first)
     ds = CacheDataset(url, local_cache=tmp_path / "lc")
     edit_ufo(data_copy, lambda images: images[first_image(images)]["words"].popitem())
     s3.fs().rm(url, recursive=True)
-    s3.put_cache(make_tiny_cache(data_copy, tmp_path / "v2", strategy="image", variants=2))
+    s3.put_cache(make_tiny_cache(data_copy, tmp_path / "v2", strategy="image", variants=2, geometry="build"))
     with pytest.raises(CacheError, match="rebuilt while this run read it") as e:
         for i in range(len(ds)):
             ds[i]

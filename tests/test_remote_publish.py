@@ -24,7 +24,7 @@ from east_cache.store.remote.publish import Publisher
 from east_cache.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, first_wait_s=0.01)
-TINY_FILES = {"strategy": "image", "variants": 2}
+TINY_FILES = {"strategy": "image", "variants": 2, "geometry": "build"}
 
 
 def commit(dest: Location, staging: Path) -> publish.PublishReport:
@@ -115,10 +115,10 @@ def _commit_in_child(dest: Location, staging: Path) -> None:
 @pytest.mark.slow
 def test_a_killed_upload_leaves_the_previous_cache_whole(s3, faulty, data_copy, tmp_path):
     dest, staging = Location.parse(s3.url("c")), tmp_path / "staging"
-    commit(dest, make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read"))
+    commit(dest, make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read", geometry="build"))
     before = stored_sizes(s3)
     edit_ufo(data_copy, lambda images: images[first_image(images)]["words"].popitem())
-    make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read")
+    make_tiny_cache(data_copy, staging, strategy="image", variants=2, crop="read", geometry="build")
     faulty.stall(100_000)   # upstream: past the lock and the listing, inside the new data file's upload
     child = multiprocessing.get_context("fork").Process(target=_commit_in_child, args=(dest, staging))
     child.start()

@@ -31,7 +31,8 @@ FAST = RetryPolicy(attempts=3, first_wait_s=0.01)
 def caches(tmp_path_factory, tiny_data) -> dict[str, Path]:
     """The same 2 images as a page cache, a crop cache (npy) and a crop cache (zarr), 2 variants, several files."""
     root = tmp_path_factory.mktemp("remote")
-    out = {"pages": make_tiny_cache(tiny_data, root / "pages", strategy="image", variants=2, crop="read"),
+    out = {"pages": make_tiny_cache(tiny_data, root / "pages", strategy="image", variants=2, crop="read",
+                                     geometry="build"),
            "crops": make_tiny_cache(tiny_data, root / "crops", strategy="chunked", chunk_size=1, variants=2,
                                     crop="build")}
     cfg = BuildConfig(**{**TINY, "map_scale": 0.5, "strategy": "chunked", "chunk_size": 1, "variants": 2,
@@ -106,13 +107,14 @@ def test_forked_processes_download_each_file_once(s3, caches, tmp_path):
 
 
 def test_a_cache_rebuilt_at_the_same_url_is_never_served_stale(s3, caches, data_copy, tmp_path):
-    first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2)
+    first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2, geometry="build")
     loc = store(s3, first)
     before = opened(loc, tmp_path / "lc")
     for name in before.units:
         before.ensure(name)
     edit_ufo(data_copy, lambda images: images[first_image(images)]["words"].popitem())
-    second = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2)   # rebuilt in place
+    # rebuilt in place
+    second = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2, geometry="build")
     s3.fs().rm(s3.url("c"), recursive=True)
     store(s3, second)
     after = opened(loc, tmp_path / "lc")   # the same local folder: the manifest is fetched again at open

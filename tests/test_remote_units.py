@@ -101,7 +101,7 @@ def test_file_order_is_first_use_order():
                                                 ("chunked", 12, 1, 3)])
 @pytest.mark.parametrize("nodes", [2, 3])
 def test_node_share_is_disjoint_covering_and_reads_every_item_once_per_epoch(strategy, n, k, chunk, nodes):
-    cfg = BuildConfig(strategy=strategy, variants=k, chunk_size=chunk, batch_size=4)
+    cfg = BuildConfig(strategy=strategy, variants=k, chunk_size=chunk, batch_size=4, geometry="build")
     layout = Layout.of(cfg, n)
     sizes = [len(m) * 1000 for m in layout.members()]
     shares = [node_files(sizes, r, nodes) for r in range(nodes)]

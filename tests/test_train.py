@@ -290,7 +290,7 @@ def test_non_finite_losses_in_a_row_abort(cache, tmp_path, monkeypatch):
 def test_variants_rotate_under_persistent_workers(tiny_data, tmp_path):
     """Persistent workers keep a stale copy of the dataset: the epoch must travel with the indices (it picks the
     variant and, in page mode, the crop)."""
-    ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2))
+    ds = CacheDataset(make_tiny_cache(tiny_data, tmp_path / "c", variants=2, geometry="build"))
     sampler = EpochSampler(DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
     loader = DataLoader(ds, batch_size=2, sampler=sampler, num_workers=1, collate_fn=collate,
                         persistent_workers=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from east_cache.model.model import check_backbone_file
-from east_cache.reader.images import IMAGENET_MEAN, IMAGENET_STD
+from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD
 from east_cache.errors import CommandParser, UsageError
 from east_cache.location import flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args
@@ -49,7 +49,7 @@ class TrainConfig:
     clip_grad: float | None = None         # max gradient L2 norm; None: no clipping
     amp: str = "off"                       # autocast: "fp16" (with GradScaler), "bf16" or "off" (float32)
     compile: bool = False                  # torch.compile the model
-    jitter: float = 0.5                    # colour jitter strength (0: off), see east_cache.reader.images.color_jitter
+    jitter: float = BASELINE_JITTER        # colour jitter strength (0: off), see east_cache.reader.images.color_jitter
     workers: int | None = None             # loader worker processes; 0: a prefetch thread in this process; None: auto
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file

@@ -159,8 +159,9 @@ def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
 
 
 def run_loader(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, train: bool, share: NodeShare | None = None) -> Loader:
-    """The loader train.py reads ds by: the public reader, colour jitter and the node share in training only."""
-    return Loader(ds, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, shuffle=train,
+    """The loader train.py reads ds by: the public reader; the augmentation (colour jitter, and each epoch's height
+    and rotation of pages stored resized only) and the node share in training only."""
+    return Loader(ds, cfg.batch_size, device=rt.device, workers=cfg.workers, seed=cfg.seed, train=train,
                   rank=rt.rank, world=rt.world, jitter=cfg.jitter if train else 0.0, share=share if train else None,
                   nvjpeg_decode=cfg.nvjpeg)
 

@@ -48,8 +48,15 @@ class CacheDataset(RecordReader, Dataset):
              vertex, then that angle (rad, in [-pi/2, pi/2)); 0 where score is 0
       roi    uint8 (1, m, m): 0 inside don't-care words (illegible, tagged, not quads, too small, or legible
              words the crop cuts), else 1 (also past the page, where the image is 0)
-    With compact=True a page-mode cache's items are instead the crop's tiles for the device to expand
-    (reader/expand.py expand_batch turns a collated batch of them into the four fields above, geo float32), T =
+    A page-mode cache stored resized only (--geometry read, the default) warps each item's crop from its page with
+    the epoch's height factor and rotation (augment); its compact items (compact=True) hold
+      image      uint8 (3, S, S): the crop, warped where the item is written into its batch (np.asarray warps it)
+      crop_maps  uint16 (m, m): bits 0-14 the owner (1 + the row of table of the word whose shrunk quad covers the
+                 pixel, 0 none), bit 15 don't-care (ROI 0)
+      table      float32 (L, 9): per legible word of the crop, the columns page_record.TABLE_COLUMNS (cos, sin of
+                 the angle, first vertex ax, ay, rotated box x0, x1, y0, y1, input px, angle rad)
+    for the device to expand into the four fields above (reader/expand.py expand_batch, geo float32).
+    With compact=True a page cache stored warped (--geometry build) gives instead the crop's tiles, T =
     page_record.TILE_PX = 32 px, t = T x map_scale, n = page_record.block_tiles(S) tiles per side:
       tiles  uint8 (n, n, 3, T, T): the block of the page's RGB tiles that holds the crop, 0..255
       at     int32 (3,): dx, dy (page px, 0 <= dx, dy < T) where the crop begins in the block, and S
@@ -87,13 +94,17 @@ class CacheDataset(RecordReader, Dataset):
         # what an item holds, as one structured record: a crop record, whichever kind is stored
         self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
         self.fields = self.item_dtype.names
+        warps = self.pages and self.config.warps_at_read
         if self.compact:
-            self.fields = ((JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
+            self.fields = (("image", CROP_MAPS, WORD_TABLE) if warps else
+                           (JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
                            (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE))
-        # bytes an item delivers (a compact crop: its blocks of tiles, or its decoded JPEG tiles and drawn maps; its
-        # word table is a few hundred more)
+        # bytes an item delivers (a compact crop: its warped image and drawn maps, its blocks of tiles, or its decoded
+        # JPEG tiles and drawn maps; its word table is a few hundred more)
         self.item_bytes = self.item_dtype.itemsize
-        if self.compact:
+        if self.compact and warps:
+            self.item_bytes = 3 * self.config.input_size ** 2 + MAPS_DTYPE().itemsize * self.config.map_size ** 2
+        elif self.compact:
             n, m = block_tiles(self.config.input_size, JPEG_TILE_PX), self.config.map_size
             self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
                                else block_bytes(self.config))
@@ -118,6 +129,18 @@ class CacheDataset(RecordReader, Dataset):
         another way (spawn, forkserver) get a copy: set_epoch does not reach them once they run, and they warn;
         give such a DataLoader an EpochSampler (reader/loader.py), whose keys carry the epoch with each item."""
         self._epoch[0] = epoch
+
+    @property
+    def augment(self) -> bool:
+        """Whether a page-mode cache stored resized only (--geometry read) draws each epoch's height and rotation
+        (True, training) or reads unwarped crops, the same every epoch (False, validation). Nothing for other
+        caches: their geometry was drawn at build time."""
+        return self.cropper is None or self.cropper.augment
+
+    @augment.setter
+    def augment(self, on: bool) -> None:
+        if self.cropper is not None:
+            self.cropper.augment = bool(on)
 
     def variant(self, i: int, epoch: int | None = None) -> int:
         """The variant item i reads at an epoch (default: the current one)."""

@@ -31,6 +31,12 @@ NORMALIZATIONS = ("imagenet", "baseline")
 BASELINE_MEAN, BASELINE_STD = 0.5, 0.5   # the baseline's Normalize(mean=(0.5,) * 3, std=(0.5,) * 3)
 
 
+# the colour jitter a training loader applies unless told otherwise: the strength at which color_jitter matches the
+# BoostCamp baseline's ColorJitter(0.5, 0.5, 0.5, 0.25) (brightness, contrast, saturation x U[0.5, 1.5], hue
+# U[-0.25, 0.25] turns)
+BASELINE_JITTER = 0.5
+
+
 def prepare_images(image: torch.Tensor, jitter: float, normalize: str = "imagenet") -> torch.Tensor:
     """uint8 (B,3,S,S) RGB -> jittered (when jitter > 0), normalised float32 (NORMALIZATIONS), channels_last."""
     x = image.float().div_(255)

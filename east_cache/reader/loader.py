@@ -30,7 +30,7 @@ from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
 from east_cache.reader.expand import expand_batch
 from east_cache.reader.fetch import FetchingLoader
-from east_cache.reader.images import NORMALIZATIONS, prepare_images
+from east_cache.reader.images import BASELINE_JITTER, NORMALIZATIONS, prepare_images
 from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches, prefetch
 from east_cache.reader.sampler import ShareSampler, make_sampler
@@ -244,13 +244,18 @@ class Loader:
             for image, score, geo, roi in loader:    # a Batch; the next pass reads the next epoch
                 loss = east_loss(model(image), score, geo, roi)
 
-    cache: a cache directory (or an open CacheDataset). The order is shuffled from (seed, epoch) and split over
-    `world` processes (defaults: torch.distributed's rank and world size when it is initialised), each of them
-    reading len(loader) batches per epoch; shuffle=False reads in name order and keeps a short last batch.
+    cache: a cache directory (or an open CacheDataset). train=True (the default) gives the baseline's augmentation:
+    each epoch every page's height factor, rotation and crop drawn anew (--geometry read caches; others hold the
+    geometry their build drew) and colour jitter BASELINE_JITTER; each part is turned off explicitly (augment=False,
+    jitter=0). train=False is a validation loader: name order, a short last batch kept, no augmentation, the same
+    unwarped crops every epoch. The order is shuffled from (seed, epoch) and split over `world` processes
+    (defaults: torch.distributed's rank and world size when it is initialised), each of them reading len(loader)
+    batches per epoch; shuffle (default: train) False reads in name order and keeps a short last batch.
     workers: loader processes (None: one per core for a page-mode cache read for a GPU, up to
     AUTO_WORKERS_MAX; else 0, read in this process). normalize: "imagenet" (this project's EAST), "baseline"
     ((x / 255 - 0.5) / 0.5, the BoostCamp baseline's) or None (uint8 images, to augment and normalise yourself);
-    jitter: colour jitter strength applied on the device before normalising (0: none). rebuild: bring a stale
+    jitter: colour jitter strength applied on the device before normalising (0: none; default BASELINE_JITTER when
+    train, else 0). augment: draw each epoch's height and rotation (default: train). rebuild: bring a stale
     cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
     share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.
@@ -258,10 +263,13 @@ class Loader:
     workers on the CPU (the default: the CPU path served a GPU faster where both were measured)."""
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
-                 shuffle: bool = True, rank: int | None = None, world: int | None = None,
-                 normalize: str | None = "imagenet", jitter: float = 0.0, rebuild: bool = False,
-                 share: NodeShare | None = None, local_cache=None, local_cache_limit: str | int = 0,
-                 nvjpeg_decode: bool = False):
+                 train: bool = True, shuffle: bool | None = None, rank: int | None = None, world: int | None = None,
+                 normalize: str | None = "imagenet", jitter: float | None = None, augment: bool | None = None,
+                 rebuild: bool = False, share: NodeShare | None = None, local_cache=None,
+                 local_cache_limit: str | int = 0, nvjpeg_decode: bool = False):
+        shuffle = train if shuffle is None else shuffle
+        jitter = (BASELINE_JITTER if train else 0.0) if jitter is None else jitter
+        augment = train if augment is None else augment
         if normalize is not None and normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize={normalize!r}: use one of {', '.join(NORMALIZATIONS)}, or None for uint8")
         if batch_size < 1:
@@ -272,6 +280,7 @@ class Loader:
         self.device = torch.device(device)
         self.dataset = (cache if isinstance(cache, CacheDataset) else
                         open_cache(cache, rebuild, self.rank, self.world, local_cache, local_cache_limit))
+        self.dataset.augment = augment   # before make_loader: its workers fork with it
         self.normalize, self.jitter = normalize, jitter
         # the batches as the cache's items, before the device: a DataLoader, or the slot workers' WorkerLoader
         self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers,

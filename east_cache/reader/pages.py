@@ -20,7 +20,9 @@ from east_cache.budget import ByteBudget
 from east_cache.reader.crop import PageWords, crop_page, crop_page_compact, crop_words, page_words, words_bytes
 from east_cache.reader.jpeg_device import streams_capacity
 from east_cache.reader.records import RecordReader
+from east_cache.reader.warped import warped_crop, warped_words
 from east_cache.sample.crop_draw import epoch_crop, grid_step
+from east_cache.sample.epoch_geometry import EpochGeometry, epoch_geometry
 from east_cache.store.page_jpeg import JPEG_TILE_PX, codec_of
 from east_cache.store.page_record import Page, block_tiles
 from east_cache.store.sidecar import row_words
@@ -37,6 +39,8 @@ class PageCropper:
         c = records.config
         self.size, self.map_scale, self.step, self.seed = c.input_size, c.map_scale, grid_step(c.map_scale), c.seed
         self.codec = codec_of(c)
+        self.warps = c.warps_at_read   # pages stored resized only: each epoch's warp drawn here (reader/warped.py)
+        self.augment = True   # False: unwarped crops, the same every epoch (a validation set's)
         self.streams: int | None = None   # jpeg pages for the device to decode: the bytes of a crop's streams field
         self._reset()
         self._table_rows: int | None = None
@@ -54,6 +58,8 @@ class PageCropper:
     def crop(self, i: int, variant: int, epoch: int) -> dict[str, np.ndarray]:
         """The item of image i's page at a variant, at an epoch (CacheDataset.__getitem__ says what it holds)."""
         page = self.page(i, variant)
+        if self.warps:
+            return warped_crop(page, self.geometry(i, variant, epoch, page), self.size, self.map_scale, self.compact)
         words = self.page_words(i, variant, page)
         origin, cut = self.crop_origin(i, variant, epoch, page, words)
         if self.compact:
@@ -63,7 +69,7 @@ class PageCropper:
     def decode_on_device(self, on: bool) -> None:
         """Compact crops of jpeg pages hand out their blocks' JPEG streams (for reader/expand.py to decode on the
         device) instead of decoding them where they are written; nothing for raw pages."""
-        if self.codec.stores_maps or not on:
+        if self.codec.stores_maps or self.warps or not on:   # a warped crop is decoded and warped by the workers
             self.streams = None
             return
         most = max((int(self.records.file_records(f).lengths("image").max(initial=0))
@@ -74,8 +80,17 @@ class PageCropper:
         """(points (P, 2) float32 crop px, offsets (N + 1,) int64, care (N,) uint8) of that crop's words: those
         whose box overlaps it, cut legible words as don't-care."""
         page = self.page(i, variant)
+        if self.warps:
+            return warped_words(page, self.geometry(i, variant, epoch, page), self.size)
         origin, cut = self.crop_origin(i, variant, epoch, page)
         return crop_words(page, origin, cut, self.size)
+
+    def geometry(self, i: int, variant: int, epoch: int, page: Page | None = None) -> EpochGeometry:
+        """The warp and crop of image i's page at an epoch (--geometry read): drawn from (seed, epoch, image name,
+        variant) alone, whoever reads it; without augment, the unwarped crop of epoch 0, every epoch."""
+        page = self.page(i, variant) if page is None else page
+        return epoch_geometry(self.records.config, epoch if self.augment else 0, self.records.names[i], variant,
+                              page.legible_quads(), page.size, page.weight, self.augment)
 
     def crop_origin(self, i: int, variant: int, epoch: int, page: Page | None = None,
                     words: PageWords | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -122,13 +122,24 @@ def make_sample(rec: ImageRecord, cfg: BuildConfig, variant: int) -> Sample:
     d = decode_for(rec, frame_to_crop)
     image, warning, exif = warp(d, frame_to_crop, (cfg.input_size, cfg.input_size)), d.warning, d.exif_applied
 
-    points = transform_points(frame_to_crop, rec.points).astype(np.float32)
-    offsets = np.asarray(rec.offsets, np.int64)
-    care = legible.copy()
-    care[np.flatnonzero(legible)[cut_quads]] = False   # words the crop cuts become don't-care
-    keep = _inside_crop(points, offsets, cfg.input_size)
-    points, offsets = _select(points, offsets, keep)
-    care = care[keep].astype(np.uint8)
+    points, offsets, care, keep = words_in_crop(rec.points, rec.offsets, legible, cut_quads, frame_to_crop,
+                                                cfg.input_size)
     score, geo, roi = make_targets(points, offsets, care, cfg.input_size, cfg.map_scale)
     return Sample(np.ascontiguousarray(image.transpose(2, 0, 1)), score[None], geo, roi[None], points, offsets,
                   care, warning, exif, np.flatnonzero(keep).astype(np.int32))
+
+
+def words_in_crop(points: np.ndarray, offsets: np.ndarray, legible: np.ndarray, cut: np.ndarray, to_crop: np.ndarray,
+                  size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(points float32 (P', 2) crop px, offsets (N' + 1,) int64, care uint8 (N',), keep bool (N,)): the words
+    (points (P, 2), offsets (N + 1,), legible (N,)) mapped by to_crop (2x3) into a crop of side `size`, those whose
+    box overlaps it kept, the legible ones the crop cuts (cut (L,), in legible order) made don't-care: the words
+    make_targets draws for the crop (make_sample's, and a reader's under an epoch's warp)."""
+    legible = np.asarray(legible, bool)
+    offsets = np.asarray(offsets, np.int64)
+    points = transform_points(to_crop, points).astype(np.float32)
+    care = legible.copy()
+    care[np.flatnonzero(legible)[cut]] = False   # words the crop cuts become don't-care
+    keep = _inside_crop(points, offsets, size)
+    points, offsets = _select(points, offsets, keep)
+    return points, offsets, care[keep].astype(np.uint8), keep

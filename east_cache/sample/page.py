@@ -1,8 +1,10 @@
 """A page's content: one image's augmentation minus the crop, made at build time; crops are cut from it at read time.
 
-Variant v of a page draws the same resize, height jitter and rotation as make_sample's variant v
-(sample_rng, sample_params) and warps the image once into a canvas that holds the whole rotated
-image, corners included: page px = rotation_matrix px - (x0, y0). Its targets are kept at map
+Under --geometry build, variant v of a page draws the same resize, height jitter and rotation as make_sample's
+variant v (sample_rng, sample_params) and warps the image once into a canvas that holds the whole rotated
+image, corners included: page px = rotation_matrix px - (x0, y0). Under --geometry read (page_params), the page
+is only resized (height 1, angle 0): the reader draws each epoch's height, rotation and crop from it
+(east_cache/sample/epoch_geometry.py). Its targets are kept at map
 scale s in a form that any crop of the page can be cut from exactly (east_cache/reader/crop.py):
 - owner: 1 + index of the legible word whose shrunk quad covers the map pixel (later words win,
   as in make_targets), 0 elsewhere. The score is owner > 0; the 5 geometry channels are a function
@@ -26,6 +28,7 @@ import numpy as np
 
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
+from east_cache.ingest.imageio import Decoded
 from east_cache.ingest.ufo import CARE, ImageRecord
 from east_cache.sample.crop_draw import grid_step, word_boxes, word_weights
 from east_cache.sample.geometry import (
@@ -63,10 +66,17 @@ class PageContent(NamedTuple):
         return self.image.shape[2], self.image.shape[1]
 
 
+def page_params(cfg: BuildConfig, name: str, variant: int, frame_w: int, frame_h: int) -> AugParams:
+    """The warp a page is stored with: make_sample's draw for the variant (--geometry build), or the resize alone
+    (--geometry read: height and angle are drawn by the reader every epoch)."""
+    params = sample_params(sample_rng(cfg.seed, name, variant), frame_w, frame_h, cfg)
+    return params._replace(height=1.0, angle=0.0) if cfg.warps_at_read else params
+
+
 def expected_page_size(frame_w: int, frame_h: int, cfg: BuildConfig, name: str, variant: int) -> tuple[int, int]:
     """(W, H) of page `variant` of an image with this frame, from its augmentation draw alone (no decode): an
     upper bound, by at most the fringe and a grid step per side, of make_page's when no word lies off the image."""
-    params = sample_params(sample_rng(cfg.seed, name, variant), frame_w, frame_h, cfg)
+    params = page_params(cfg, name, variant, frame_w, frame_h)
     widest = 0.0   # a decode so coarse that the fringe is MAX_BLEED_PX
     return page_frame(params, frame_w, frame_h, widest, widest, np.zeros((0, 2)), grid_step(cfg.map_scale))[2:]
 
@@ -95,23 +105,29 @@ def page_frame(p: AugParams, frame_w: int, frame_h: int, sx: float, sy: float, p
 def max_page_size(cfg: BuildConfig) -> tuple[int, int]:
     """(W, H) that no page under cfg exceeds, both at once: a square frame, tallest jitter, largest rotation
     (a rotated box's area grows with the angle up to 45 degrees), plus bleed, word reach and rounding."""
-    long_side, tall = cfg.image_size, cfg.image_size * (1 + cfg.height_jitter)
-    t = math.radians(min(abs(cfg.max_rotation), 45.0))
+    jitter, rotation = (0.0, 0.0) if cfg.warps_at_read else (cfg.height_jitter, cfg.max_rotation)
+    long_side, tall = cfg.image_size, cfg.image_size * (1 + jitter)
+    t = math.radians(min(abs(rotation), 45.0))
     step, pad = grid_step(cfg.map_scale), 2 * (MAX_BLEED_PX + WORD_REACH_PX) + 1
     w = long_side * math.cos(t) + tall * math.sin(t) + pad
     h = long_side * math.sin(t) + tall * math.cos(t) + pad
     return step * math.ceil(w / step), step * math.ceil(h / step)
 
 
-def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = True) -> PageContent:
-    """Page `variant` of image `rec` under `cfg`; maps=False: without its owner and ROI maps (a record that does not
-    store them: a reader draws a crop's from the words)."""
-    params = sample_params(sample_rng(cfg.seed, rec.name, variant), rec.width, rec.height, cfg)
+def page_geometry(rec: ImageRecord, cfg: BuildConfig, variant: int) -> tuple[Decoded, np.ndarray, tuple[int, int]]:
+    """(the source decoded as the page needs it, frame px -> page px (2x3), (W, H)) of page `variant` of `rec`."""
+    params = page_params(cfg, rec.name, variant, rec.width, rec.height)
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
     x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points),
                               grid_step(cfg.map_scale))
-    frame_to_page = compose(np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0]]), rotate)
+    return d, compose(np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0]]), rotate), (w, h)
+
+
+def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = True) -> PageContent:
+    """Page `variant` of image `rec` under `cfg`; maps=False: without its owner and ROI maps (a record that does not
+    store them: a reader draws a crop's from the words)."""
+    d, frame_to_page, (w, h) = page_geometry(rec, cfg, variant)
     image = warp(d, frame_to_page, (w, h))
     points = transform_points(frame_to_page, rec.points).astype(np.float32)
     offsets = np.asarray(rec.offsets, np.int64)

@@ -23,7 +23,8 @@ from east_cache.ingest.ufo import find_split
 from east_cache.store.format import FORMAT_VERSION
 
 # The modules whose code decides a sample's bytes: ingest rules, decoding, the warp, the targets, the crop draw's
-# rule (a page's word weights assume it), a page's record layout and its image codecs.
+# rule (a page's word weights assume it), a page's record layout and its image codecs. sample/epoch_geometry (each
+# epoch's warp and crop, --geometry read) is drawn by the reader alone: not listed, so changing it rebuilds nothing.
 SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
                   "sample/crop_draw", "store/page_record", "store/jpeg_tiles", "store/page_jpeg")
 # Top-level definitions of those modules that only a reader (or a size estimate) runs, left out of the hash so that

@@ -20,7 +20,7 @@ import numpy as np
 from east_cache.config import BuildConfig
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 3   # 3: page files packed (formats/packed.py), the image codec (raw or jpeg) in the config
+FORMAT_VERSION = 4   # 4: pages stored resized only, warped at read time (--geometry read); 3: packed page files
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
@@ -150,16 +150,21 @@ JPEG_PAGE = RecordKind("jpeg-page", (
               "packed by jpeg_tiles.pack (shared header, CRC32 per tile)"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ), page_codec="jpeg")
-RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE)}
+# A page stored resized only (--geometry read): its raw image tiles and no maps, as a jpeg page has none: a reader
+# draws each crop's maps from the page's words under that epoch's warp.
+RAW_PAGE = RecordKind("raw-page", (PAGE.field("image"), PAGE.field("size")), page_codec="raw")
+RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE, RAW_PAGE)}
 FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
 
 
 def record_kind(cfg: BuildConfig) -> RecordKind:
     """The one place that picks the record kind: --crop read caches pages (raw or JPEG images, by the resolved
-    image_codec), --crop build crops."""
+    image_codec; raw ones with their maps only when stored warped, --geometry build), --crop build crops."""
     if cfg.crop == "build":
         return CROP
-    return JPEG_PAGE if cfg.image_codec == "jpeg" else PAGE
+    if cfg.image_codec == "jpeg":
+        return JPEG_PAGE
+    return RAW_PAGE if cfg.warps_at_read else PAGE
 
 
 def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:

@@ -32,7 +32,15 @@ from east_cache.store.jpeg_tiles import (
     pack,
     unpack,
 )
-from east_cache.store.page_record import RAW_TILES, RawTiles, block_tiles, page_bytes, tile_grid
+from east_cache.store.page_record import (
+    RAW_TILES,
+    RAW_TILES_NO_MAPS,
+    RawTiles,
+    block_tiles,
+    image_values,
+    page_bytes,
+    tile_grid,
+)
 
 JPEG_TILE_PX = 128        # side of a page's JPEG tiles, page px: a multiple of the JPEG MCU and of page_record.TILE_PX
 # A page's packed tiles may take at most this many times its raw tiles' bytes (plus the pack's index): the size of
@@ -61,7 +69,9 @@ def jpeg_estimate(size: tuple[int, int], quality: int) -> int:
 def page_estimate(size: tuple[int, int], cfg: BuildConfig, codec: str | None = None) -> int:
     """Bytes a page of size (W, H) takes in a record under codec (default: the config's, resolved)."""
     codec = codec or cfg.image_codec
-    return jpeg_estimate(size, cfg.image_quality) if codec == "jpeg" else page_bytes(size, cfg.map_scale)
+    if codec == "jpeg":
+        return jpeg_estimate(size, cfg.image_quality)
+    return image_values(size) if cfg.warps_at_read else page_bytes(size, cfg.map_scale)
 
 
 class JpegBlock(NamedTuple):
@@ -190,8 +200,11 @@ def tiles_problem(field: np.ndarray, size, where: str) -> str | None:
 
 
 def codec_of(cfg: BuildConfig) -> RawTiles | JpegCodec:
-    """The image codec of a page cache built with cfg (its image_codec resolved)."""
-    return JpegCodec(cfg.image_quality, cfg.image_chroma) if cfg.image_codec == "jpeg" else RAW_TILES
+    """The image codec of a page cache built with cfg (its image_codec resolved): raw pages keep their maps only where
+    they are stored warped (--geometry build)."""
+    if cfg.image_codec == "jpeg":
+        return JpegCodec(cfg.image_quality, cfg.image_chroma)
+    return RAW_TILES_NO_MAPS if cfg.warps_at_read else RAW_TILES
 
 
 def jpeg_settings_words(cfg: BuildConfig) -> str:

@@ -219,7 +219,11 @@ class RawTiles:
     maps). The other codec (store/page_jpeg.py: JPEG tiles, decoded per crop) is another class with these whose
     page images answer what readers ask of one: width, height, block, rect and array, as Tiled does."""
     name = "raw"
-    stores_maps = True
+
+    def __init__(self, stores_maps: bool = True):
+        # a page warped at build time keeps its maps; one warped at read time (--geometry read) has none to keep:
+        # each crop's are drawn from the words under that epoch's warp
+        self.stores_maps = stores_maps
 
     def values(self, size: tuple[int, int]) -> int:
         return image_values(size)
@@ -238,6 +242,7 @@ class RawTiles:
 
 
 RAW_TILES = RawTiles()
+RAW_TILES_NO_MAPS = RawTiles(stores_maps=False)
 
 
 class Page(NamedTuple):

@@ -6,6 +6,8 @@ geometry, not cut into a don't-care region). Words are counted per source word: 
 variants counts once. Both cache modes are replayed without reading a pixel:
 - page mode: every epoch draws a new crop of page variant (e + o_i) mod K (crop_draw.epoch_crop, the
   reader's own draw), from each page's legible word boxes and size;
+- page mode, pages stored resized only (--geometry read): every epoch draws the page's height, rotation and
+  crop (epoch_geometry.epoch_geometry, the reader's own draw), and the words are tested in the warped crop;
 - build-time crops: epoch e reads the frozen crop of variant (e + o_i) mod K.
 A *text-free* crop holds no legible word whole: a training step on it teaches only background.
 """
@@ -17,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from east_cache.budget import ByteBudget
+from east_cache.config import BuildConfig
 from east_cache.sample.crop_draw import CropDraw, epoch_crop, grid_step, word_boxes
+from east_cache.sample.epoch_geometry import epoch_geometry, quad_boxes
+from east_cache.sample.geometry import gather_quads, transform_points
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
@@ -89,6 +94,17 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
     return whole
 
 
+def warped_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], cfg: BuildConfig) -> WholeWords:
+    """Pages stored resized only: pages[i][0] = (legible quads (L, 4, 2) page px, page (W, H), word weights (L,));
+    every epoch's height, rotation and crop are drawn as the reader draws them."""
+    def whole(i: int, e: int):
+        quads, page_size, weights = pages[i][0]
+        g = epoch_geometry(cfg, e, names[i], 0, quads, page_size, weights)
+        boxes = quad_boxes(transform_points(g.matrix, quads)) if len(quads) else np.zeros((0, 4))
+        return (round(g.height, 9), round(g.angle, 9), *g.origin.tolist()), whole_in(boxes, (0, 0), cfg.input_size)
+    return whole
+
+
 def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGES) -> tuple[Coverage, int]:
     """(coverage, images replayed) of a built cache of either mode, from its records' sizes and sidecar words."""
     from east_cache.store.manifest import Manifest, data_path
@@ -115,14 +131,17 @@ def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGE
             extra = row_words(sidecar, r)
             if m.spec.kind.packed:
                 size = tuple(int(x) for x in records[r]["size"])
-                per_variant.append((word_boxes(points, offsets)[care > 0], size, extra["weight"][care > 0]))
+                words = gather_quads(points, offsets, care > 0) if c.warps_at_read else word_boxes(points,
+                                                                                                   offsets)[care > 0]
+                per_variant.append((words, size, extra["weight"][care > 0]))
             else:
                 per_variant.append(extra["word"][care > 0])
         legible.append(extra["legible"])
         (pages if m.spec.kind.packed else crops).append(per_variant)
     offsets = layout.variant_offsets(names, c.seed)[pick]
-    whole = (page_mode([names[i] for i in pick], pages, offsets, c.seed, c.input_size, grid_step(c.map_scale))
-             if pages else build_mode(crops, offsets))
+    picked = [names[i] for i in pick]
+    whole = (build_mode(crops, offsets) if not pages else warped_mode(picked, pages, c) if c.warps_at_read else
+             page_mode(picked, pages, offsets, c.seed, c.input_size, grid_step(c.map_scale)))
     return coverage(legible, whole, epochs), len(pick)
 
 

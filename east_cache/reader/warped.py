@@ -1,0 +1,79 @@
+"""A crop of a page stored resized only (--geometry read): the epoch's warp applied once, its targets made under it.
+
+The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px. The crop's image is
+the page's pixels under the crop's inverse image (a rotated square: only the raw tiles, or the JPEG tiles, that
+its box touches are read or decoded) warped once by that matrix, bilinear, zeros beyond the page; its targets are
+make_targets of the page's words mapped by the same matrix (make.words_in_crop: the words whose box overlaps the
+crop, the legible ones it cuts made don't-care), so they equal, bit for bit, what make_sample's path gives for
+that draw. A compact item (train.py's) carries the crop's packed maps (owner | don't-care bit, as a page's) and
+its word table instead of score and geometry: east_cache/reader/expand.py rebuilds those on the device, with the
+float32 operations of targets.fill_geometry.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import cv2
+import numpy as np
+
+from east_cache.sample.epoch_geometry import EpochGeometry, source_rect
+from east_cache.sample.geometry import compose, gather_quads
+from east_cache.sample.make import words_in_crop
+from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
+from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WORD_TABLE, Page, pack_maps
+
+
+class WarpedImage(NamedTuple):
+    """A crop's image not warped yet: `into` warps it into a buffer (3, S, S) uint8 (a batch slot's row), np.asarray
+    into a new one."""
+    page: object           # the page image (page_record.Tiled, page_jpeg.JpegImage): rect(x, y, w, h) -> (3, h, w)
+    matrix: np.ndarray     # page px -> crop px
+    size: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return 3, self.size, self.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.uint8)
+
+    def into(self, out: np.ndarray) -> None:
+        x, y, w, h = source_rect(self.matrix, self.size)
+        region = self.page.rect(x, y, w, h)   # (3, h, w), zeros off the page
+        to_crop = compose(self.matrix, np.array([[1.0, 0, x], [0, 1.0, y]]))
+        for c in range(3):   # channel planes, warped straight into the channels-first crop
+            cv2.warpAffine(region[c], to_crop, (self.size, self.size), dst=out[c], flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.empty(self.shape, np.uint8)
+        self.into(out)
+        return out if dtype is None else out.astype(dtype)
+
+
+def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows."""
+    points, offsets, care, _ = words_in_crop(page.points, page.offsets, page.care > 0, geometry.cut,
+                                             geometry.matrix, size)
+    return points, offsets, care
+
+
+def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float,
+                compact: bool) -> dict[str, np.ndarray]:
+    """The item of the crop: image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8
+    (1, m, m); compact: image (warped where it is written), crop_maps MAPS_DTYPE (m, m), table float32 (L, 9)."""
+    points, offsets, care = warped_words(page, geometry, size)
+    image = WarpedImage(page.image, geometry.matrix, size)
+    m = round(size * map_scale)
+    if not page.size[0] * page.size[1]:   # an empty page (an image --skip-bad could not decode): all don't-care
+        points, offsets, care = np.zeros((4, 2), np.float32), np.array([0, 4], np.int64), np.zeros(1, np.uint8)
+        points[1:3, 0], points[2:, 1] = size, size
+    if not compact:
+        score, geo, roi = make_targets(points, offsets, care, size, map_scale)
+        return {"image": np.asarray(image), "score": score[None], "geo": geo.astype(np.float16), "roi": roi[None]}
+    quads = gather_quads(points, offsets, care > 0)
+    owner = owner_map(quads, map_scale, (m, m), MAPS_DTYPE)
+    maps = pack_maps(owner, roi_map(points, offsets, care, map_scale, (m, m)))
+    table = word_table(quads) if len(quads) else np.zeros((0, len(TABLE_COLUMNS)), np.float32)
+    return {"image": image, CROP_MAPS: maps, WORD_TABLE: table}
