@@ -88,10 +88,14 @@ def test_exif_rotated_images_are_counted_and_the_count_survives_an_incremental_b
     assert r.computed == 0 and m.exif_applied == rotated and m.ingest["exif_applied"] == 1
 
 
+@pytest.mark.parametrize("geometry", ["build", "read"])
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 @pytest.mark.parametrize("edit", ["change", "add", "remove"])
-def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit, codec):
-    build(data_copy, tmp_path / "inc", image_codec=codec)
+def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit, codec, geometry):
+    """Pages stored warped (two variants each) and stored resized only (one page each)."""
+    flags = dict(image_codec=codec, geometry=geometry, variants=2 if geometry == "build" else 1)
+    per_image = flags["variants"]
+    build(data_copy, tmp_path / "inc", **flags)
     if edit == "change":
         edit_ufo(data_copy, nudge_first_word)
     elif edit == "add":
@@ -102,15 +106,15 @@ def test_incremental_rebuild_equals_a_full_build(data_copy, tmp_path, edit, code
         edit_ufo(data_copy, add)
     else:
         edit_ufo(data_copy, lambda images: images.pop(first_image(images)))
-    r = build(data_copy, tmp_path / "inc", image_codec=codec)
+    r = build(data_copy, tmp_path / "inc", **flags)
     assert not r.up_to_date and not r.full_rebuild_reason
     if edit == "change":
-        assert r.changes.changed and r.computed == 2  # the one edited image, both variants
+        assert r.changes.changed and r.computed == per_image  # the one edited image, each of its variants
     if edit == "add":
-        assert r.changes.added and r.computed == 2
+        assert r.changes.added and r.computed == per_image
     if edit == "remove":
         assert r.changes.removed and r.computed == 0  # everything else is copied
-    build(data_copy, tmp_path / "full", image_codec=codec)
+    build(data_copy, tmp_path / "full", **flags)
     assert cache_bytes(tmp_path / "inc") == cache_bytes(tmp_path / "full")
 
 
