@@ -27,6 +27,7 @@ from east_cache.store.page_record import (
     JPEG_STREAMS,
     MAPS_BLOCK,
     MAPS_DTYPE,
+    WARPED_IMAGE,
     WORD_TABLE,
     block_bytes,
     block_tiles,
@@ -50,7 +51,8 @@ class CacheDataset(RecordReader, Dataset):
              words the crop cuts), else 1 (also past the page, where the image is 0)
     A page-mode cache stored resized only (--geometry read, the default) warps each item's crop from its page with
     the epoch's height factor and rotation (augment); its compact items (compact=True) hold
-      image      uint8 (3, S, S): the crop, warped where the item is written into its batch (np.asarray warps it)
+      image_hwc  uint8 (S, S, 3): the crop, RGB channels last, warped where the item is written into its batch
+                 (np.asarray warps it; expand_batch hands it on channels first, a view)
       crop_maps  uint16 (m, m): bits 0-14 the owner (1 + the row of table of the word whose shrunk quad covers the
                  pixel, 0 none), bit 15 don't-care (ROI 0)
       table      float32 (L, 9): per legible word of the crop, the columns page_record.TABLE_COLUMNS (cos, sin of
@@ -96,7 +98,7 @@ class CacheDataset(RecordReader, Dataset):
         self.fields = self.item_dtype.names
         warps = self.pages and self.config.warps_at_read
         if self.compact:
-            self.fields = (("image", CROP_MAPS, WORD_TABLE) if warps else
+            self.fields = ((WARPED_IMAGE, CROP_MAPS, WORD_TABLE) if warps else
                            (JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
                            (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE))
         # bytes an item delivers (a compact crop: its warped image and drawn maps, its blocks of tiles, or its decoded

@@ -9,7 +9,8 @@ are those of targets.fill_geometry, in the same order, so the result equals it b
 A crop's image comes as the block of page tiles that holds it: raw pages' tiles channels first (n, n, 3, T, T),
 jpeg pages' decoded tiles channels last (n, n, J, J, 3), or their JPEG streams, decoded here for the whole batch
 (east_cache/reader/jpeg_device.py: nvJPEG on a CUDA device); one untile cuts the crops out of either layout.
-A jpeg page's crop maps come drawn, the crop's own (m, m).
+A jpeg page's crop maps come drawn, the crop's own (m, m). A crop of a page warped at read time comes warped,
+channels last (S, S, 3), with its own drawn maps.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from east_cache.store.page_record import (
     MAPS_BLOCK,
     OWNER_MASK,
     TABLE_COLUMNS,
+    WARPED_IMAGE,
     WORD_TABLE,
 )
 
@@ -95,6 +97,8 @@ def batch_images(batch: dict, device=None) -> torch.Tensor:
     out of its blocks of tiles (compact page-mode batches)."""
     if "image" in batch:
         return _on(batch["image"], device)
+    if WARPED_IMAGE in batch:   # warped crops, channels last: seen channels first (a view)
+        return _on(batch[WARPED_IMAGE], device).permute(0, 3, 1, 2)
     return untile(batch_tiles(batch, device), batch[CROP_IN_BLOCK].tolist())
 
 

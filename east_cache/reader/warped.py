@@ -20,19 +20,19 @@ from east_cache.sample.epoch_geometry import EpochGeometry, source_rect
 from east_cache.sample.geometry import compose, gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
-from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WORD_TABLE, Page, pack_maps
+from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
 
 
 class WarpedImage(NamedTuple):
-    """A crop's image not warped yet: `into` warps it into a buffer (3, S, S) uint8 (a batch slot's row), np.asarray
-    into a new one."""
-    page: object           # the page image (page_record.Tiled, page_jpeg.JpegImage): rect(x, y, w, h) -> (3, h, w)
+    """A crop's image not warped yet: `into` warps it into a buffer (S, S, 3) uint8, channels last (a batch slot's
+    row: the device sees it channels first, a view), np.asarray into a new one."""
+    page: object           # the page image (page_record.Tiled, page_jpeg.JpegImage): hwc(x, y, w, h) -> (h, w, 3)
     matrix: np.ndarray     # page px -> crop px
     size: int
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return 3, self.size, self.size
+        return self.size, self.size, 3
 
     @property
     def dtype(self) -> np.dtype:
@@ -40,11 +40,10 @@ class WarpedImage(NamedTuple):
 
     def into(self, out: np.ndarray) -> None:
         x, y, w, h = source_rect(self.matrix, self.size)
-        region = self.page.rect(x, y, w, h)   # (3, h, w), zeros off the page
+        region = self.page.hwc(x, y, w, h)   # zeros off the page; raw tiles copied once, JPEG tiles decoded once
         to_crop = compose(self.matrix, np.array([[1.0, 0, x], [0, 1.0, y]]))
-        for c in range(3):   # channel planes, warped straight into the channels-first crop
-            cv2.warpAffine(region[c], to_crop, (self.size, self.size), dst=out[c], flags=cv2.INTER_LINEAR,
-                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
+                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.empty(self.shape, np.uint8)
@@ -62,7 +61,8 @@ def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.nda
 def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float,
                 compact: bool) -> dict[str, np.ndarray]:
     """The item of the crop: image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8
-    (1, m, m); compact: image (warped where it is written), crop_maps MAPS_DTYPE (m, m), table float32 (L, 9)."""
+    (1, m, m); compact: image_hwc (S, S, 3), warped where it is written, crop_maps MAPS_DTYPE (m, m), table float32
+    (L, 9)."""
     points, offsets, care = warped_words(page, geometry, size)
     image = WarpedImage(page.image, geometry.matrix, size)
     m = round(size * map_scale)
@@ -71,9 +71,10 @@ def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float
         points[1:3, 0], points[2:, 1] = size, size
     if not compact:
         score, geo, roi = make_targets(points, offsets, care, size, map_scale)
-        return {"image": np.asarray(image), "score": score[None], "geo": geo.astype(np.float16), "roi": roi[None]}
+        return {"image": np.ascontiguousarray(np.asarray(image).transpose(2, 0, 1)), "score": score[None],
+                "geo": geo.astype(np.float16), "roi": roi[None]}
     quads = gather_quads(points, offsets, care > 0)
     owner = owner_map(quads, map_scale, (m, m), MAPS_DTYPE)
     maps = pack_maps(owner, roi_map(points, offsets, care, map_scale, (m, m)))
     table = word_table(quads) if len(quads) else np.zeros((0, len(TABLE_COLUMNS)), np.float32)
-    return {"image": image, CROP_MAPS: maps, WORD_TABLE: table}
+    return {WARPED_IMAGE: image, CROP_MAPS: maps, WORD_TABLE: table}

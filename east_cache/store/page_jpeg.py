@@ -137,6 +137,10 @@ class JpegImage(NamedTuple):
     def array(self) -> np.ndarray:
         return self.rect(0, 0, self.width, self.height)
 
+    def hwc(self, x: int, y: int, w: int, h: int) -> np.ndarray:
+        """uint8 (h, w, 3): the page's px [x, x + w) x [y, y + h) channels last, as the tiles decode."""
+        return decode_window(self.tiles, x, y, w, h, self.where)
+
 
 def empty_tiles(tile: int) -> JpegTiles:
     """The tiles of an empty page (an image --skip-bad could not decode): none."""

@@ -50,6 +50,7 @@ WORD_TABLE = "table"    # float32 (L, len(TABLE_COLUMNS)): row k describes the w
 JPEG_BLOCK = "jpeg_tiles"      # jpeg pages: uint8 (n, n, J, J, 3): the block of the page's JPEG tiles, decoded, RGB
 JPEG_STREAMS = "jpeg_streams"  # jpeg pages decoded on the device: uint8 (capacity,): that block's JPEG streams
 CROP_MAPS = "crop_maps"        # jpeg pages: MAPS_DTYPE (m, m): the crop's maps, drawn from its words
+WARPED_IMAGE = "image_hwc"     # pages warped at read time: uint8 (S, S, 3) RGB, channels last, warped where written
 
 
 def table_columns(*names: str) -> np.ndarray:
@@ -182,6 +183,17 @@ class Tiled(NamedTuple):
     def array(self) -> np.ndarray:
         """(*channels, H, W): all of it (a copy)."""
         return self.rect(0, 0, self.width, self.height)
+
+    def hwc(self, x: int, y: int, w: int, h: int) -> np.ndarray:
+        """(h, w, channels): the values [x, x + w) x [y, y + h), channels last, 0 off the array: one copy of the
+        tiles it covers, and a view of that (rows strided) for a consumer that takes strided rows (cv2)."""
+        t = self.tile
+        tx0, ty0 = x // t, y // t
+        nx, ny = (x + w - 1) // t - tx0 + 1, (y + h - 1) // t - ty0 + 1
+        block = padded_rect(self.tiles, tx0, ty0, nx, ny, 0, axis=0)   # (ny, nx, C, T, T)
+        values = block.transpose(0, 3, 1, 4, 2).reshape(ny * t, nx * t, block.shape[2])
+        dx, dy = x - tx0 * t, y - ty0 * t
+        return values[dy:dy + h, dx:dx + w]
 
 
 def _runs(a: int, b: int, t: int) -> list[tuple[int, int, int, int, int]]:
