@@ -292,11 +292,20 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST} and {BEST}; {disk}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
-            (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
+            (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(c, cfg.nvjpeg)}, "
              f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]
+
+
+def describe_geometry(c, nvjpeg: bool) -> str:
+    """How the cache's crops get their height, rotation and crop, in words (c: its BuildConfig)."""
+    if not c.warps_at_read:
+        return f"{c.variants} variant(s) warped at build time"
+    unused = "; --nvjpeg unused: its crops are decoded and warped by the loader" if nvjpeg else ""
+    return (f"each epoch a new height x U[{1 - c.height_jitter:g}, {1 + c.height_jitter:g}], rotation "
+            f"U[-{c.max_rotation:g}, {c.max_rotation:g}] degrees and crop{unused}")
 
 
 def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> str:
