@@ -301,7 +301,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
-            show_cached(a.cache, a.index, a.variant, a.out)
+            show_cached(a.cache, a.index, a.variant, a.out, a.epoch)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -353,6 +353,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
     sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
+    sh.add_argument("--epoch", type=int, default=0, help="--geometry read: the epoch whose crop to draw (default 0)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "

@@ -10,19 +10,26 @@ from east_cache.store.stale import check_stale
 from east_cache.tools.show import render_sample, words_caption
 
 
-def show_cached(cache, index: str, variant: int, out: Path) -> None:
+def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
-    `out`: its crop at the epoch that reads that variant. A stale cache is drawn with a note saying so."""
+    `out`: its crop at the epoch that reads that variant; of a page warped at read time, its crop at `epoch`, with
+    that epoch's height and rotation. A stale cache is drawn with a note saying so."""
     ds = CacheDataset(cache, check_stale=False)
     stale = check_stale(ds.manifest)
     if stale.stale:
         print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)
     i = int(index) if index.isdigit() else (ds.names.index(index) if index in ds.names else -1)
-    if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants:
-        raise ValueError(f"{cache}: no sample {index!r} variant {variant}: it holds images 0..{len(ds) - 1} "
-                         f"(or their names) and variants 0..{ds.config.variants - 1}")
-    ds.set_epoch((variant - int(ds.offsets[i])) % ds.config.variants)  # the epoch at which item i is this variant
+    if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants or epoch < 0:
+        raise ValueError(f"{cache}: no sample {index!r} variant {variant} at epoch {epoch}: it holds images "
+                         f"0..{len(ds) - 1} (or their names), variants 0..{ds.config.variants - 1}, epochs from 0")
+    warped = ds.pages and ds.config.warps_at_read
+    # the epoch at which item i is this variant, where the variants rotate
+    ds.set_epoch(epoch if warped else (variant - int(ds.offsets[i])) % ds.config.variants)
     item = ds[i]
     points, offsets, care = ds.quads(i, variant)
-    caption = f"{ds.names[i]} (#{i}) variant {variant}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
+    drawn = f"variant {variant}"
+    if warped:
+        g = ds.cropper.geometry(i, variant, epoch)
+        drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg"
+    caption = f"{ds.names[i]} (#{i}) {drawn}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
     render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
