@@ -26,7 +26,7 @@ from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WO
 class WarpedImage(NamedTuple):
     """A crop's image not warped yet: `into` warps it into a buffer (S, S, 3) uint8, channels last (a batch slot's
     row: the device sees it channels first, a view), np.asarray into a new one."""
-    page: object           # the page image (page_record.Tiled, page_jpeg.JpegImage): hwc(x, y, w, h) -> (h, w, 3)
+    page: object           # the page image (page_record.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
     matrix: np.ndarray     # page px -> crop px
     size: int
 
@@ -39,8 +39,11 @@ class WarpedImage(NamedTuple):
         return np.dtype(np.uint8)
 
     def into(self, out: np.ndarray) -> None:
-        x, y, w, h = source_rect(self.matrix, self.size)
-        region = self.page.hwc(x, y, w, h)   # zeros off the page; raw tiles copied once, JPEG tiles decoded once
+        # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0
+        region, x, y = self.page.hwc(*source_rect(self.matrix, self.size))
+        if not region.size:   # the crop lies off the page
+            out[...] = 0
+            return
         to_crop = compose(self.matrix, np.array([[1.0, 0, x], [0, 1.0, y]]))
         cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
                        borderMode=cv2.BORDER_CONSTANT, borderValue=0)

@@ -35,7 +35,6 @@ import weakref
 from collections.abc import Iterable, Iterator
 from multiprocessing import connection
 
-import cv2
 import numpy as np
 import torch
 
@@ -112,7 +111,6 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)   # the parallelism is the workers
-    cv2.setNumThreads(1)       # a warped crop's cv2.warpAffine too: threads of its own would contend with the workers
     for slot in slots:
         slot.map_in()
     while True:

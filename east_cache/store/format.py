@@ -110,7 +110,8 @@ CROP = RecordKind("crop", (
 class PageShape:
     """A flat field as long as the largest page under the config (sample.page.max_page_size) needs: a page is
     written at the start of it (the rest of a build's fixed slot stays a hole of its sparse staging file, and a
-    packed file holds the prefix alone). What: "image", the page's raw image tiles (page_record.image_values);
+    packed file holds the prefix alone). What: "image", the page's raw image tiles (page_record.image_values); "rows",
+    its raw pixels row after row (page_record.RawRows);
     "maps", its maps' tiles (page_record.map_values); "jpeg", its JPEG tiles packed (page_jpeg.jpeg_values)."""
     what: str = "image"
 
@@ -120,7 +121,7 @@ class PageShape:
         from east_cache.store.page_jpeg import jpeg_values
         from east_cache.store.page_record import image_values, map_values
         size = max_page_size(c)
-        return ({"image": image_values(size), "maps": map_values(size, c.map_scale),
+        return ({"image": image_values(size), "maps": map_values(size, c.map_scale), "rows": 3 * size[0] * size[1],
                  "jpeg": jpeg_values(size)}[self.what],)
 
 
@@ -152,7 +153,11 @@ JPEG_PAGE = RecordKind("jpeg-page", (
 ), page_codec="jpeg")
 # A page stored resized only (--geometry read): its raw image tiles and no maps, as a jpeg page has none: a reader
 # draws each crop's maps from the page's words under that epoch's warp.
-RAW_PAGE = RecordKind("raw-page", (PAGE.field("image"), PAGE.field("size")), page_codec="raw")
+RAW_PAGE = RecordKind("raw-page", (
+    Field("image", np.dtype(np.uint8), PageShape("rows"),
+          doc="RGB page, 0..255, row after row, (H, W, 3) channels last: the first 3 W H values"),
+    PAGE.field("size"),
+), page_codec="raw")
 RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE, RAW_PAGE)}
 FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
 

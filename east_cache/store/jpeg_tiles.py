@@ -227,14 +227,15 @@ def block_of(tiles: JpegTiles, x: int, y: int, w: int, h: int) -> tuple[int, int
 
 
 def decode_window(tiles: JpegTiles, x: int, y: int, w: int, h: int, where: str) -> np.ndarray:
-    """(h, w, 3) uint8: the page's px [x, x + w) x [y, y + h), 0 off the page (a new array)."""
+    """(h, w, 3) uint8: the page's px [x, x + w) x [y, y + h), 0 off the page: a view, rows strided, of the decoded
+    tiles laid out row after row (one copy after the decode; cv2 and numpy read strided rows as they are)."""
     tx, ty, nx, ny = block_of(tiles, x, y, w, h)
     t = tiles.tile
     block = np.empty((ny, nx, t, t, 3), np.uint8)
     decode_block(tiles, tx, ty, nx, ny, block, where)
     pixels = block.transpose(0, 2, 1, 3, 4).reshape(ny * t, nx * t, 3)
     dx, dy = x - tx * t, y - ty * t
-    return np.ascontiguousarray(pixels[dy:dy + h, dx:dx + w])
+    return pixels[dy:dy + h, dx:dx + w]
 
 
 def check_tiles(tiles: JpegTiles, where: str) -> str | None:

@@ -33,11 +33,11 @@ from east_cache.store.jpeg_tiles import (
     unpack,
 )
 from east_cache.store.page_record import (
+    RAW_ROWS,
     RAW_TILES,
-    RAW_TILES_NO_MAPS,
+    RawRows,
     RawTiles,
     block_tiles,
-    image_values,
     page_bytes,
     tile_grid,
 )
@@ -71,7 +71,7 @@ def page_estimate(size: tuple[int, int], cfg: BuildConfig, codec: str | None = N
     codec = codec or cfg.image_codec
     if codec == "jpeg":
         return jpeg_estimate(size, cfg.image_quality)
-    return image_values(size) if cfg.warps_at_read else page_bytes(size, cfg.map_scale)
+    return RAW_ROWS.values(size) if cfg.warps_at_read else page_bytes(size, cfg.map_scale)
 
 
 class JpegBlock(NamedTuple):
@@ -137,9 +137,10 @@ class JpegImage(NamedTuple):
     def array(self) -> np.ndarray:
         return self.rect(0, 0, self.width, self.height)
 
-    def hwc(self, x: int, y: int, w: int, h: int) -> np.ndarray:
-        """uint8 (h, w, 3): the page's px [x, x + w) x [y, y + h) channels last, as the tiles decode."""
-        return decode_window(self.tiles, x, y, w, h, self.where)
+    def hwc(self, x: int, y: int, w: int, h: int) -> tuple[np.ndarray, int, int]:
+        """(uint8 (h, w, 3), x, y): the page's px [x, x + w) x [y, y + h) channels last, as the tiles decode (0 off
+        the page), and where they begin (as page_record.PageRows.hwc answers)."""
+        return decode_window(self.tiles, x, y, w, h, self.where), x, y
 
 
 def empty_tiles(tile: int) -> JpegTiles:
@@ -203,12 +204,12 @@ def tiles_problem(field: np.ndarray, size, where: str) -> str | None:
     return None if why is None else why.removesuffix(f": {REPAIR}")
 
 
-def codec_of(cfg: BuildConfig) -> RawTiles | JpegCodec:
-    """The image codec of a page cache built with cfg (its image_codec resolved): raw pages keep their maps only where
-    they are stored warped (--geometry build)."""
+def codec_of(cfg: BuildConfig) -> RawTiles | RawRows | JpegCodec:
+    """The image codec of a page cache built with cfg (its image_codec resolved): raw pages stored warped (--geometry
+    build) as tiles with their maps, raw pages warped at read time as rows without."""
     if cfg.image_codec == "jpeg":
         return JpegCodec(cfg.image_quality, cfg.image_chroma)
-    return RAW_TILES_NO_MAPS if cfg.warps_at_read else RAW_TILES
+    return RAW_ROWS if cfg.warps_at_read else RAW_TILES
 
 
 def jpeg_settings_words(cfg: BuildConfig) -> str:
