@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from east_cache.config import AUTO, BuildConfig
-from east_cache.errors import CacheError, UsageError
+from east_cache.errors import CacheError, UsageError, refuse_overwrite
+from east_cache.ingest.ufo import dataset_inputs
 from east_cache.store.announce import BuildPlan
 from east_cache.store.format import MANIFEST
 from east_cache.store.manifest import Manifest
+from east_cache.store.outdir import BUILD_WRITES
 from east_cache.store.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
 
 DEFAULT_SPLIT = "train"
@@ -81,9 +83,10 @@ def resolve(a) -> BuildRequest:
             return given
         return getattr(old.source, flag) if old is not None else default
 
+    data = a.data or (list(old.source.data_dirs) if old is not None else None)
+    refuse_overwrite("--out", a.out, [i for d in data or () for i in dataset_inputs(d, "--data")], BUILD_WRITES)
     return BuildRequest(
-        config=config_from_args(a, recorded_config(old) if old is not None else None),
-        data=a.data or (list(old.source.data_dirs) if old is not None else None),
+        config=config_from_args(a, recorded_config(old) if old is not None else None), data=data,
         split=pick("split", DEFAULT_SPLIT), skip_bad=pick("skip_bad", False),
         check_content=pick("check_content", False), file_format=a.file_format)
 

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -207,3 +208,67 @@ def check_output(path: Path, flag: str, folder: bool) -> None:
 def nearest_existing(path: Path) -> Path:
     """path itself if it exists, else its nearest folder above that does (the root at worst)."""
     return path if path.exists() else next(p for p in path.parents if p.exists() or p == p.parent)
+
+
+@dataclass(frozen=True)
+class Input:
+    """A command's input that none of its outputs may be or replace. what: how an error names it ("the ground
+    truth --gt"); path: a local path (a URL is skipped: outputs are local); tree: a folder all of whose files are
+    inputs (an image folder, a cache's data/), so an existing file anywhere below it is one too."""
+    what: str
+    path: object
+    tree: bool = False
+
+
+def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = None) -> None:
+    """The one rule for what a command writes, checked before any work: UsageError naming the flag, the path and
+    the input where the output `flag out` is one of `inputs` or would replace one (the same resolved path, the
+    same file by st_dev/st_ino: a symbolic or hard link), or would be written inside an input tree over a file of
+    it. out: a file; or, with writes, a folder and the names (glob patterns, "data/*") the command writes there:
+    the folder may not be an input, nor may a file it writes, nor a folder it writes hold one."""
+    out = Path(out)
+    inputs = [i for i in inputs if i.path is not None and "://" not in str(i.path)]
+    real_out = out.resolve()
+    targets = [out] if writes is None else [t for name in writes for t in written(out, name)]
+    for inp in inputs:
+        real_in = Path(inp.path).resolve()
+        clash = out if real_out == real_in else next((t for t in targets if clashes(t, Path(inp.path), real_in,
+                                                                                    inp.tree)), None)
+        if clash is None:
+            continue
+        if clash == out:
+            what = f"a file of {inp.what}" if inp.tree and real_out != real_in else inp.what
+            raise UsageError(f"{flag} {out}: that is {what} ({inp.path}), or a link to it; writing it would "
+                             f"destroy it: pass another {flag}")
+        held = "holds" if real_in.is_relative_to(clash.resolve()) and real_in != clash.resolve() else "is"
+        raise UsageError(f"{flag} {out}: this command would write {clash}, which {held} {inp.what} ({inp.path}); "
+                         f"pass another {flag}")
+
+
+def written(out: Path, name: str) -> list[Path]:
+    """The paths a folder output's name stands for: the name itself, or the existing matches of a pattern."""
+    return sorted(out.glob(name)) if any(c in name for c in "*?[") else [out / name]
+
+
+def clashes(target: Path, inp: Path, real_in: Path, tree: bool) -> bool:
+    """Whether writing target would replace the input (its path or its file), hold it (a folder written whole), or
+    land over a file inside an input tree."""
+    real_t = target.resolve()
+    if real_t == real_in or (real_in.is_relative_to(real_t) and target.is_dir()):
+        return True
+    if not target.exists():
+        return False   # a new file can be no input
+    if tree and real_t.is_relative_to(real_in):
+        return True
+    st = target.stat()
+    if st.st_nlink < 2:   # one name: the same file only under the same resolved path, checked above
+        return False
+    key = (st.st_dev, st.st_ino)
+    files = (p for p in inp.rglob("*") if p.is_file()) if tree else [inp] if inp.is_file() else []
+    return any(identity(p) == key for p in files)
+
+
+def identity(path: Path) -> tuple[int, int]:
+    """The file a path names, whatever the name: (device, inode)."""
+    st = path.stat()
+    return st.st_dev, st.st_ino

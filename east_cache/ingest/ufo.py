@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError
+from east_cache.errors import DataError, Input
 from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from east_cache.ingest.objects import listed, source_path
@@ -72,6 +72,16 @@ def find_split(data_dir, split: str, data_flag: str = "--data", split_flag: str 
         if folder.is_dir():
             return json_path, folder
     raise DataError(f"{data_dir}: no image folder for split {split!r}; tried {tried[0]} and {tried[1]}")
+
+
+def dataset_inputs(root, flag: str) -> list[Input]:
+    """What a command reading the data set root at `flag` must never write over (errors.refuse_overwrite): the root
+    itself, its annotations (ufo/) and its image folders (images/, img/). Nothing for a URL."""
+    if root is None or "://" in str(root):
+        return []
+    root = Path(root)
+    return [Input(f"the data set {flag}", root), Input(f"the annotations of {flag}", root / "ufo", tree=True),
+            *(Input(f"the images of {flag}", root / d, tree=True) for d in ("images", "img"))]
 
 
 def missing_split(data_dir, split: str, json_path, data_flag: str, split_flag: str) -> str:

@@ -35,6 +35,10 @@ from east_cache.errors import UsageError, nearest_existing
 from east_cache.store.atomic import fsync_path, replacing
 
 LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
+# what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
+# run it continues writes there)
+EVAL_LOG = "eval.jsonl"   # what --eval-only writes there
+RUN_WRITES = (LATEST, BEST, "epoch_*.pt", "*.tmp", "log.jsonl", EVAL_LOG, "profile_trace.json")
 COMPLETE_NAME = re.compile(r"epoch_(\d+)\.pt")   # what checkpoint_name calls a complete epoch's file
 ONNX_OPSET = 17              # --export-onnx; run by every onnxruntime since 1.13
 EXPORT_MODULES = ("onnx", "onnxruntime")  # imported by --export-onnx: the exporter writes with onnx, the check runs ort

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
+from east_cache.store.format import cache_inputs
 from east_cache.store.stale import check_stale
 from east_cache.tools.show import render_sample, words_caption
 
@@ -13,6 +15,7 @@ from east_cache.tools.show import render_sample, words_caption
 def show_cached(cache, index: str, variant: int, out: Path) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
     `out`: its crop at the epoch that reads that variant. A stale cache is drawn with a note saying so."""
+    refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False)
     stale = check_stale(ds.manifest)
     if stale.stale:
