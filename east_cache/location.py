@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from east_cache.errors import UsageError, redact
+from east_cache import retry
 from east_cache.retry import DEFAULT_RETRY, retrying
 
 SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
 # what starts like a URL ("s3:/b/c", "s3:b/c", "S3://"): a scheme of two or more characters and a colon
 SCHEME_LIKE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):/*(.*)$")
+S3_PROTOCOLS = ("s3", "s3a")
 # an S3 bucket's name: 3-63 lower-case letters, digits, dots and hyphens, a letter or digit at each end
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 REMOTE_EXTRA = 'pip install "east-cache[remote]"'
@@ -94,7 +96,7 @@ class Location:
         if not path.strip("/"):
             raise UsageError(f"{text}: name a bucket or folder after {protocol}://")
         bucket = path.split("/", 1)[0]
-        if protocol in ("s3", "s3a") and BUCKET_NAME.match(bucket) is None:
+        if protocol in S3_PROTOCOLS and BUCKET_NAME.match(bucket) is None:
             raise UsageError(f"{redact(text)}: {bucket!r} is not a bucket name (3-63 lower-case letters, digits, dots "
                              f"and hyphens): write {protocol}://bucket/prefix")
         return cls(protocol, path, dict(options or {}))
@@ -145,6 +147,15 @@ def known_protocols() -> set[str] | None:
     return set(known_implementations)
 
 
+
+
+def s3_config() -> dict:
+    """botocore's config for every S3 request: it ends (a connect and a read timeout, retry.py's), and is tried
+    once (botocore's retries off: retry.retrying retries what a retry can fix, within its bounds, and says how long
+    it waited)."""
+    return {"connect_timeout": retry.CONNECT_TIMEOUT_S, "read_timeout": retry.READ_TIMEOUT_S,
+            "retries": {"total_max_attempts": 1, "mode": "standard"}}
+
 _clients: dict[tuple, tuple[int, object]] = {}
 _clients_lock = threading.Lock()
 
@@ -173,10 +184,15 @@ def filesystem(loc: Location):
             # no listings cache: a cache at a URL is rebuilt under running readers, and a stale listing would hide it;
             # folders made as files are written into them, as a store's keys need none
             defaults = {"use_listings_cache": False, **({"auto_mkdir": True} if loc.protocol == "file" else {})}
-            client = fsspec.filesystem(loc.protocol, skip_instance_cache=True, **{**defaults, **loc.options})
+            options = {**defaults, **loc.options}
+            if loc.protocol in S3_PROTOCOLS:
+                options["config_kwargs"] = {**s3_config(), **options.get("config_kwargs", {})}
+            client = fsspec.filesystem(loc.protocol, skip_instance_cache=True, **options)
+            if loc.protocol in S3_PROTOCOLS:
+                client.retries = 1   # s3fs's own retry loop off: retry.retrying is the one (its bounds, its line)
         except ImportError as e:
             raise UsageError(f"{loc}: reading {loc.protocol}:// needs {e.name or 'its storage client'}; "
-                             f"install it with {REMOTE_EXTRA if loc.protocol in ('s3', 's3a') else 'pip'}") from None
+                             f"install it with {REMOTE_EXTRA if loc.protocol in S3_PROTOCOLS else 'pip'}") from None
         _clients[key] = (pid, client)
         return client
 
