@@ -151,6 +151,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     r = pub.report
     say(f"cache {dest}: uploaded {r.uploaded_files} file(s) ({r.uploaded_bytes / 2**20:,.1f} MiB), "
         f"{r.stored_files} stored already; {r.deleted_files} file(s) of the previous build deleted")
+    say(pub.staging_note())
     return code
 
 
@@ -294,7 +295,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
-            show_cached(a.cache, a.index, a.variant, a.out)
+            show_cached(a.cache, a.index, a.variant, a.out, a.local_cache, a.local_cache_limit)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -344,6 +345,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
     sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
+    add_local_cache_args(sh)
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
     sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")

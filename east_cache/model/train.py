@@ -305,7 +305,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
         origin = f"{origin}: step {state.step}, {where}"
     steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
     kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
-    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST} and {BEST}; {disk}"
+    best = f" and {BEST}" if cfg.eval_every or cfg.val_cache else ""   # what validation_score judges by
+    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST}{best}; {disk}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {c.variants} variant(s), "
