@@ -125,6 +125,20 @@ def meta_crc(head: bytes, meta: list) -> int:
     return crc
 
 
+def packed_extent(buffer: np.ndarray) -> tuple[int, int, int] | None:
+    """(width, height, bytes) that a packed buffer's head says the page and its packed tiles take; None where the
+    buffer holds no head of packed tiles (too short, another magic). Reads the head alone."""
+    buffer = np.asarray(buffer, np.uint8).reshape(-1)
+    if buffer.size < PACK_HEAD.itemsize:
+        return None
+    head = buffer[:PACK_HEAD.itemsize].view(PACK_HEAD)[0]
+    if head["magic"] != PACK_MAGIC:
+        return None
+    n = int(head["tiles"])
+    return (int(head["width"]), int(head["height"]),
+            PACK_HEAD.itemsize + 4 * (2 * n + 1) + int(head["header_bytes"]) + int(head["data_bytes"]))
+
+
 def unpack(buffer: np.ndarray, where: str) -> JpegTiles:
     """The JpegTiles a packed buffer (uint8, at least as long as what pack wrote) holds: views of it. Its sizes
     and the CRC32 of all but the scans are checked (a scan's when it is decoded): anything else is a CacheError

@@ -140,3 +140,37 @@ def check_file(f, spec: RecordSpec, rows: int, nbytes: int | None) -> str | None
         return f"{size} bytes, where its header says {offset + shape[0]} (truncated or extended)"
     head = np.frombuffer(f.read(min(shape[0], 8 * (HEAD_VALUES + 2 * rows * len(spec.kind.names)))), np.uint8)
     return index_problem(head, shape[0], spec, rows)
+
+
+def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: float) -> str | None:
+    """What is wrong with a page record's extent, None when it adds up: its size field is a width and a height,
+    and every field is as long as a page of that size takes (the raw tiles, the maps' tiles, the packed JPEG tiles,
+    whose head must say the same size); an empty page (0 x 0, an image --skip-bad blanked) holds nothing else. A
+    file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
+    from east_cache.store.jpeg_tiles import packed_extent   # page code loads where pages are read
+    from east_cache.store.page_record import image_values, map_values
+    size = fields["size"]
+    if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
+        return f"its size field holds {size.tolist()}, not a page's width and height"
+    w, h = (int(v) for v in size)
+    if spec.kind.page_codec == "jpeg":
+        image = fields["image"]
+        extent = packed_extent(image) if w else (0, 0, 0)
+        if extent is None or image.size and extent[:2] != (w, h):
+            return (f"its size field says {w} x {h} px, its compressed image "
+                    + ("has no head" if extent is None else f"{extent[0]} x {extent[1]} px"))
+        want = {"image": extent[2]}
+    else:
+        want = {"image": image_values((w, h)), "maps": map_values((w, h), map_scale)}
+    for name, n in want.items():
+        if name in fields and fields[name].size != n:
+            return f"its {name} field holds {fields[name].size} values, where a {w} x {h} px page takes {n}"
+    return None
+
+
+def check_extent(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: float, where: str) -> None:
+    """CacheError naming `where` (the file and the image) and the repair when the page's extent does not add up."""
+    why = extent_problem(fields, spec, map_scale)
+    if why:
+        raise CacheError(f"{where}: {why}: the file is damaged. Run `python -m preprocess verify CACHE`, then the "
+                         f"build command it prints")
