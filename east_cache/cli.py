@@ -24,15 +24,14 @@ from east_cache.config import (
 )
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
-from east_cache.errors import CommandParser, run_command
+from east_cache.errors import CACHE_COMMAND, MODULE_COMMAND, CommandParser, cache_command_named, run_command
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
-COMMAND = "east-cache"            # the console script (pyproject.toml [project.scripts])
-MODULE_COMMAND = "python -m preprocess"
+COMMAND = CACHE_COMMAND   # the console script; MODULE_COMMAND, the same run from a checkout (errors.py)
 DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
                "images once, then inspect, check and benchmark it. `{}` is the same command.")
 BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every option not given keeps the value "
@@ -385,10 +384,11 @@ def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: st
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
-    args = get_parser(prog).parse_args(argv)
-    args.prog_name = prog
-    build = args.command == "build"
-    if build and argv is None:   # the process is ours only when run from the command line
-        _interrupt_on_sigterm()
-    return run_command(lambda: args.func(args), argv, interrupted=BUILD_INTERRUPTED if build else "interrupted",
-                       kept="the previous cache, if any, is unchanged" if build else "")
+    with cache_command_named(prog):   # every help text and hint of this run names the command as it was run
+        args = get_parser(prog).parse_args(argv)
+        args.prog_name = prog
+        build = args.command == "build"
+        if build and argv is None:   # the process is ours only when run from the command line
+            _interrupt_on_sigterm()
+        return run_command(lambda: args.func(args), argv, interrupted=BUILD_INTERRUPTED if build else "interrupted",
+                           kept="the previous cache, if any, is unchanged" if build else "")

@@ -13,7 +13,8 @@ import errno
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -23,6 +24,48 @@ EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report Ctrl
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "EAST_CACHE_DEBUG"   # set (to anything but 0) it shows the traceback, as --debug does
+CACHE_COMMAND = "east-cache"            # the cache tool's console script (pyproject.toml [project.scripts])
+MODULE_COMMAND = "python -m preprocess"   # the same tool run from a checkout
+CONSOLE_SCRIPTS = ("east-cache", "east-train", "east-predict")   # a process started by one runs an installed package
+_named_as: list[str] = []   # how the running `east-cache` command was invoked (cli.main, while it runs)
+
+
+def cache_command(words: str = "") -> str:
+    """The cache tool's command as a message or help suggests it, followed by words ("verify CACHE"): the way the
+    user ran the command that says it (`east-cache ...` or `python -m preprocess ...`); from train.py, predict.py
+    or a user's own script, east-cache where a console script started the process, else python -m preprocess.
+    The one place a message gets the command's name from."""
+    name = _named_as[-1] if _named_as else (
+        CACHE_COMMAND if Path(sys.argv[0]).name in CONSOLE_SCRIPTS else MODULE_COMMAND)
+    return f"{name} {words}".rstrip()
+
+
+class CacheHint:
+    """A text that names a cache-tool command ("run `{command} verify CACHE`"), made when a message embeds it
+    (f"...: {REPAIR}"), so that a module's constant names the command as cache_command() says at that moment."""
+
+    def __init__(self, template: str):
+        self.template = template
+
+    def __str__(self) -> str:
+        return self.template.format(command=cache_command())
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+# what a damaged cache file's error says to do
+REPAIR = CacheHint("run `{command} verify CACHE`, then the build command it prints")
+
+
+@contextmanager
+def cache_command_named(name: str) -> Iterator[None]:
+    """Inside, cache_command() says `name` (how the running east-cache command was invoked)."""
+    _named_as.append(name)
+    try:
+        yield
+    finally:
+        _named_as.pop()
 
 
 class UserError(Exception):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError, Input
+from east_cache.errors import DataError, Input, cache_command
 from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from east_cache.ingest.objects import listed, source_path
@@ -149,7 +149,7 @@ def load_splits(data_dirs: list, split: str, cfg: BuildConfig, skip_bad: bool = 
         for name in [r.name for r in recs] + [b[0] for b in summary.bad]:
             if name in seen:
                 raise DataError(f"image {name!r} appears in both {seen[name]} and {json_path}; image names must be "
-                                f"unique across data dirs: convert one set again with `python -m preprocess convert "
+                                f"unique across data dirs: convert one set again with `{cache_command('convert')} "
                                 f"--prefix NAME_ ...` (into its own --out), rename the file in one of them, "
                                 f"or drop one data dir")
             seen[name] = json_path

@@ -31,7 +31,7 @@ from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
-from east_cache.errors import UsageError, nearest_existing, stderr_line
+from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
 from east_cache.store.atomic import fsync_path, replacing
 
 LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
@@ -184,7 +184,7 @@ def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
     have = (ds.config.input_size, ds.config.map_scale)
     if want != have:
         raise UsageError(f"{path} was trained on {want[0]}px crops with maps at x{want[1]} but {ds.cache_dir} holds "
-                         f"{have[0]}px at x{have[1]}; evaluate on a cache built with `python -m preprocess build "
+                         f"{have[0]}px at x{have[1]}; evaluate on a cache built with `{cache_command('build')} "
                          f"--input-size {want[0]} --map-scale {want[1]}`")
 
 

@@ -23,7 +23,7 @@ from east_cache.ingest.objects import source_path
 from east_cache.location import flag_location
 from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from east_cache.errors import DataError, Input, check_output, refuse_overwrite
+from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import jsonstream, ufo
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import write_atomic
@@ -36,7 +36,7 @@ SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
 # `evaluate` refuses a --gt that has it.
 PREDICTED_BY = "predicted_by"
 LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
-SWAP_HINT = "east-cache evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json"
+SWAP_HINT = CacheHint("{command} evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json")
 
 
 class Words(NamedTuple):

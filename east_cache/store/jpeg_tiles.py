@@ -24,7 +24,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.errors import CacheError
+from east_cache.errors import REPAIR, CacheError
 
 try:   # optional: decodes into the caller's buffer
     import simplejpeg
@@ -37,7 +37,6 @@ START_OF_SCAN = b"\xff\xda"
 PACK_MAGIC = b"EJT1"    # bump the digit when the packed layout changes
 PACK_HEAD = np.dtype([("magic", "S4"), ("width", "<u4"), ("height", "<u4"), ("tile", "<u4"), ("tiles", "<u4"),
                       ("header_bytes", "<u4"), ("data_bytes", "<u4"), ("meta_crc", "<u4")])
-REPAIR = "run `python -m preprocess verify CACHE`, then the build command it prints"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from east_cache.errors import BuildError
+from east_cache.errors import BuildError, cache_command
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import made_folders
 from east_cache.store.format import DATA_DIR, MANIFEST, QUADS_SUFFIX
@@ -52,7 +52,7 @@ def corrupt_files(out: Path) -> set[str]:
     except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
         pass
     raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
-                     f"`python -m preprocess verify {out}` again, then build")
+                     f"`{cache_command('verify')} {out}` again, then build")
 
 
 def build_holder(out: Path) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npformat
 
-from east_cache.errors import CacheError
+from east_cache.errors import REPAIR, CacheError
 from east_cache.store.format import RecordSpec
 
 PACKED_MAGIC = int.from_bytes(b"EASTPK01", "little")   # bump the digits when the layout changes
@@ -79,8 +79,7 @@ class PackedRecords:
         self.data, self.spec = data, spec
         why = index_problem(data, data.size, spec)
         if why:
-            raise CacheError(f"{where}: {why}: the file is damaged. Run `python -m preprocess verify CACHE`, then "
-                             f"the build command it prints")
+            raise CacheError(f"{where}: {why}: the file is damaged: {REPAIR}")
         rows, fields = int(data[8:16].view("<i8")[0]), len(spec.kind.names)
         self.index = data[8 * HEAD_VALUES:8 * (HEAD_VALUES + 2 * rows * fields)].view("<i8").reshape(rows, fields, 2)
         self.dtypes = [spec.dtype[f].base for f in spec.kind.names]
@@ -172,5 +171,4 @@ def check_extent(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: flo
     """CacheError naming `where` (the file and the image) and the repair when the page's extent does not add up."""
     why = extent_problem(fields, spec, map_scale)
     if why:
-        raise CacheError(f"{where}: {why}: the file is damaged. Run `python -m preprocess verify CACHE`, then the "
-                         f"build command it prints")
+        raise CacheError(f"{where}: {why}: the file is damaged: {REPAIR}")

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from east_cache.errors import CacheError, RemoteError
+from east_cache.errors import CacheError, RemoteError, cache_command
 from east_cache.location import Location, listing
 from east_cache.retry import RetryPolicy
 from east_cache.store.atomic import fsync_path, made_folders, write_atomic
@@ -249,7 +249,7 @@ class LocalCache:
             return get_bytes(self.location.join(MANIFEST), self.settings.retry, self._advice("read"))
         except FileNotFoundError:
             raise CacheError(f"{self.location}: no finished cache here ({MANIFEST} is missing). Build one with: "
-                             f"python -m preprocess build --data DIR --out {self.location}") from None
+                             f"{cache_command('build')} --data DIR --out {self.location}") from None
 
     def _load_manifest(self) -> Manifest:
         write_atomic(self.folder / MANIFEST, self.manifest_bytes.decode("utf-8", errors="replace"))
