@@ -15,11 +15,13 @@ from pathlib import Path
 
 from east_cache.config import AUTO, BuildConfig
 from east_cache.errors import CacheError, UsageError, refuse_overwrite
+from east_cache.location import Location
 from east_cache.ingest.ufo import dataset_inputs
 from east_cache.store.announce import BuildPlan
 from east_cache.store.format import MANIFEST
 from east_cache.store.manifest import Manifest
 from east_cache.store.outdir import BUILD_WRITES
+from east_cache.store.remote.publish import default_staging
 from east_cache.store.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
 
 DEFAULT_SPLIT = "train"
@@ -69,6 +71,14 @@ def config_from_args(a, base: BuildConfig | None = None) -> BuildConfig:
             value = tuple(t.strip() for t in value.split(",") if t.strip())
         given[f.name] = value
     return dataclasses.replace(base or BuildConfig(), **given)
+
+
+def refuse_build_over_inputs(a, dest: Location) -> None:
+    """Before any work (a bucket's cache pulled into staging included): where the build writes, --out or, building
+    to a URL, its staging folder, against the --data sets given (errors.refuse_overwrite; resolve checks those an
+    existing cache recorded)."""
+    flag, out = ("--staging", a.staging or default_staging(dest)) if dest.remote else ("--out", a.out)
+    refuse_overwrite(flag, out, [i for d in a.data or () for i in dataset_inputs(d, "--data")], BUILD_WRITES)
 
 
 def resolve(a) -> BuildRequest:

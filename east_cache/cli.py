@@ -136,6 +136,8 @@ def cmd_build(a: argparse.Namespace) -> int:
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
     dest = Location.parse(a.out)
+    from east_cache.buildrequest import refuse_build_over_inputs
+    refuse_build_over_inputs(a, dest)
     if not dest.remote:
         if a.staging is not None or a.break_lock:
             print("error: --staging and --break-lock go with --out URL", file=sys.stderr)

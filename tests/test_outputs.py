@@ -89,6 +89,8 @@ CASES = {
                                                        "--quiet"], ("--out", "the data set --data")),
     "build --out whose data/ holds the data set": ("cli", ["build", "--data", "{w}/cache/data/set", "--out",
                                                           "{w}/cache", "--quiet"], ("--out", "the data set --data")),
+    "build --staging the data set": ("cli", ["build", "--data", "{w}/root", "--out", "s3://bucket/c", "--staging",
+                                             "{w}/root", "--quiet"], ("--staging", "the data set --data")),
     "convert --out over its source file": ("cli", ["convert", "--from", "mmocr", "{w}/" + GT, "--out", "{w}/root",
                                                    "--force"], ("--out", "the source SRC")),
     "convert --out the --images folder": ("cli", ["convert", "--from", "icdar2015", "{w}/root/ufo", "--images",
