@@ -71,3 +71,23 @@ def test_a_page_s_fields_must_be_as_long_as_its_size_says():
 def _cfg():
     from east_cache.config import BuildConfig
     return BuildConfig(image_size=96, input_size=64)
+
+
+def packed_head(spec, lengths) -> tuple[np.ndarray, int]:
+    """The head and index bytes of a packed file of records with these field lengths (values), and its size."""
+    from east_cache.store.formats.packed import PACKED_MAGIC, layout
+    index, total = layout(spec, lengths)
+    head = np.concatenate([np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names)], "<i8"),
+                           index.astype("<i8").ravel()])
+    return head.view(np.uint8), total
+
+
+def test_an_index_that_gives_a_field_another_length_than_a_page_can_have_is_refused_at_open():
+    from east_cache.store.formats.packed import index_problem
+    spec = PAGE.spec(_cfg())
+    image, maps = (spec.dtype[n].shape[0] for n in ("image", "maps"))
+    for lengths, ok in (([[image, maps, 2], [0, 0, 2]], True), ([[image, maps, 3]], False),
+                        ([[image + 3 * 32 * 32, maps, 2]], False)):
+        head, total = packed_head(spec, lengths)
+        why = index_problem(head, total, spec)
+        assert (why is None) == ok, (lengths, why)

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from east_cache.errors import REPAIR, CacheError
-from east_cache.store.format import RecordSpec
+from east_cache.store.format import Fixed, RecordSpec
 
 PACKED_MAGIC = int.from_bytes(b"EASTPK01", "little")   # bump the digits when the layout changes
 HEAD_VALUES = 3
@@ -120,6 +120,11 @@ def index_problem(head: np.ndarray, size: int, spec: RecordSpec, rows: int | Non
                         or (starts + sizes).max() > size or (sizes % items).any()
                         or (np.diff(starts) < sizes[:-1]).any()):
         return "its packed index does not add up (fields overlap or lie past the array)"
+    slots = np.tile([spec.dtype[name].itemsize for name in spec.kind.names], found)
+    fixed = np.tile([isinstance(f.shape, Fixed) for f in spec.kind.fields], found)
+    if len(sizes) and ((sizes > slots).any() or (sizes[fixed] != slots[fixed]).any()):
+        return ("its packed index gives a field another length than a page can have (longer than the largest "
+                "page's, or a size field not of two values)")
     return None
 
 
