@@ -14,9 +14,9 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 EXIT_USER = 2           # the user's input, environment or a helper process: one `error:` line
@@ -274,9 +274,8 @@ def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = No
     real_out = out.resolve()
     targets = [out] if writes is None else [t for name in writes for t in written(out, name)]
     for inp in inputs:
-        real_in = Path(inp.path).resolve()
-        clash = out if real_out == real_in else next((t for t in targets if clashes(t, Path(inp.path), real_in,
-                                                                                    inp.tree)), None)
+        real_in, files = Path(inp.path).resolve(), InputFiles(Path(inp.path), inp.tree)
+        clash = out if real_out == real_in else next((t for t in targets if clashes(t, real_in, files)), None)
         if clash is None:
             continue
         if clash == out:
@@ -293,7 +292,22 @@ def written(out: Path, name: str) -> list[Path]:
     return sorted(out.glob(name)) if any(c in name for c in "*?[") else [out / name]
 
 
-def clashes(target: Path, inp: Path, real_in: Path, tree: bool) -> bool:
+class InputFiles:
+    """The files of an input (the file, or every file of a tree) by identity (st_dev, st_ino), listed once, when a
+    hard link first asks."""
+
+    def __init__(self, path: Path, tree: bool):
+        self.path, self.tree, self._ids = path, tree, None
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        if self._ids is None:
+            files = (p for p in self.path.rglob("*") if p.is_file()) if self.tree else \
+                [self.path] if self.path.is_file() else []
+            self._ids = {(st.st_dev, st.st_ino) for st in map(os.stat, files)}
+        return key in self._ids
+
+
+def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
     """Whether writing target would replace the input (its path or its file), hold it (a folder written whole), or
     land over a file inside an input tree."""
     real_t = target.resolve()
@@ -301,17 +315,8 @@ def clashes(target: Path, inp: Path, real_in: Path, tree: bool) -> bool:
         return True
     if not target.exists():
         return False   # a new file can be no input
-    if tree and real_t.is_relative_to(real_in):
+    if files.tree and real_t.is_relative_to(real_in):
         return True
     st = target.stat()
-    if st.st_nlink < 2:   # one name: the same file only under the same resolved path, checked above
-        return False
-    key = (st.st_dev, st.st_ino)
-    files = (p for p in inp.rglob("*") if p.is_file()) if tree else [inp] if inp.is_file() else []
-    return any(identity(p) == key for p in files)
-
-
-def identity(path: Path) -> tuple[int, int]:
-    """The file a path names, whatever the name: (device, inode)."""
-    st = path.stat()
-    return st.st_dev, st.st_ino
+    # one name: the same file only under the same resolved path, checked above; more: a hard link, maybe to an input
+    return st.st_nlink > 1 and (st.st_dev, st.st_ino) in files
