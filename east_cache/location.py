@@ -20,13 +20,16 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from east_cache.errors import UsageError, redact
 from east_cache import retry
+from east_cache.errors import UsageError, redact
 from east_cache.retry import DEFAULT_RETRY, retrying
 
 SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
-# what starts like a URL ("s3:/b/c", "s3:b/c", "S3://"): a scheme of two or more characters and a colon
-SCHEME_LIKE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):/*(.*)$")
+# what starts like a URL ("s3:/b/c", "s3:b/c", "S3://"): a scheme of two or more characters and a colon, where the
+# scheme is a storage's (known_protocols) or a slash follows ("cache-T14:00" stays a folder's name)
+SCHEME_LIKE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):(/*)(.*)$")
+# the schemes taken for a storage's where fsspec, which knows them all, is not installed
+COMMON_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "file", "memory", "http", "https")
 S3_PROTOCOLS = ("s3", "s3a")
 # an S3 bucket's name: 3-63 lower-case letters, digits, dots and hyphens, a letter or digit at each end
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -52,9 +55,9 @@ def refuse_url_like(text: str) -> None:
     write: taken as a path it would make a local folder named "s3:". A local folder of such a name is still
     reachable as ./s3:..."""
     m = SCHEME_LIKE.match(str(text))
-    if m is not None:
+    if m is not None and (m.group(2) or m.group(1).lower() in (known_protocols() or COMMON_PROTOCOLS)):
         raise UsageError(f"{text}: not a URL (a URL is {m.group(1).lower()}://bucket/prefix): write "
-                         f"{m.group(1).lower()}://{m.group(2)}, or ./{text} for a local folder of that name")
+                         f"{m.group(1).lower()}://{m.group(3)}, or ./{text} for a local folder of that name")
 
 
 def is_remote(text) -> bool:
@@ -147,14 +150,13 @@ def known_protocols() -> set[str] | None:
     return set(known_implementations)
 
 
-
-
 def s3_config() -> dict:
     """botocore's config for every S3 request: it ends (a connect and a read timeout, retry.py's), and is tried
     once (botocore's retries off: retry.retrying retries what a retry can fix, within its bounds, and says how long
     it waited)."""
     return {"connect_timeout": retry.CONNECT_TIMEOUT_S, "read_timeout": retry.READ_TIMEOUT_S,
             "retries": {"total_max_attempts": 1, "mode": "standard"}}
+
 
 _clients: dict[tuple, tuple[int, object]] = {}
 _clients_lock = threading.Lock()

@@ -44,6 +44,7 @@ def test_what_starts_like_a_url_but_is_not_one_is_refused_with_what_to_write(tex
         flag_location(text)
     assert not any(tmp_path.iterdir()), "nothing made locally"
     assert isinstance(flag_location("./s3:bucket"), Path)   # a local folder of that name, said so
+    assert isinstance(flag_location("run-2026-11-28T14:00"), Path)   # no storage's scheme, no slash: a name
 
 
 def test_a_mistyped_bucket_url_never_builds_into_a_local_folder(tmp_path, monkeypatch, capsys):
