@@ -24,14 +24,14 @@ from east_cache.config import (
 )
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
-from east_cache.errors import CACHE_COMMAND, MODULE_COMMAND, CommandParser, cache_command_named, run_command
+from east_cache.errors import CACHE_COMMAND as COMMAND   # the console script; MODULE_COMMAND, run from a checkout
+from east_cache.errors import MODULE_COMMAND, CommandParser, cache_command_named, invoked_as, run_command
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
-COMMAND = CACHE_COMMAND   # the console script; MODULE_COMMAND, the same run from a checkout (errors.py)
 DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
                "images once, then inspect, check and benchmark it. `{}` is the same command.")
 BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every option not given keeps the value "
@@ -375,13 +375,6 @@ def _interrupt_on_sigterm() -> None:
     import threading
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-
-
-def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
-    """The command name to show in usage and hints: the console script's or script's name, or module_command
-    where Python ran module_file (`python -m ...`)."""
-    name = Path(argv0).name
-    return module_command if name in (module_file, "") else name
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -58,6 +58,13 @@ class CacheHint:
 REPAIR = CacheHint("run `{command} verify CACHE`, then the build command it prints")
 
 
+def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
+    """The command name to show in usage and hints: the console script's or script's name, or module_command
+    where Python ran module_file (`python -m ...`)."""
+    name = Path(argv0).name
+    return module_command if name in (module_file, "") else name
+
+
 @contextmanager
 def cache_command_named(name: str) -> Iterator[None]:
     """Inside, cache_command() says `name` (how the running east-cache command was invoked)."""

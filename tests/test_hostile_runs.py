@@ -156,7 +156,8 @@ def test_the_start_up_line_promises_best_pt_only_where_validation_makes_one(tiny
 def test_the_command_that_goes_on_after_an_init_from_run_is_pasteable(tmp_path):
     argv = ["--cache", "c", "--init-from", "old/latest.pt", "--out", "run", "--init-from=x.pt", "--epochs", "3"]
     cmd = checkpoint.resume_command(argv, tmp_path / "run" / "latest.pt", 1)
-    assert "--init-from" not in cmd and cmd.endswith(f"--cache c --out run --epochs 3 --resume {tmp_path}/run/latest.pt")
+    assert "--init-from" not in cmd
+    assert cmd.endswith(f"--cache c --out run --epochs 3 --resume {tmp_path}/run/latest.pt")
 
 
 def test_best_is_judged_by_hmean_with_detection_metrics_else_by_validation_loss():

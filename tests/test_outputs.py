@@ -27,8 +27,8 @@ def dataset(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def world(dataset, tmp_path) -> Path:
-    """tmp_path holding: root/ (a data set), cache/ (manifest.json, data/f.npy, data/set/ufo/train.json), ck.pt, pred.json, run/latest.pt,
-    and links: gt-hard.json (a hard link to the ground truth), ck-link.pt (a symbolic link to the checkpoint)."""
+    """tmp_path holding: root/ (a data set), cache/ (manifest.json, data/f.npy, data/set/ufo/train.json), ck.pt,
+    pred.json, run/latest.pt, and links: gt-hard.json (a hard link to the ground truth), ck-link.pt (a symbolic link to the checkpoint)."""
     import shutil
     shutil.copytree(dataset, tmp_path / "root")
     (tmp_path / "cache" / "data").mkdir(parents=True)
@@ -99,7 +99,8 @@ CASES = {
     "train --out the cache": ("train", ["--cache", "{w}/cache", "--out", "{w}/cache", *TRAIN],
                               ("--out", "the cache --cache")),
     "train --out over its --init-from": ("train", ["--cache", "{w}/cache", "--init-from", "{w}/run/latest.pt",
-                                                   "--out", "{w}/run", *TRAIN], ("--out", "the checkpoint --init-from")),
+                                                   "--out", "{w}/run", *TRAIN],
+                                         ("--out", "the checkpoint --init-from")),
     "train --out the --val-data set": ("train", ["--cache", "{w}/cache", "--val-data", "{w}/root", "--out",
                                                  "{w}/root", *TRAIN], ("--out", "the data set --val-data")),
     "train --export-onnx the checkpoint": ("train", ["--export-onnx", "{w}/ck.pt", "--checkpoint", "{w}/ck.pt"],
@@ -133,7 +134,8 @@ def test_no_command_writes_over_one_of_its_inputs(case, world, capsys):
 
 def test_a_new_file_beside_the_inputs_is_fine_and_the_resumed_run_may_write_its_folder(world):
     refuse_overwrite("--out", world / "root" / "predictions.json",
-                     [Input("the annotations", world / "root" / "ufo", tree=True), Input("the checkpoint", world / "ck.pt")])
+                     [Input("the annotations", world / "root" / "ufo", tree=True),
+                      Input("the checkpoint", world / "ck.pt")])
     refuse_overwrite("--out", world / "run", [Input("the cache", world / "cache")], ("latest.pt", "epoch_*.pt"))
     with pytest.raises(UsageError, match="would write .*latest.pt, which is the checkpoint"):
         refuse_overwrite("--out", world / "run", [Input("the checkpoint", world / "run" / "latest.pt")], ("latest.pt",))

@@ -252,8 +252,8 @@ def command_name() -> str:
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
     check_output(a.out, "--out", folder=False)
-    refuse_overwrite("--out", a.out, [Input("the checkpoint --checkpoint", a.checkpoint),
-                                      Input("the images --images", a.images, tree=True), *dataset_inputs(a.data, "--data")])
+    refuse_overwrite("--out", a.out, [Input("the checkpoint --checkpoint", a.checkpoint), *dataset_inputs(a.data, "--data"),
+                                      Input("the images --images", a.images, tree=True)])
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))
