@@ -28,7 +28,8 @@ def dataset(tmp_path_factory) -> Path:
 @pytest.fixture
 def world(dataset, tmp_path) -> Path:
     """tmp_path holding: root/ (a data set), cache/ (manifest.json, data/f.npy, data/set/ufo/train.json), ck.pt,
-    pred.json, run/latest.pt, and links: gt-hard.json (a hard link to the ground truth), ck-link.pt (a symbolic link to the checkpoint)."""
+    pred.json, run/latest.pt, and links: gt-hard.json (a hard link to the ground truth), ck-link.pt (a symbolic
+    link to the checkpoint)."""
     import shutil
     shutil.copytree(dataset, tmp_path / "root")
     (tmp_path / "cache" / "data").mkdir(parents=True)

@@ -252,8 +252,8 @@ def command_name() -> str:
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
     check_output(a.out, "--out", folder=False)
-    refuse_overwrite("--out", a.out, [Input("the checkpoint --checkpoint", a.checkpoint), *dataset_inputs(a.data, "--data"),
-                                      Input("the images --images", a.images, tree=True)])
+    inputs = [Input("the checkpoint --checkpoint", a.checkpoint), Input("the images --images", a.images, tree=True)]
+    refuse_overwrite("--out", a.out, [*inputs, *dataset_inputs(a.data, "--data")])
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))
