@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from east_cache.config import AUTO, BuildConfig
-from east_cache.errors import CacheError, UsageError
+from east_cache.errors import CacheError, UsageError, refuse_overwrite
+from east_cache.location import Location
+from east_cache.ingest.ufo import dataset_inputs
 from east_cache.store.announce import BuildPlan
 from east_cache.store.format import MANIFEST
 from east_cache.store.manifest import Manifest
+from east_cache.store.outdir import BUILD_WRITES
+from east_cache.store.remote.publish import default_staging
 from east_cache.store.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
 
 DEFAULT_SPLIT = "train"
@@ -69,6 +73,14 @@ def config_from_args(a, base: BuildConfig | None = None) -> BuildConfig:
     return dataclasses.replace(base or BuildConfig(), **given)
 
 
+def refuse_build_over_inputs(a, dest: Location) -> None:
+    """Before any work (a bucket's cache pulled into staging included): where the build writes, --out or, building
+    to a URL, its staging folder, against the --data sets given (errors.refuse_overwrite; resolve checks those an
+    existing cache recorded)."""
+    flag, out = ("--staging", a.staging or default_staging(dest)) if dest.remote else ("--out", a.out)
+    refuse_overwrite(flag, out, [i for d in a.data or () for i in dataset_inputs(d, "--data")], BUILD_WRITES)
+
+
 def resolve(a) -> BuildRequest:
     """The build's request: each flag given, else the existing cache's recorded option, else the default."""
     if a.jobs is not None and a.jobs != -1 and a.jobs < 1:
@@ -81,9 +93,10 @@ def resolve(a) -> BuildRequest:
             return given
         return getattr(old.source, flag) if old is not None else default
 
+    data = a.data or (list(old.source.data_dirs) if old is not None else None)
+    refuse_overwrite("--out", a.out, [i for d in data or () for i in dataset_inputs(d, "--data")], BUILD_WRITES)
     return BuildRequest(
-        config=config_from_args(a, recorded_config(old) if old is not None else None),
-        data=a.data or (list(old.source.data_dirs) if old is not None else None),
+        config=config_from_args(a, recorded_config(old) if old is not None else None), data=data,
         split=pick("split", DEFAULT_SPLIT), skip_bad=pick("skip_bad", False),
         check_content=pick("check_content", False), file_format=a.file_format)
 

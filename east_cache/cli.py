@@ -25,15 +25,14 @@ from east_cache.config import (
 )
 from east_cache.convert import FORMATS_HELP
 from east_cache.convert import add_arguments as add_convert_args   # flags and format names only: no reader
-from east_cache.errors import CommandParser, run_command
+from east_cache.errors import CACHE_COMMAND as COMMAND   # the console script; MODULE_COMMAND, run from a checkout
+from east_cache.errors import MODULE_COMMAND, CommandParser, cache_command_named, invoked_as, run_command
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
-COMMAND = "east-cache"            # the console script (pyproject.toml [project.scripts])
-MODULE_COMMAND = "python -m preprocess"
 DESCRIPTION = ("Build a cache of ready-made EAST training samples (crops, score and geometry maps) from UFO-annotated "
                "images once, then inspect, check and benchmark it. `{}` is the same command.")
 BUILD_DESCRIPTION = ("Build a cache, or update the one at --out. Updating, every option not given keeps the value "
@@ -144,6 +143,8 @@ def cmd_build(a: argparse.Namespace) -> int:
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
     dest = Location.parse(a.out)
+    from east_cache.buildrequest import refuse_build_over_inputs
+    refuse_build_over_inputs(a, dest)
     if not dest.remote:
         if a.staging is not None or a.break_lock:
             print("error: --staging and --break-lock go with --out URL", file=sys.stderr)
@@ -158,6 +159,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     r = pub.report
     say(f"cache {dest}: uploaded {r.uploaded_files} file(s) ({r.uploaded_bytes / 2**20:,.1f} MiB), "
         f"{r.stored_files} stored already; {r.deleted_files} file(s) of the previous build deleted")
+    say(pub.staging_note())
     return code
 
 
@@ -301,7 +303,7 @@ def cmd_show(a: argparse.Namespace) -> int:
             from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
-            show_cached(a.cache, a.index, a.variant, a.out, a.epoch)
+            show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -351,6 +353,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
     sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
+    add_local_cache_args(sh)
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
     sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
     sh.add_argument("--epoch", type=int, default=0, help="--geometry read: the epoch whose crop to draw (default 0)")
@@ -382,19 +385,13 @@ def _interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
-def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
-    """The command name to show in usage and hints: the console script's or script's name, or module_command
-    where Python ran module_file (`python -m ...`)."""
-    name = Path(argv0).name
-    return module_command if name in (module_file, "") else name
-
-
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     prog = prog or (invoked_as(sys.argv[0]) if argv is None else COMMAND)
-    args = get_parser(prog).parse_args(argv)
-    args.prog_name = prog
-    build = args.command == "build"
-    if build and argv is None:   # the process is ours only when run from the command line
-        _interrupt_on_sigterm()
-    return run_command(lambda: args.func(args), argv, interrupted=BUILD_INTERRUPTED if build else "interrupted",
-                       kept="the previous cache, if any, is unchanged" if build else "")
+    with cache_command_named(prog):   # every help text and hint of this run names the command as it was run
+        args = get_parser(prog).parse_args(argv)
+        args.prog_name = prog
+        build = args.command == "build"
+        if build and argv is None:   # the process is ours only when run from the command line
+            _interrupt_on_sigterm()
+        return run_command(lambda: args.func(args), argv, interrupted=BUILD_INTERRUPTED if build else "interrupted",
+                           kept="the previous cache, if any, is unchanged" if build else "")

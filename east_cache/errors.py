@@ -13,8 +13,10 @@ import errno
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_USER = 2           # the user's input, environment or a helper process: one `error:` line
@@ -22,6 +24,55 @@ EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as shells report Ctrl
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away (`| head`)
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "EAST_CACHE_DEBUG"   # set (to anything but 0) it shows the traceback, as --debug does
+CACHE_COMMAND = "east-cache"            # the cache tool's console script (pyproject.toml [project.scripts])
+MODULE_COMMAND = "python -m preprocess"   # the same tool run from a checkout
+CONSOLE_SCRIPTS = ("east-cache", "east-train", "east-predict")   # a process started by one runs an installed package
+_named_as: list[str] = []   # how the running `east-cache` command was invoked (cli.main, while it runs)
+
+
+def cache_command(words: str = "") -> str:
+    """The cache tool's command as a message or help suggests it, followed by words ("verify CACHE"): the way the
+    user ran the command that says it (`east-cache ...` or `python -m preprocess ...`); from train.py, predict.py
+    or a user's own script, east-cache where a console script started the process, else python -m preprocess.
+    The one place a message gets the command's name from."""
+    name = _named_as[-1] if _named_as else (
+        CACHE_COMMAND if Path(sys.argv[0]).name in CONSOLE_SCRIPTS else MODULE_COMMAND)
+    return f"{name} {words}".rstrip()
+
+
+class CacheHint:
+    """A text that names a cache-tool command ("run `{command} verify CACHE`"), made when a message embeds it
+    (f"...: {REPAIR}"), so that a module's constant names the command as cache_command() says at that moment."""
+
+    def __init__(self, template: str):
+        self.template = template
+
+    def __str__(self) -> str:
+        return self.template.format(command=cache_command())
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+# what a damaged cache file's error says to do
+REPAIR = CacheHint("run `{command} verify CACHE`, then the build command it prints")
+
+
+def invoked_as(argv0: str, module_command: str = MODULE_COMMAND, module_file: str = "__main__.py") -> str:
+    """The command name to show in usage and hints: the console script's or script's name, or module_command
+    where Python ran module_file (`python -m ...`)."""
+    name = Path(argv0).name
+    return module_command if name in (module_file, "") else name
+
+
+@contextmanager
+def cache_command_named(name: str) -> Iterator[None]:
+    """Inside, cache_command() says `name` (how the running east-cache command was invoked)."""
+    _named_as.append(name)
+    try:
+        yield
+    finally:
+        _named_as.pop()
 
 
 class UserError(Exception):
@@ -207,3 +258,72 @@ def check_output(path: Path, flag: str, folder: bool) -> None:
 def nearest_existing(path: Path) -> Path:
     """path itself if it exists, else its nearest folder above that does (the root at worst)."""
     return path if path.exists() else next(p for p in path.parents if p.exists() or p == p.parent)
+
+
+@dataclass(frozen=True)
+class Input:
+    """A command's input that none of its outputs may be or replace. what: how an error names it ("the ground
+    truth --gt"); path: a local path (a URL is skipped: outputs are local); tree: a folder all of whose files are
+    inputs (an image folder, a cache's data/), so an existing file anywhere below it is one too."""
+    what: str
+    path: object
+    tree: bool = False
+
+
+def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = None) -> None:
+    """The one rule for what a command writes, checked before any work: UsageError naming the flag, the path and
+    the input where the output `flag out` is one of `inputs` or would replace one (the same resolved path, the
+    same file by st_dev/st_ino: a symbolic or hard link), or would be written inside an input tree over a file of
+    it. out: a file; or, with writes, a folder and the names (glob patterns, "data/*") the command writes there:
+    the folder may not be an input, nor may a file it writes, nor a folder it writes hold one."""
+    out = Path(out)
+    inputs = [i for i in inputs if i.path is not None and "://" not in str(i.path)]
+    real_out = out.resolve()
+    targets = [out] if writes is None else [t for name in writes for t in written(out, name)]
+    for inp in inputs:
+        real_in, files = Path(inp.path).resolve(), InputFiles(Path(inp.path), inp.tree)
+        clash = out if real_out == real_in else next((t for t in targets if clashes(t, real_in, files)), None)
+        if clash is None:
+            continue
+        if clash == out:
+            what = f"a file of {inp.what}" if inp.tree and real_out != real_in else inp.what
+            raise UsageError(f"{flag} {out}: that is {what} ({inp.path}), or a link to it; writing it would "
+                             f"destroy it: pass another {flag}")
+        held = "holds" if real_in.is_relative_to(clash.resolve()) and real_in != clash.resolve() else "is"
+        raise UsageError(f"{flag} {out}: this command would write {clash}, which {held} {inp.what} ({inp.path}); "
+                         f"pass another {flag}")
+
+
+def written(out: Path, name: str) -> list[Path]:
+    """The paths a folder output's name stands for: the name itself, or the existing matches of a pattern."""
+    return sorted(out.glob(name)) if any(c in name for c in "*?[") else [out / name]
+
+
+class InputFiles:
+    """The files of an input (the file, or every file of a tree) by identity (st_dev, st_ino), listed once, when a
+    hard link first asks."""
+
+    def __init__(self, path: Path, tree: bool):
+        self.path, self.tree, self._ids = path, tree, None
+
+    def __contains__(self, key: tuple[int, int]) -> bool:
+        if self._ids is None:
+            files = (p for p in self.path.rglob("*") if p.is_file()) if self.tree else \
+                [self.path] if self.path.is_file() else []
+            self._ids = {(st.st_dev, st.st_ino) for st in map(os.stat, files)}
+        return key in self._ids
+
+
+def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
+    """Whether writing target would replace the input (its path or its file), hold it (a folder written whole), or
+    land over a file inside an input tree."""
+    real_t = target.resolve()
+    if real_t == real_in or (real_in.is_relative_to(real_t) and target.is_dir()):
+        return True
+    if not target.exists():
+        return False   # a new file can be no input
+    if files.tree and real_t.is_relative_to(real_in):
+        return True
+    st = target.stat()
+    # one name: the same file only under the same resolved path, checked above; more: a hard link, maybe to an input
+    return st.st_nlink > 1 and (st.st_dev, st.st_ino) in files

@@ -20,10 +20,19 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from east_cache import retry
 from east_cache.errors import UsageError, redact
 from east_cache.retry import DEFAULT_RETRY, retrying
 
 SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$")
+# what starts like a URL ("s3:/b/c", "s3:b/c", "S3://"): a scheme of two or more characters and a colon, where the
+# scheme is a storage's (known_protocols) or a slash follows ("cache-T14:00" stays a folder's name)
+SCHEME_LIKE = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+):(/*)(.*)$")
+# the schemes taken for a storage's where fsspec, which knows them all, is not installed
+COMMON_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "az", "abfs", "file", "memory", "http", "https")
+S3_PROTOCOLS = ("s3", "s3a")
+# an S3 bucket's name: 3-63 lower-case letters, digits, dots and hyphens, a letter or digit at each end
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 REMOTE_EXTRA = 'pip install "east-cache[remote]"'
 LIST_ADVICE = "Check the URL, the credentials in the environment and the network, then run the command again"
 
@@ -31,13 +40,24 @@ LIST_ADVICE = "Check the URL, the credentials in the environment and the network
 def flag_location(text: str) -> str | Path:
     """A location flag's value (argparse type): a URL as given, checked (no credentials in it), else a Path."""
     import argparse
-    if SCHEME.match(text) is None:
-        return Path(text)
     try:
+        if SCHEME.match(text) is None:
+            refuse_url_like(text)
+            return Path(text)
         Location.parse(text)
     except UsageError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def refuse_url_like(text: str) -> None:
+    """UsageError for a text that starts like a URL but is not one ("s3:/bucket/c", "s3:bucket/c"), saying what to
+    write: taken as a path it would make a local folder named "s3:". A local folder of such a name is still
+    reachable as ./s3:..."""
+    m = SCHEME_LIKE.match(str(text))
+    if m is not None and (m.group(2) or m.group(1).lower() in (known_protocols() or COMMON_PROTOCOLS)):
+        raise UsageError(f"{text}: not a URL (a URL is {m.group(1).lower()}://bucket/prefix): write "
+                         f"{m.group(1).lower()}://{m.group(3)}, or ./{text} for a local folder of that name")
 
 
 def is_remote(text) -> bool:
@@ -60,8 +80,16 @@ class Location:
             return text
         m = SCHEME.match(str(text))
         if m is None:
+            if isinstance(text, str):   # a Path is a path whatever its name; a text may be a mistyped URL
+                refuse_url_like(text)
             return cls("local", str(Path(text).expanduser().absolute()), dict(options or {}))
-        protocol, rest = m.group(1).lower(), m.group(2)
+        protocol, rest = m.group(1), m.group(2)
+        if protocol != protocol.lower():
+            raise UsageError(f"{redact(text)}: write the scheme in lower case: {protocol.lower()}://{redact(rest)}")
+        known = known_protocols()
+        if known is not None and protocol not in known:
+            raise UsageError(f"{redact(text)}: {protocol}:// is no storage this tool can read; write s3://bucket/"
+                             f"prefix (or file:///path), or a local folder")
         if "@" in rest.split("/", 1)[0] or "?" in rest:
             raise UsageError(f"{redact(text)}: give credentials and options through the environment (AWS_PROFILE, "
                              f"AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL...) or storage options, not inside the URL")
@@ -70,6 +98,10 @@ class Location:
             path = str(Path("/" + path.lstrip("/")))
         if not path.strip("/"):
             raise UsageError(f"{text}: name a bucket or folder after {protocol}://")
+        bucket = path.split("/", 1)[0]
+        if protocol in S3_PROTOCOLS and BUCKET_NAME.match(bucket) is None:
+            raise UsageError(f"{redact(text)}: {bucket!r} is not a bucket name (3-63 lower-case letters, digits, dots "
+                             f"and hyphens): write {protocol}://bucket/prefix")
         return cls(protocol, path, dict(options or {}))
 
     @property
@@ -108,6 +140,24 @@ class Location:
         return redact(self.url)
 
 
+def known_protocols() -> set[str] | None:
+    """The URL schemes fsspec has a client for (installed or not); None where fsspec itself is missing (then any
+    URL is refused when its client is made, with the package to install)."""
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return None
+    return set(known_implementations)
+
+
+def s3_config() -> dict:
+    """botocore's config for every S3 request: it ends (a connect and a read timeout, retry.py's), and is tried
+    once (botocore's retries off: retry.retrying retries what a retry can fix, within its bounds, and says how long
+    it waited)."""
+    return {"connect_timeout": retry.CONNECT_TIMEOUT_S, "read_timeout": retry.READ_TIMEOUT_S,
+            "retries": {"total_max_attempts": 1, "mode": "standard"}}
+
+
 _clients: dict[tuple, tuple[int, object]] = {}
 _clients_lock = threading.Lock()
 
@@ -136,10 +186,15 @@ def filesystem(loc: Location):
             # no listings cache: a cache at a URL is rebuilt under running readers, and a stale listing would hide it;
             # folders made as files are written into them, as a store's keys need none
             defaults = {"use_listings_cache": False, **({"auto_mkdir": True} if loc.protocol == "file" else {})}
-            client = fsspec.filesystem(loc.protocol, skip_instance_cache=True, **{**defaults, **loc.options})
+            options = {**defaults, **loc.options}
+            if loc.protocol in S3_PROTOCOLS:
+                options["config_kwargs"] = {**s3_config(), **options.get("config_kwargs", {})}
+            client = fsspec.filesystem(loc.protocol, skip_instance_cache=True, **options)
+            if loc.protocol in S3_PROTOCOLS:
+                client.retries = 1   # s3fs's own retry loop off: retry.retrying is the one (its bounds, its line)
         except ImportError as e:
             raise UsageError(f"{loc}: reading {loc.protocol}:// needs {e.name or 'its storage client'}; "
-                             f"install it with {REMOTE_EXTRA}") from None
+                             f"install it with {REMOTE_EXTRA if loc.protocol in S3_PROTOCOLS else 'pip'}") from None
         _clients[key] = (pid, client)
         return client
 

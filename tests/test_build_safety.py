@@ -259,4 +259,5 @@ def test_a_damaged_list_of_bad_files_is_named_not_a_traceback_or_a_hang(data_cop
         path.write_text(marker)
     assert cli_build(data_copy, out, "--seed", "1") == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and ".corrupt.json" in err and "run `python -m preprocess verify" in err
+    # cli_main without prog runs as east-cache: the hint names that command
+    assert err.startswith("error: ") and ".corrupt.json" in err and "run `east-cache verify" in err

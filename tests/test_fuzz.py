@@ -241,6 +241,15 @@ def truncate(path: Path, fraction: float) -> None:
         f.truncate(int(path.stat().st_size * fraction))
 
 
+def link_to_copy_outside(cache: Path) -> None:
+    """The first data file moved out of the cache (same bytes, so the same size and header) and linked to: only
+    the check that a file resolves inside CACHE/data can tell."""
+    real = first_file(cache)
+    outside = cache.parent / ("outside-" + real.name)
+    shutil.move(real, outside)
+    real.symlink_to(outside)
+
+
 def _set_file_name(m: dict, name: str) -> None:
     m["files"][0]["name"] = name
 
@@ -255,6 +264,7 @@ DAMAGE = {
     "header garbage": (lambda c, s: patch_header(first_file(c), b"'descr'", b"garbage"), "FILE"),
     "header shape": (lambda c, s: grow_header_shape(first_file(c)), "FILE"),
     "data file is a link outside": (lambda c, s: (first_file(c).unlink(), first_file(c).symlink_to(s)), "FILE"),
+    "data file is a link to a valid copy outside": (lambda c, s: link_to_copy_outside(c), "FILE"),
     "data file is a FIFO": (lambda c, s: (first_file(c).unlink(), os.mkfifo(first_file(c))), "FILE"),
     "sidecar missing": (lambda c, s: sidecar(c).unlink(), "SIDECAR"),
     "sidecar is a FIFO": (lambda c, s: (sidecar(c).unlink(), os.mkfifo(sidecar(c))), "SIDECAR"),

@@ -129,6 +129,37 @@ def test_prune_keeps_the_newest_epochs_and_the_links(tmp_path):
     assert checkpoint.prune(tmp_path, 0) == [], "0 keeps every epoch"
 
 
+def test_keep_last_also_removes_a_checkpoint_saved_inside_an_epoch_once_a_later_one_is_complete(tmp_path):
+    """A Ctrl-C inside epoch 2 saved epoch_2_step_7.pt; the run resumed from it finished epochs 2 and 3: the cut
+    file is superseded, whichever run saved it."""
+    for name in ("epoch_1.pt", "epoch_2_step_7.pt", "epoch_2.pt", "epoch_3.pt", "epoch_4_step_12.pt"):
+        (tmp_path / name).write_text(name)
+    removed = checkpoint.prune(tmp_path, 3)
+    assert sorted(p.name for p in removed) == ["epoch_2_step_7.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt",
+                                                         "epoch_4_step_12.pt"], "a cut epoch newer than any stays"
+
+
+def test_the_start_up_line_promises_best_pt_only_where_validation_makes_one(tiny_cache):
+    from east_cache.model.config import RunState
+    from east_cache.model.runtime import Runtime
+    from east_cache.model.train import started_lines
+    from east_cache.reader import CacheDataset
+    ds = CacheDataset(tiny_cache)
+    for over, promised in (({}, False), ({"val_cache": tiny_cache}, True), ({"val_data": tiny_cache}, False),
+                           ({"val_data": tiny_cache, "eval_every": 1}, True)):
+        line = started_lines(TrainConfig(cache=tiny_cache, workers=0, **over), Runtime(), ds, "random", RunState(), 2,
+                             "disk")[-1]
+        assert ("best.pt" in line) == promised, (over, line)
+
+
+def test_the_command_that_goes_on_after_an_init_from_run_is_pasteable(tmp_path):
+    argv = ["--cache", "c", "--init-from", "old/latest.pt", "--out", "run", "--init-from=x.pt", "--epochs", "3"]
+    cmd = checkpoint.resume_command(argv, tmp_path / "run" / "latest.pt", 1)
+    assert "--init-from" not in cmd
+    assert cmd.endswith(f"--cache c --out run --epochs 3 --resume {tmp_path}/run/latest.pt")
+
+
 def test_best_is_judged_by_hmean_with_detection_metrics_else_by_validation_loss():
     cfg = TrainConfig(eval_every=1)
     assert checkpoint.validation_score({"hmean": 0.5, "val_loss": 2.0}, cfg) == ("hmean", 0.5)

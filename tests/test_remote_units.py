@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from east_cache.config import BuildConfig
 from east_cache.errors import RemoteError, UsageError
 from east_cache.store.layout import Layout
 from east_cache.store.remote.ahead import file_order
-from east_cache.location import Location, redact
+from east_cache.location import Location, flag_location, redact
 from east_cache.retry import RetryPolicy, retrying, transient
 from east_cache.store.remote.share import node_files, node_items
 from east_cache.store.remote.space import check_limit, least_limit, parse_size, size_flag
@@ -29,6 +30,31 @@ def test_a_location_is_a_path_or_a_url_and_joins_below_itself(tmp_path):
             s3.join(bad)
     with pytest.raises(UsageError):
         Location.parse("s3://")
+
+
+@pytest.mark.parametrize("text", ["s3:/bucket/c", "s3:bucket/c", "S3://bucket/c", "s3://", "s3:///c", "s3://B/c",
+                                  "nosuchscheme://bucket/c", "gs:/bucket/c"])
+def test_what_starts_like_a_url_but_is_not_one_is_refused_with_what_to_write(text, tmp_path, monkeypatch):
+    import argparse
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match=r"write|name a bucket") as e:
+        Location.parse(text)
+    assert "\n" not in str(e.value)
+    with pytest.raises(argparse.ArgumentTypeError):
+        flag_location(text)
+    assert not any(tmp_path.iterdir()), "nothing made locally"
+    assert isinstance(flag_location("./s3:bucket"), Path)   # a local folder of that name, said so
+    assert isinstance(flag_location("run-2026-11-28T14:00"), Path)   # no storage's scheme, no slash: a name
+
+
+def test_a_mistyped_bucket_url_never_builds_into_a_local_folder(tmp_path, monkeypatch, capsys):
+    from east_cache.cli import main
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["build", "--out", "s3:/bucket/c", "--quiet"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "s3://bucket/c" in err and len(err.strip().splitlines()) == 1, err
+    assert not any(tmp_path.iterdir()), "no folder named s3: made"
 
 
 def test_credentials_never_in_a_url_nor_in_what_is_printed():

@@ -58,7 +58,7 @@ def test_a_run_says_what_it_runs_and_max_steps_changes_nothing_else(tiny_cache, 
     assert lines[2] == "weights: random initialisation"
     assert lines[3] == "length: 50 epoch(s) of 2 step(s), stopping at step 1", "no time budget, no check run"
     assert re.fullmatch(rf"output: {re.escape(str(out))} \(log\.jsonl, a checkpoint every 1 epoch\(s\), keeping the "
-                        rf"newest 3, latest\.pt and best\.pt; about \d+ MB a checkpoint; {re.escape(str(out))} holds 0 "
+                        rf"newest 3, latest\.pt; about \d+ MB a checkpoint; {re.escape(str(out))} holds 0 "
                         rf"MB, [\d.]+ GB free\)", lines[4]), lines[4]
     assert re.fullmatch(rf"done: 1 steps, .*; stopped at --max-steps 1; to go on: python \S+train\.py .*--resume "
                         rf"{re.escape(str(out / 'epoch_1_step_1.pt'))} --max-steps N \(N > 1\)", lines[-1])

@@ -7,7 +7,7 @@ from pathlib import Path
 from east_cache.convert import FORMATS
 from east_cache.convert.rules import SHOW_BAD, Page, Problems, Source, Summary, frame_size, orient
 from east_cache.convert.writer import IMAGES_DIR, check_output, check_prefix, ufo_path, write_root
-from east_cache.errors import DataError, UsageError
+from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
 
 
 def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix: str = "",
@@ -21,6 +21,8 @@ def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix
     if images is not None and not Path(images).is_dir():
         raise UsageError(f"--images {images}: not a folder")
     check_output(out, split, force)
+    refuse_overwrite("--out", out, [Input("the source SRC", src, tree=src.is_dir()),
+                                    Input("the images --images", images, tree=True)], (str(ufo_path(".", split)),))
     check_prefix(prefix)
     module, reader, trusted, _ = FORMATS[fmt]
     read = getattr(importlib.import_module(f"east_cache.convert.{module}"), reader)

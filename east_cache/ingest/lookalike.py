@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from east_cache.errors import CacheHint
 from east_cache.ingest.files import open_regular
 from east_cache.ingest.imageio import IMAGE_EXTENSIONS
 
 PEEK_BYTES = 1 << 16   # of a file: its first line, or the top of a JSON document
 PEEK_FILES = 8         # files of a suffix looked at in each folder
 SUBFOLDERS = 32        # subfolders of the root looked into
-COMMAND = "east-cache convert"
+COMMAND = CacheHint("{command} convert")
 DEFAULT_SPLIT = "train"   # convert's --split default
 
 _NUM = r"\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)\s*"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError
+from east_cache.errors import DataError, Input, cache_command
 from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from east_cache.ingest.objects import listed, source_path
@@ -72,6 +72,16 @@ def find_split(data_dir, split: str, data_flag: str = "--data", split_flag: str 
         if folder.is_dir():
             return json_path, folder
     raise DataError(f"{data_dir}: no image folder for split {split!r}; tried {tried[0]} and {tried[1]}")
+
+
+def dataset_inputs(root, flag: str) -> list[Input]:
+    """What a command reading the data set root at `flag` must never write over (errors.refuse_overwrite): the root
+    itself, its annotations (ufo/) and its image folders (images/, img/). Nothing for a URL."""
+    if root is None or "://" in str(root):
+        return []
+    root = Path(root)
+    return [Input(f"the data set {flag}", root), Input(f"the annotations of {flag}", root / "ufo", tree=True),
+            *(Input(f"the images of {flag}", root / d, tree=True) for d in ("images", "img"))]
 
 
 def missing_split(data_dir, split: str, json_path, data_flag: str, split_flag: str) -> str:
@@ -139,7 +149,7 @@ def load_splits(data_dirs: list, split: str, cfg: BuildConfig, skip_bad: bool = 
         for name in [r.name for r in recs] + [b[0] for b in summary.bad]:
             if name in seen:
                 raise DataError(f"image {name!r} appears in both {seen[name]} and {json_path}; image names must be "
-                                f"unique across data dirs: convert one set again with `python -m preprocess convert "
+                                f"unique across data dirs: convert one set again with `{cache_command('convert')} "
                                 f"--prefix NAME_ ...` (into its own --out), rename the file in one of them, "
                                 f"or drop one data dir")
             seen[name] = json_path

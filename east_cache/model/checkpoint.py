@@ -31,11 +31,16 @@ from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
-from east_cache.errors import UsageError, nearest_existing
+from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
 from east_cache.store.atomic import fsync_path, replacing
 
 LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
+# what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
+# run it continues writes there)
+EVAL_LOG = "eval.jsonl"   # what --eval-only writes there
+RUN_WRITES = (LATEST, BEST, "epoch_*.pt", "*.tmp", "log.jsonl", EVAL_LOG, "profile_trace.json")
 COMPLETE_NAME = re.compile(r"epoch_(\d+)\.pt")   # what checkpoint_name calls a complete epoch's file
+CUT_NAME = re.compile(r"epoch_(\d+)_step_\d+\.pt")   # and a checkpoint saved inside epoch N (Ctrl-C, a limit)
 ONNX_OPSET = 17              # --export-onnx; run by every onnxruntime since 1.13
 EXPORT_MODULES = ("onnx", "onnxruntime")  # imported by --export-onnx: the exporter writes with onnx, the check runs ort
 ONNX_TRACE_SHAPE = (1, 3, 64, 64)   # input the exporter traces; any multiple of 32 gives the same graph
@@ -69,10 +74,13 @@ def link_as(path: Path, name: str) -> None:
 
 
 def prune(out: Path, keep_last: int) -> list[Path]:
-    """Remove all but the newest keep_last epoch_N.pt files of out (0: keep all); latest.pt and best.pt stay
-    whole, being links. Returns the removed files."""
+    """Remove all but the newest keep_last epoch_N.pt files of out (0: keep all), and every checkpoint saved inside
+    an epoch (epoch_N_step_S.pt: by Ctrl-C, a limit, --save-every-steps, in this run or one it resumed) that a
+    complete epoch N or later supersedes; latest.pt and best.pt stay whole, being links. Returns the removed files."""
     epochs = sorted((int(m[1]), p) for p in out.glob("epoch_*.pt") if (m := COMPLETE_NAME.fullmatch(p.name)))
-    old = [p for _, p in epochs[:-keep_last]] if keep_last else []
+    newest = epochs[-1][0] if epochs else 0
+    cut = [p for p in out.glob("epoch_*_step_*.pt") if (m := CUT_NAME.fullmatch(p.name)) and int(m[1]) <= newest]
+    old = [p for _, p in epochs[:-keep_last]] + sorted(cut) if keep_last else []
     for p in old:
         p.unlink(missing_ok=True)
     return old
@@ -176,7 +184,7 @@ def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
     have = (ds.config.input_size, ds.config.map_scale)
     if want != have:
         raise UsageError(f"{path} was trained on {want[0]}px crops with maps at x{want[1]} but {ds.cache_dir} holds "
-                         f"{have[0]}px at x{have[1]}; evaluate on a cache built with `python -m preprocess build "
+                         f"{have[0]}px at x{have[1]}; evaluate on a cache built with `{cache_command('build')} "
                          f"--input-size {want[0]} --map-scale {want[1]}`")
 
 
@@ -187,7 +195,7 @@ def check_same_samples(ck: dict, path: Path, ds: CacheDataset, say) -> None:
     was, now = ck.get("trained_on"), sample_set(ds)
     if was is None:
         say(f"{path} does not record the cache it was trained on (an older train.py wrote it): resuming on "
-            f"{ds.cache_dir} unchecked", stacklevel=3)
+            f"{ds.cache_dir} unchecked")
         return
     if (was["samples"], was["input_size"]) != (now["samples"], now["input_size"]):
         raise UsageError(f"--resume {path}: it was trained on {was['cache']} ({was['images']} images, "
@@ -215,21 +223,26 @@ def resume(path: Path, model, optimizer, scheduler, ctx: Context, ds: CacheDatas
     if ck["config"]["map_scale"] != ds.config.map_scale:
         raise UsageError(f"{path} has a head for map_scale {ck['config']['map_scale']}, {ds.cache_dir} has "
                          f"{ds.config.map_scale}; resume on a cache built with the same --map-scale")
-    say = warnings.warn if ctx.rt.rank == 0 else (lambda *a, **k: None)
+    say = warning_line if ctx.rt.rank == 0 else (lambda *a, **k: None)
     check_same_samples(ck, path, ds, say)
     if ck["fingerprint"] != ds.fingerprint:
         say(f"{path} was trained on a cache with another build fingerprint ({ck['fingerprint']}) than "
-            f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed", stacklevel=2)
+            f"{ds.cache_dir} ({ds.fingerprint}): the config or the target code changed")
     model.load_state_dict(ck["model"])
     optimizer.load_state_dict(ck["optimizer"])
     scheduler.load_state_dict(ck["scheduler"])
     if ctx.scaler.is_enabled() and ck["scaler"]:
         ctx.scaler.load_state_dict(ck["scaler"])
     elif ctx.scaler.is_enabled():  # trained without GradScaler: --amp bf16 / off, or the CPU
-        say(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss scale",
-            stacklevel=2)
+        say(f"{path} has no GradScaler state (trained without --amp fp16); starting from a fresh loss scale")
     restore_position(ck, path, ctx, say)
     return ck
+
+
+def warning_line(msg: str) -> None:
+    """One `warning: ...` line on stderr: the project's own, not Python's warnings module (whose line names this
+    source file and is shown once per place)."""
+    stderr_line(f"warning: {msg}")
 
 
 def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
@@ -247,7 +260,7 @@ def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
             s.epoch_sums = torch.tensor(ck["epoch_sums"], device=rt.device)
         else:
             say(f"{path} stopped inside epoch {ck['epoch']} with another batch size, accumulation or process "
-                f"count; that epoch starts over", stacklevel=3)
+                f"count; that epoch starts over")
     s.best = ck.get("best")
     if "bad_steps" in ck:
         s.bad_run.fill_(ck["bad_steps"][0])
@@ -259,7 +272,7 @@ def restore_position(ck: dict, path: Path, ctx: Context, say) -> None:
             torch.cuda.set_rng_state(rng[rt.rank]["cuda"], rt.device)
     else:
         say(f"{path} holds no random state for {rt.world} process(es): the jitter will differ from a run that "
-            f"was never stopped", stacklevel=3)
+            f"was never stopped")
 
 
 def nothing_left(cfg: TrainConfig, state: RunState) -> None:
@@ -275,9 +288,9 @@ def nothing_left(cfg: TrainConfig, state: RunState) -> None:
 
 
 def resume_command(argv: list[str], checkpoint: Path, world: int, drop: tuple[str, ...] = ()) -> str:
-    """The command that was run, with --resume CHECKPOINT in place of any --resume it had, and without the
-    options in `drop` (each takes a value)."""
-    drop, kept, skip = ("--resume", *drop), [], False
+    """The command that was run, with --resume CHECKPOINT in place of any --resume or --init-from it had (they do
+    not go together), and without the options in `drop` (each takes a value)."""
+    drop, kept, skip = ("--resume", "--init-from", *drop), [], False
     for a in argv:
         if skip or a.startswith(tuple(f"{d}=" for d in drop)):
             skip = False

@@ -17,7 +17,7 @@ import torch
 
 from east_cache.model.model import check_backbone_file
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD
-from east_cache.errors import CommandParser, UsageError
+from east_cache.errors import CommandParser, UsageError, cache_command
 from east_cache.location import flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args
 
@@ -133,12 +133,12 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
 # ---------------------------------------------------------------- the command line
 
 EXAMPLES = """examples:
-  python train.py --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
-  python train.py --cache cache/train --resume runs/east/latest.pt
+  {train} --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
+  {train} --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
-  python train.py --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
-  python train.py --export-onnx east.onnx --checkpoint runs/east/latest.pt
+  {train} --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
+  {train} --export-onnx east.onnx --checkpoint runs/east/latest.pt
 """
 
 
@@ -147,10 +147,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     p = CommandParser(
         prog=shlex.join(invoked_as()),
-        description="Train the EAST text detector on a cache built by `python -m preprocess build`, evaluate a "
+        description=f"Train the EAST text detector on a cache built by `{cache_command('build')}`, evaluate a "
                     "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
                     "step and saves a checkpoint that --resume continues from exactly.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES.format(train=shlex.join(invoked_as())), formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--cache", type=flag_location,
                       help=f"training cache directory, or URL (s3://bucket/prefix, read through --local-cache) "
@@ -172,7 +172,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                            "command that updates it)")
     data.add_argument("--workers", type=int,
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
-                           "ahead in a thread, enough for a --crop build cache (`python -m preprocess bench CACHE` "
+                           f"ahead in a thread, enough for a --crop build cache (`{cache_command('bench CACHE')}` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
                            "per core of this process, at most 4; otherwise 0)")
     data.add_argument("--nvjpeg", action="store_true",

@@ -35,9 +35,9 @@ from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.runtime import setup_device
 from east_cache.model.scoring import PREDICTED_BY
 from east_cache.config import BuildConfig
-from east_cache.errors import CommandParser, DataError, UsageError, check_output, run_command
+from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.imageio import decode_image, oriented_size
-from east_cache.ingest.ufo import find_split, load_ufo
+from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
 from east_cache.progress import Progress
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decoded_to_frame
@@ -252,6 +252,8 @@ def command_name() -> str:
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
     check_output(a.out, "--out", folder=False)
+    inputs = [Input("the checkpoint --checkpoint", a.checkpoint), Input("the images --images", a.images, tree=True)]
+    refuse_overwrite("--out", a.out, [*inputs, *dataset_inputs(a.data, "--data")])
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))

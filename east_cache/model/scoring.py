@@ -23,7 +23,7 @@ from east_cache.ingest.objects import source_path
 from east_cache.location import flag_location
 from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from east_cache.errors import DataError, check_output
+from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import jsonstream, ufo
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import write_atomic
@@ -36,7 +36,7 @@ SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
 # `evaluate` refuses a --gt that has it.
 PREDICTED_BY = "predicted_by"
 LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
-SWAP_HINT = "east-cache evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json"
+SWAP_HINT = CacheHint("{command} evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json")
 
 
 class Words(NamedTuple):
@@ -245,6 +245,8 @@ def run(a: argparse.Namespace) -> int:
                         min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons)
     if a.per_image:
         check_output(a.per_image, "--per-image", folder=False)
+        refuse_overwrite("--per-image", a.per_image, [Input("the ground truth --gt", a.gt),
+                                                      Input("the predictions --pred", a.pred)])
     notes = []
     gt = load_ground_truth(a.gt, rules, notes)
     result = score(gt, load_predictions(a.pred, gt), a.metric)

@@ -19,7 +19,9 @@ import torch.distributed as dist
 from east_cache.reader import CacheDataset
 from east_cache.model.checkpoint import (
     BEST,
+    EVAL_LOG,
     LATEST,
+    RUN_WRITES,
     checkpoint_name,
     checkpoint_state,
     disk_use,
@@ -35,7 +37,7 @@ from east_cache.model.checkpoint import (
     save_checkpoint,
     validation_score,
 )
-from east_cache.model.config import RunState, TrainConfig, check_flags, get_args_parser, resolve_config
+from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.runtime import (
@@ -48,9 +50,10 @@ from east_cache.model.runtime import (
     stop_on_signals,
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
-from east_cache.errors import EXIT_INTERRUPTED, UsageError, check_output, run_command
-from east_cache.ingest.ufo import find_split
+from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
+from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
+from east_cache.store.format import cache_inputs
 from east_cache.store.remote.share import NodeShare
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
@@ -86,12 +89,15 @@ def run(argv: list[str] | None = None) -> int:
     check_flags(args)
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
+        refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])
         export_onnx(args.checkpoint, args.export_onnx)
         return 0
     rt = setup_device(args.device)
     try:
         cfg = resolve_config(args, rt.device)
         check_output(cfg.out, "--out", folder=True)   # before the caches and the model load
+        refuse_overwrite("--out", cfg.out, run_inputs(cfg, args.checkpoint),
+                         (EVAL_LOG,) if args.eval_only else RUN_WRITES)
         if cfg.val_data:
             find_split(cfg.val_data, cfg.val_split, "--val-data", "--val-split")
         status = 0
@@ -106,6 +112,17 @@ def run(argv: list[str] | None = None) -> int:
     finally:
         leave_group(rt)
     return status
+
+
+def run_inputs(cfg: TrainConfig, checkpoint) -> list[Input]:
+    """What a run reads that its --out must never be nor replace: the caches, the validation set, the checkpoint
+    it starts from (--init-from, --eval-only's), the backbone's weights file. Not --resume's: the run it continues
+    writes into its own folder."""
+    files = (("--init-from", cfg.init_from), ("--checkpoint", checkpoint), ("--backbone-weights", cfg.backbone_weights))
+    return [*cache_inputs(cfg.cache, "--cache"), *cache_inputs(cfg.val_cache, "--val-cache"),
+            *dataset_inputs(cfg.val_data, "--val-data"),
+            *(Input(f"the checkpoint {flag}" if flag != "--backbone-weights" else f"the weights {flag}", path)
+              for flag, path in files if path is not None and path not in BACKBONES)]
 
 
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
@@ -289,7 +306,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
         origin = f"{origin}: step {state.step}, {where}"
     steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
     kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
-    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST} and {BEST}; {disk}"
+    best = f" and {BEST}" if cfg.eval_every or cfg.val_cache else ""   # what validation_score judges by
+    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST}{best}; {disk}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(c, cfg.nvjpeg)}, "

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
-from east_cache.errors import CacheError, UsageError
+from east_cache.errors import CacheError, UsageError, cache_command
 from east_cache.location import Location, is_remote
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
@@ -165,8 +165,8 @@ def open_cache(path, rebuild: bool, rank: int = 0, world: int = 1, local_cache=N
     rank must have opened the same build of it."""
     if is_remote(path):
         if rebuild:
-            raise UsageError(f"--rebuild updates a local cache; bring {Location.parse(path)} up to date with: python "
-                             f"-m preprocess build --out {Location.parse(path)}")
+            raise UsageError(f"--rebuild updates a local cache; bring {Location.parse(path)} up to date with: "
+                             f"{cache_command('build')} --out {Location.parse(path)}")
         ds = CacheDataset(path, compact=True, local_cache=local_cache, local_cache_limit=local_cache_limit)
         same_build_everywhere(ds, world)
         return ds
@@ -202,8 +202,8 @@ def explain_not_a_cache(path: Path) -> str | None:
     """What a folder that cannot be opened as a cache is instead, when it is one of the usual mistakes: a data
     set (it holds ufo/), or a cache whose build is still running (its lock is held)."""
     if (path / "ufo").is_dir():
-        return (f"{path} is a data set (it holds ufo/), not a cache; build a cache from it first: python -m "
-                f"preprocess build --data {path} --out cache, then pass --cache cache")
+        return (f"{path} is a data set (it holds ufo/), not a cache; build a cache from it first: "
+                f"{cache_command('build')} --data {path} --out cache, then pass --cache cache")
     holder = build_holder(path)
     if holder is not None:
         return f"{path}: a build (pid {holder}) is still writing this cache; run again when it has finished"

@@ -23,6 +23,7 @@ from east_cache.reader.records import RecordReader
 from east_cache.reader.warped import warped_crop, warped_words
 from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.sample.epoch_geometry import EpochGeometry, epoch_geometry
+from east_cache.store.formats.packed import check_extent
 from east_cache.store.page_jpeg import JPEG_TILE_PX, codec_of
 from east_cache.store.page_record import Page, block_tiles
 from east_cache.store.sidecar import row_words
@@ -116,6 +117,7 @@ class PageCropper:
         points, offsets, care = self.records.stored_quads(i, variant)
         weight = row_words(self.records.sidecar(f), r)["weight"][care > 0]
         where = f"{self.records.path(f)}: image {self.records.names[i]}, variant {variant}"
+        check_extent(fields, records.spec, self.map_scale, where)
         page = Page.from_fields(fields["image"], fields.get("maps"), fields["size"], points, offsets, care, weight,
                                 self.map_scale, codec=self.codec, where=where)
         kept[1][r] = page

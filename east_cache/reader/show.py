@@ -5,16 +5,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
+from east_cache.store.format import cache_inputs
 from east_cache.store.stale import check_stale
 from east_cache.tools.show import render_sample, words_caption
 
 
-def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0) -> None:
+def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, local_cache=None,
+                local_cache_limit: str | int = 0) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
     `out`: its crop at the epoch that reads that variant; of a page warped at read time, its crop at `epoch`, with
-    that epoch's height and rotation. A stale cache is drawn with a note saying so."""
-    ds = CacheDataset(cache, check_stale=False)
+    that epoch's height and rotation. A stale cache is drawn with a note saying so. A cache at a URL is read through
+    the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit)."""
+    refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
+    ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     stale = check_stale(ds.manifest)
     if stale.stale:
         print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)

@@ -50,3 +50,23 @@ def write_atomic(path: Path, text: str) -> None:
     """text as path's new content, durably and atomically (replacing)."""
     with replacing(path) as tmp:
         tmp.write_text(text)
+
+
+@contextmanager
+def made_folders(*paths: Path) -> Iterator[list[Path]]:
+    """Each path made with its missing parents; yields what was made. On an error or Ctrl-C inside, that is removed
+    again where it is empty, deepest first (rmdir leaves a folder that holds anything): a command that failed
+    leaves no empty folders behind."""
+    made: list[Path] = []
+    for path in map(Path, paths):
+        made += [p for p in (path, *path.parents) if not p.exists() and p not in made]
+        path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield made
+    except BaseException:
+        for d in sorted(made, key=lambda p: len(p.parts), reverse=True):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        raise

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import AUTO, BuildConfig
-from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError
+from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command
 from east_cache.ingest.objects import source_root
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
@@ -165,7 +165,7 @@ def _commit(out: Path, manifest: Manifest) -> None:
     except OSError as e:
         if _committed(out, manifest):
             raise BuildError(f"{out}: the new cache is in place, but making it durable failed ({e}); run "
-                             f"`python -m preprocess verify {out}` once the disk is healthy") from e
+                             f"`{cache_command('verify')} {out}` once the disk is healthy") from e
         raise
     except KeyboardInterrupt:
         if _committed(out, manifest):

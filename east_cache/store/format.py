@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from east_cache.config import BuildConfig
+from east_cache.errors import Input
 
 # Bump when the record layout, the file naming or the manifest schema changes.
 FORMAT_VERSION = 4   # 4: pages stored resized only, warped at read time (--geometry read); 3: packed page files
@@ -198,3 +200,12 @@ def sample_bytes(cfg: BuildConfig, records, members, staging: bool = False) -> i
     extra = STAGING_OVERHEAD_BYTES if staging else PACKED_OVERHEAD_BYTES
     return sum(page_estimate(expected_page_size(records[i].width, records[i].height, cfg, records[i].name, v), cfg)
                + extra for i, v in members)
+
+
+def cache_inputs(cache, flag: str) -> list[Input]:
+    """What a command reading the cache at `flag` must never write over (errors.refuse_overwrite): the folder, its
+    manifest and every file of its data/. Nothing for a URL."""
+    if cache is None or "://" in str(cache):
+        return []
+    return [Input(f"the cache {flag}", cache), Input(f"the manifest of the cache {flag}", Path(cache) / MANIFEST),
+            Input(f"the data of the cache {flag}", Path(cache) / DATA_DIR, tree=True)]

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.errors import CacheError
+from east_cache.errors import REPAIR, CacheError
 
 try:   # optional: decodes into the caller's buffer
     import simplejpeg
@@ -37,7 +37,6 @@ START_OF_SCAN = b"\xff\xda"
 PACK_MAGIC = b"EJT1"    # bump the digit when the packed layout changes
 PACK_HEAD = np.dtype([("magic", "S4"), ("width", "<u4"), ("height", "<u4"), ("tile", "<u4"), ("tiles", "<u4"),
                       ("header_bytes", "<u4"), ("data_bytes", "<u4"), ("meta_crc", "<u4")])
-REPAIR = "run `python -m preprocess verify CACHE`, then the build command it prints"
 
 
 @dataclass(frozen=True)
@@ -123,6 +122,20 @@ def meta_crc(head: bytes, meta: list) -> int:
     for part in meta:
         crc = zlib.crc32(part, crc)
     return crc
+
+
+def packed_extent(buffer: np.ndarray) -> tuple[int, int, int] | None:
+    """(width, height, bytes) that a packed buffer's head says the page and its packed tiles take; None where the
+    buffer holds no head of packed tiles (too short, another magic). Reads the head alone."""
+    buffer = np.asarray(buffer, np.uint8).reshape(-1)
+    if buffer.size < PACK_HEAD.itemsize:
+        return None
+    head = buffer[:PACK_HEAD.itemsize].view(PACK_HEAD)[0]
+    if head["magic"] != PACK_MAGIC:
+        return None
+    n = int(head["tiles"])
+    return (int(head["width"]), int(head["height"]),
+            PACK_HEAD.itemsize + 4 * (2 * n + 1) + int(head["header_bytes"]) + int(head["data_bytes"]))
 
 
 def unpack(buffer: np.ndarray, where: str) -> JpegTiles:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from east_cache.config import IMAGE_CODECS, STRATEGIES, BuildConfig
-from east_cache.errors import CacheError
+from east_cache.errors import CacheError, cache_command
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import write_atomic
 from east_cache.store.fingerprint import ImageSource
@@ -114,7 +114,7 @@ class Manifest:
         path = Path(cache_dir) / MANIFEST
         if not path.exists():
             raise CacheError(f"{cache_dir}: no finished cache here ({MANIFEST} is missing). "
-                             f"Build one with: python -m preprocess build --data DIR --out {cache_dir}")
+                             f"Build one with: {cache_command('build')} --data DIR --out {cache_dir}")
         try:   # a regular file only: a FIFO in its place would block the read forever
             with open_regular(path) as f:
                 d = json.loads(f.read())
@@ -183,7 +183,7 @@ class Manifest:
         """The command that brings this cache up to date: its recorded --data, split, file format and config, the
         config as flags wherever it differs from the defaults (buildrequest.config_from_args inverted)."""
         src, cfg, d = self.source, self.config, BuildConfig()
-        words = ["python -m preprocess build", *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
+        words = [cache_command("build"), *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
         if src.split != "train":
             words.append(f"--split {shlex.quote(src.split)}")
         words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
@@ -209,12 +209,12 @@ def data_path(cache_dir, name: str) -> Path:
 def update_command(manifest: Manifest | None, cache_dir) -> str:
     """The build command recorded in a manifest, or a template where there is none to read."""
     if manifest is None:
-        return f"python -m preprocess build --data DIR --out {cache_dir} (with the --data and options it was built with)"
+        return f"{cache_command('build')} --data DIR --out {cache_dir} (with the --data and options it was built with)"
     return manifest.build_command(cache_dir)
 
 
 def repair_hint(cache_dir, manifest: Manifest | None) -> str:
-    return (f"Repair: run `python -m preprocess verify {cache_dir}`, then rebuild with: "
+    return (f"Repair: run `{cache_command('verify')} {cache_dir}`, then rebuild with: "
             f"{update_command(manifest, cache_dir)}")
 
 

@@ -13,8 +13,9 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from east_cache.errors import BuildError
+from east_cache.errors import BuildError, cache_command
 from east_cache.ingest.files import open_regular
+from east_cache.store.atomic import made_folders
 from east_cache.store.format import DATA_DIR, MANIFEST, QUADS_SUFFIX
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path
@@ -23,6 +24,8 @@ from east_cache.store.sidecar import quads_path
 
 LOCK = ".lock"
 # Keys every manifest a build of ours wrote has had: a manifest.json without them is someone else's file.
+# what a build writes in --out (errors.refuse_overwrite): no input may lie there
+BUILD_WRITES = (MANIFEST, LOCK, CORRUPT_MARKER, DATA_DIR, f"{DATA_DIR}/*")
 OWN_MANIFEST_KEYS = ("format_version", "build_fingerprint")
 
 
@@ -30,19 +33,10 @@ OWN_MANIFEST_KEYS = ("format_version", "build_fingerprint")
 def owned_out(out: Path):
     """--out (and data/) created where missing, a foreign manifest refused, the lock held, for the build inside.
     On an error or Ctrl-C, what this created is removed again where it is empty (a first build that failed)."""
-    made = [p for p in (out / DATA_DIR, out, *out.parents) if not p.exists()]   # deepest first
-    (out / DATA_DIR).mkdir(parents=True, exist_ok=True)
-    try:
+    with made_folders(out / DATA_DIR) as made:
         refuse_foreign_manifest(out)
         with build_lock(out, remove_on_error=not (out / LOCK).exists() or out in made):
             yield
-    except BaseException:
-        for d in made:   # data/, then --out and its parents; rmdir leaves a directory that holds anything
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        raise
 
 
 def corrupt_files(out: Path) -> set[str]:
@@ -58,7 +52,7 @@ def corrupt_files(out: Path) -> set[str]:
     except (OSError, ValueError):   # ValueError: not JSON, not UTF-8, not a regular file
         pass
     raise BuildError(f"{marker}: the list of bad files that `verify` writes is damaged; delete it and run "
-                     f"`python -m preprocess verify {out}` again, then build")
+                     f"`{cache_command('verify')} {out}` again, then build")
 
 
 def build_holder(out: Path) -> str | None:
@@ -106,17 +100,25 @@ def refuse_foreign_manifest(out: Path) -> None:
     path = out / MANIFEST
     if not (path.exists() or path.is_symlink()):
         return
-    why = None
     try:
         with open_regular(path) as f:   # not a FIFO's read, which would wait forever
-            doc = json.loads(f.read())
-        if not isinstance(doc, dict) or not all(k in doc for k in OWN_MANIFEST_KEYS):
-            why = f"it lacks {' and '.join(OWN_MANIFEST_KEYS)}"
-    except (OSError, ValueError) as e:   # ValueError: not JSON, not UTF-8, not a regular file
+            why = foreign_manifest(f.read())
+    except (OSError, ValueError) as e:   # ValueError: not UTF-8, not a regular file
         why = f"it cannot be read as a cache manifest: {e}"
     if why and not _holds_our_files(out):
         raise BuildError(f"{out}: holds a {MANIFEST} that no build of this tool wrote ({why}); it is left as it is. "
                          f"Build into another --out, or delete {path} if it is a damaged cache of ours.")
+
+
+def foreign_manifest(data: bytes | str) -> str | None:
+    """Why a manifest.json's content is no build's of ours (not JSON, or without OWN_MANIFEST_KEYS); None if it is."""
+    try:
+        doc = json.loads(data)
+    except ValueError as e:   # not JSON, not UTF-8
+        return f"it cannot be read as a cache manifest: {e}"
+    if not isinstance(doc, dict) or not all(k in doc for k in OWN_MANIFEST_KEYS):
+        return f"it lacks {' and '.join(OWN_MANIFEST_KEYS)}"
+    return None
 
 
 def _holds_our_files(out: Path) -> bool:

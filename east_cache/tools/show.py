@@ -18,7 +18,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from east_cache.ingest.imageio import decode_image
-from east_cache.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, load_splits
+from east_cache.errors import refuse_overwrite
+from east_cache.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, dataset_inputs, load_splits
 from east_cache.sample.make import make_sample
 
 SCORE_RGB = np.array([255, 0, 0], np.float32)
@@ -145,6 +146,7 @@ def render_page(rec, decoded) -> Image.Image:
 
 
 def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path) -> None:
+    refuse_overwrite("-o", out, dataset_inputs(data, "--source"))
     records, _ = load_splits([Path(data)], split, cfg)
     rec = next((r for r in records if r.name == name), None)
     if rec is None:

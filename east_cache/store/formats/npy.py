@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npformat
 
-from east_cache.errors import CacheError
+from east_cache.errors import REPAIR, CacheError
 from east_cache.ingest.files import NotAllowed, open_regular
 from east_cache.store.format import RecordSpec
 from east_cache.store.formats.base import FileFormat, RecordWriter
@@ -58,8 +58,7 @@ class NpyFormat(FileFormat):
             return PackedRecords(records, spec, path)
         if records.dtype != spec.dtype or records.ndim != 1:
             raise CacheError(f"{path}: its header says {records.dtype} x {records.shape}, not records of the "
-                             f"cache's {spec.kind.name} kind: the file is damaged. Run `python -m preprocess verify "
-                             f"CACHE`, then the build command it prints")
+                             f"cache's {spec.kind.name} kind: the file is damaged: {REPAIR}")
         return records
 
     def check(self, path, spec: RecordSpec, rows: int, nbytes: int | None = None) -> str | None:

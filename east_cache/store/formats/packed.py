@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npformat
 
-from east_cache.errors import CacheError
-from east_cache.store.format import RecordSpec
+from east_cache.errors import REPAIR, CacheError
+from east_cache.store.format import Fixed, RecordSpec
 
 PACKED_MAGIC = int.from_bytes(b"EASTPK01", "little")   # bump the digits when the layout changes
 HEAD_VALUES = 3
@@ -79,8 +79,7 @@ class PackedRecords:
         self.data, self.spec = data, spec
         why = index_problem(data, data.size, spec)
         if why:
-            raise CacheError(f"{where}: {why}: the file is damaged. Run `python -m preprocess verify CACHE`, then "
-                             f"the build command it prints")
+            raise CacheError(f"{where}: {why}: the file is damaged: {REPAIR}")
         rows, fields = int(data[8:16].view("<i8")[0]), len(spec.kind.names)
         self.index = data[8 * HEAD_VALUES:8 * (HEAD_VALUES + 2 * rows * fields)].view("<i8").reshape(rows, fields, 2)
         self.dtypes = [spec.dtype[f].base for f in spec.kind.names]
@@ -121,6 +120,11 @@ def index_problem(head: np.ndarray, size: int, spec: RecordSpec, rows: int | Non
                         or (starts + sizes).max() > size or (sizes % items).any()
                         or (np.diff(starts) < sizes[:-1]).any()):
         return "its packed index does not add up (fields overlap or lie past the array)"
+    slots = np.tile([spec.dtype[name].itemsize for name in spec.kind.names], found)
+    fixed = np.tile([isinstance(f.shape, Fixed) for f in spec.kind.fields], found)
+    if len(sizes) and ((sizes > slots).any() or (sizes[fixed] != slots[fixed]).any()):
+        return ("its packed index gives a field another length than a page can have (longer than the largest "
+                "page's, or a size field not of two values)")
     return None
 
 
@@ -140,3 +144,37 @@ def check_file(f, spec: RecordSpec, rows: int, nbytes: int | None) -> str | None
         return f"{size} bytes, where its header says {offset + shape[0]} (truncated or extended)"
     head = np.frombuffer(f.read(min(shape[0], 8 * (HEAD_VALUES + 2 * rows * len(spec.kind.names)))), np.uint8)
     return index_problem(head, shape[0], spec, rows)
+
+
+def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: float) -> str | None:
+    """What is wrong with a page record's extent, None when it adds up: its size field is a width and a height,
+    and every field is as long as a page of that size takes (the raw tiles, the maps' tiles, the packed JPEG tiles,
+    whose head must say the same size); an empty page (0 x 0, an image --skip-bad blanked) holds nothing else. A
+    file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
+    from east_cache.store.jpeg_tiles import packed_extent   # page code loads where pages are read
+    from east_cache.store.page_record import image_values, map_values
+    size = fields["size"]
+    if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
+        return f"its size field holds {size.tolist()}, not a page's width and height"
+    w, h = (int(v) for v in size)
+    if spec.kind.page_codec == "jpeg":
+        image = fields["image"]
+        extent = packed_extent(image) if w else (0, 0, 0)
+        if extent is None or image.size and extent[:2] != (w, h):
+            return (f"its size field says {w} x {h} px, its compressed image "
+                    + ("has no head" if extent is None else f"{extent[0]} x {extent[1]} px"))
+        want = {"image": extent[2]}
+    else:
+        rows = spec.kind.field("image").shape.what == "rows"   # a page warped at read time: raw rows, not tiles
+        want = {"image": 3 * w * h if rows else image_values((w, h)), "maps": map_values((w, h), map_scale)}
+    for name, n in want.items():
+        if name in fields and fields[name].size != n:
+            return f"its {name} field holds {fields[name].size} values, where a {w} x {h} px page takes {n}"
+    return None
+
+
+def check_extent(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: float, where: str) -> None:
+    """CacheError naming `where` (the file and the image) and the repair when the page's extent does not add up."""
+    why = extent_problem(fields, spec, map_scale)
+    if why:
+        raise CacheError(f"{where}: {why}: the file is damaged: {REPAIR}")

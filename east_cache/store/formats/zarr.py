@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from east_cache.errors import BuildError, CacheError
+from east_cache.errors import REPAIR, BuildError, CacheError
 from east_cache.store.atomic import fsync_tree
 from east_cache.store.fingerprint import file_fingerprint
 from east_cache.store.format import RecordSpec
@@ -76,12 +76,11 @@ class ZarrRecords:
         try:
             self.arrays = [group[k] for k in spec.dtype.names]
         except KeyError as e:
-            raise CacheError(f"{path}: field {e} is missing: the file is damaged. Run `python -m preprocess "
-                             f"verify CACHE`, then the build command it prints") from None
+            raise CacheError(f"{path}: field {e} is missing: the file is damaged: {REPAIR}") from None
         found = np.dtype([(k, a.dtype, a.shape[1:]) for k, a in zip(spec.dtype.names, self.arrays)])
         if found != spec.dtype or len({a.shape[0] for a in self.arrays}) > 1:
-            raise CacheError(f"{path}: holds {found}, not the cache's {spec.kind.name} records: the file is damaged. "
-                             f"Run `python -m preprocess verify CACHE`, then the build command it prints")
+            raise CacheError(f"{path}: holds {found}, not the cache's {spec.kind.name} records: the file is damaged: "
+                             f"{REPAIR}")
 
     def __len__(self) -> int:
         return self.arrays[0].shape[0]

@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from east_cache.errors import CacheError, RemoteError
+from east_cache.errors import CacheError, RemoteError, cache_command
 from east_cache.location import Location, listing
 from east_cache.retry import RetryPolicy
-from east_cache.store.atomic import fsync_path, write_atomic
+from east_cache.store.atomic import fsync_path, made_folders, write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
-from east_cache.store.remote.locks import FolderLocks
+from east_cache.store.remote.locks import LOCKS_DIR, FolderLocks
 from east_cache.store.remote.space import (
     TEMP_SUFFIX,
     check_limit,
@@ -118,25 +118,25 @@ class LocalCache:
         limit that cannot hold what readers need at once."""
         self.location, self.settings = location, settings
         self.folder = Path(settings.folder) if settings.folder else default_folder(location, settings.root)
-        (self.folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
-        self.locks = FolderLocks(self.folder)
         self.paths: dict[str, Path] = {}   # data file name -> its local path (asked for every file every epoch)
         self.downloaded_bytes = self.downloaded_files = 0   # by this process
         self._counting = threading.Lock()
-        _OPEN.add(self)
-        for last_try in (False, True):   # a rebuild may replace the manifest between the fetch and the listing
-            self.manifest_bytes = self._fetch_manifest()
-            stored = listing(location.join(DATA_DIR))
-            self.manifest = self._load_manifest()
-            missing = [e.name for e in self.manifest.files if self._objects(e, stored) is None]
-            if not missing:
-                break
-            if last_try:
-                raise RemoteError(f"{location}: its manifest names {missing[0]}, which is not stored there "
-                                  f"({len(missing)} missing): the cache is damaged or being rebuilt. "
-                                  f"{self._advice('rebuild')}")
-        self.units = {e.name: Unit(e, self._objects(e, stored)) for e in self.manifest.files}
-        check_limit(settings.limit_bytes, [u.bytes for u in self.units.values()], settings.at_once, str(location))
+        with made_folders(self.folder / DATA_DIR, self.folder / LOCKS_DIR):   # removed where it cannot be opened
+            self.locks = FolderLocks(self.folder)
+            _OPEN.add(self)
+            for last_try in (False, True):   # a rebuild may replace the manifest between the fetch and the listing
+                self.manifest_bytes = self._fetch_manifest()
+                stored = listing(location.join(DATA_DIR))
+                self.manifest = self._load_manifest()
+                missing = [e.name for e in self.manifest.files if self._objects(e, stored) is None]
+                if not missing:
+                    break
+                if last_try:
+                    raise RemoteError(f"{location}: its manifest names {missing[0]}, which is not stored there "
+                                      f"({len(missing)} missing): the cache is damaged or being rebuilt. "
+                                      f"{self._advice('rebuild')}")
+            self.units = {e.name: Unit(e, self._objects(e, stored)) for e in self.manifest.files}
+            check_limit(settings.limit_bytes, [u.bytes for u in self.units.values()], settings.at_once, str(location))
 
     def __getstate__(self):   # a Dataset holding this goes to loader workers: locks are made again there
         state = self.__dict__.copy()
@@ -249,7 +249,7 @@ class LocalCache:
             return get_bytes(self.location.join(MANIFEST), self.settings.retry, self._advice("read"))
         except FileNotFoundError:
             raise CacheError(f"{self.location}: no finished cache here ({MANIFEST} is missing). Build one with: "
-                             f"python -m preprocess build --data DIR --out {self.location}") from None
+                             f"{cache_command('build')} --data DIR --out {self.location}") from None
 
     def _load_manifest(self) -> Manifest:
         write_atomic(self.folder / MANIFEST, self.manifest_bytes.decode("utf-8", errors="replace"))

@@ -17,13 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from east_cache.errors import CacheError, RemoteError
+from east_cache.errors import BuildError, CacheError, RemoteError
 from east_cache.location import Location, filesystem, listing
 from east_cache.retry import DEFAULT_RETRY, RetryPolicy, retrying
 from east_cache.store.atomic import write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.formats import format_of
 from east_cache.store.manifest import Manifest, data_path
+from east_cache.store.outdir import foreign_manifest
 from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE
 from east_cache.store.remote.bucket_lock import bucket_lock
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
@@ -71,6 +72,7 @@ class Publisher:
         self._pull_marker()
         if not filesystem(self.dest).exists(self.dest.join(MANIFEST).url):
             return 0
+        self.refuse_foreign_manifest()
         try:
             cache = LocalCache(self.dest, LocalCacheSettings(folder=self.staging, retry=self.policy))
         except CacheError:   # another format version, a damaged manifest: rebuilt from the source
@@ -81,6 +83,21 @@ class Publisher:
             except RemoteError:
                 self.unpulled.append(name)
         return cache.downloaded_files
+
+    def staging_note(self) -> str:
+        """What the staging folder keeps on this machine, and how to remove it."""
+        held = sum(p.stat().st_blocks * 512 for p in self.staging.rglob("*") if p.is_file())   # holes cost nothing
+        return (f"staging: {self.staging} keeps a full copy ({held / 2**20:,.1f} MiB on disk), so that the next build "
+                f"from this machine downloads nothing; `rm -r {self.staging}` removes it")
+
+    def refuse_foreign_manifest(self) -> None:
+        """A manifest.json at dest that no build of ours wrote, with none of our data files beside it, is someone's
+        object: refused naming the URL (the staging folder is no place the user could fix it), left as it is."""
+        why = foreign_manifest(get_bytes(self.dest.join(MANIFEST), self.policy, ADVICE))
+        if why and not any(OWN_FILE.fullmatch(rel.split("/")[0]) for rel in listing(self.dest.join(DATA_DIR))):
+            raise BuildError(f"{self.dest}: holds a {MANIFEST} that no build of this tool wrote ({why}); it is left "
+                             f"as it is. Build into another --out URL, or delete {self.dest.join(MANIFEST)} if it is a "
+                             f"damaged cache of ours")
 
     def _pull_marker(self) -> None:
         marker = self.staging / CORRUPT_MARKER
