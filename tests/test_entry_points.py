@@ -76,7 +76,7 @@ CASES = [
      r"nope\.pt: no such checkpoint"),
     ("east-predict", "--checkpoint {old} --data {data} --split nosuch --out {dir}/p.json",
      r"ufo/nosuch\.json: UFO file not found; .*; the splits there: train$"),
-    ("east-predict", "--checkpoint {old} --images {dir} --batch-size x", r"argument --batch-size: invalid int value"),
+    ("east-predict", "--checkpoint {old} --images {dir} --batch-size x", r"argument --batch-size: 'x': must be an integer >= 1"),
     ("east-cache", "evaluate --gt {pred} --pred {gt}", r"--gt \S*pred\.json: this is a predictions file .*; the order "
                                                         r"is east-cache evaluate --gt ROOT/ufo/SPLIT\.json --pred"),
     ("east-cache", "evaluate --gt {gt} --pred {gt}", r"--pred \S*gt\.json: looks like ground truth \(image 'a\.jpg', "

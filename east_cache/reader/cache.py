@@ -9,11 +9,13 @@ cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/r
 from __future__ import annotations
 
 import mmap
+import numbers
 import warnings
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from east_cache.bounds import COUNT_OR_ZERO, check_number
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
@@ -117,7 +119,7 @@ class CacheDataset(RecordReader, Dataset):
         workers (persistent ones included) read the epoch set here, in the training process. Workers started
         another way (spawn, forkserver) get a copy: set_epoch does not reach them once they run, and they warn;
         give such a DataLoader an EpochSampler (reader/loader.py), whose keys carry the epoch with each item."""
-        self._epoch[0] = epoch
+        self._epoch[0] = check_number("epoch", epoch, COUNT_OR_ZERO)
 
     def variant(self, i: int, epoch: int | None = None) -> int:
         """The variant item i reads at an epoch (default: the current one)."""
@@ -151,7 +153,14 @@ class CacheDataset(RecordReader, Dataset):
         return [self[k] for k in keys]
 
     def _epoch_and_index(self, key) -> tuple[int, int]:
-        return key if isinstance(key, tuple) else (self.epoch, key)
+        """(epoch, i) of a key; a plain index counts from the end when negative, as a Sequence's does."""
+        if isinstance(key, tuple):
+            return key
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"CacheDataset index {key!r}: must be an integer (or an (epoch, index) key)")
+        if not -len(self) <= key < len(self):
+            raise IndexError(f"CacheDataset index {key}: out of range for its {len(self)} items")
+        return self.epoch, int(key) % len(self)
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
