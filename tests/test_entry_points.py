@@ -58,7 +58,7 @@ def world(tmp_path_factory, tiny_data, tiny_cache) -> dict[str, str]:
 CASES = [
     ("east-train", "--cache {cache} --out {notes}", r"--out \S*notes\.txt: a file is there; pass the path of a folder"),
     ("east-train", "--cache {cache} --out {notes}/run", r"notes\.txt is a file, so nothing can be made inside it"),
-    ("east-train", "--epochs x", r"argument --epochs: invalid int value: 'x'; see `.*--help`"),
+    ("east-train", "--epochs x", r"argument --epochs: 'x': must be an integer >= 1; see `.*--help`"),
     ("east-train", "--cache {dir}/nothing --out {dir}/run", r"nothing: no finished cache here"),
     ("east-train", "--cache {cache} --out {dir}/run --resume {dir}/nope.pt",
      r"--resume \S*nope\.pt: no such checkpoint"),
