@@ -35,6 +35,8 @@ from east_cache.store.page_record import (
 )
 from east_cache.store.remote.local_cache import local_settings
 
+READ_TOLD, READ_WARNED, READ_SEEN = 0, 1, 2   # CacheDataset._reads: set_epoch called, warned, items read from here on
+
 
 class CacheDataset(RecordReader, Dataset):
     """The items of the cache at cache_dir (built by `east-cache build`), one per image, for an epoch (set_epoch).
@@ -100,6 +102,9 @@ class CacheDataset(RecordReader, Dataset):
             self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
                                else block_bytes(self.config))
         self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
+        # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
+        # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
+        self._reads = shared_cells(READ_SEEN + len(self.names))
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
 
@@ -120,6 +125,7 @@ class CacheDataset(RecordReader, Dataset):
         another way (spawn, forkserver) get a copy: set_epoch does not reach them once they run, and they warn;
         give such a DataLoader an EpochSampler (reader/loader.py), whose keys carry the epoch with each item."""
         self._epoch[0] = check_number("epoch", epoch, COUNT_OR_ZERO)
+        self._reads[READ_TOLD] = 1
 
     def variant(self, i: int, epoch: int | None = None) -> int:
         """The variant item i reads at an epoch (default: the current one)."""
@@ -131,8 +137,6 @@ class CacheDataset(RecordReader, Dataset):
         arrays the class docstring lists (image, score, geo, roi; or tiles, at, maps, patch, table with
         compact=True)."""
         epoch, i = self._epoch_and_index(key)
-        if not isinstance(key, tuple) and not self._epoch_shared:
-            self._warn_unshared()
         v = self.variant(i, epoch)
         if self.pages:
             return self.cropper.crop(i, v, epoch)
@@ -145,7 +149,8 @@ class CacheDataset(RecordReader, Dataset):
         which collate copies in one read per field; any other collate sees a plain list of items."""
         if self.pages:   # every crop is computed anew: no rows to copy in one read
             return [self[k] for k in keys]
-        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in map(self._epoch_and_index, keys)]
+        keys = [self._epoch_and_index(k) for k in keys]   # each plain index noted once (_note_read)
+        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in keys]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
             rows = self.file_records(f0)[r0:r0 + len(keys)]
@@ -160,7 +165,24 @@ class CacheDataset(RecordReader, Dataset):
             raise TypeError(f"CacheDataset index {key!r}: must be an integer (or an (epoch, index) key)")
         if not -len(self) <= key < len(self):
             raise IndexError(f"CacheDataset index {key}: out of range for its {len(self)} items")
-        return self.epoch, int(key) % len(self)
+        i = int(key) % len(self)
+        if not self._epoch_shared:
+            self._warn_unshared()
+        self._note_read(i)
+        return self.epoch, i
+
+    def _note_read(self, i: int) -> None:
+        """Once for all processes: item i read again by a plain index while set_epoch was never called is the very
+        crop it gave before: a loop of one's own that forgot set_epoch trains on the same crops every epoch."""
+        cells = self._reads
+        if cells[READ_TOLD] or not (self.pages or self.config.variants > 1):   # one frozen crop per image: no epoch
+            return                                                              # would change it
+        if cells[READ_SEEN + i] and not cells[READ_WARNED]:
+            cells[READ_WARNED] = 1
+            warnings.warn(f"CacheDataset item {i} was read again at epoch {self.epoch}, the very crop it gave "
+                          f"before: call dataset.set_epoch(epoch) before each epoch for new crops (east_cache.Loader "
+                          f"does it by itself)", SameCropsWarning, stacklevel=4)
+        cells[READ_SEEN + i] = 1
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
@@ -198,6 +220,15 @@ class CacheDataset(RecordReader, Dataset):
         return self.cropper.table_rows() if self.compact else 0
 
 
+class SameCropsWarning(UserWarning):
+    """A CacheDataset read the same items again without set_epoch: each read gives the same crop."""
+
+
+def shared_cells(n: int) -> np.ndarray:
+    """n uint8 cells, zero, in anonymous shared memory: a process forked later reads and writes the same ones."""
+    return np.frombuffer(mmap.mmap(-1, max(1, n)), np.uint8, n)
+
+
 def shared_int(value: int = 0) -> np.ndarray:
     """An int64 (1,) array in anonymous shared memory: a process forked later reads what this one writes."""
     cell = np.frombuffer(mmap.mmap(-1, mmap.PAGESIZE), np.int64, 1)
@@ -213,4 +244,4 @@ class SliceItems(list):
         self.rows = rows
 
 
-__all__ = ["CacheDataset", "SliceItems", "StaleCacheError", "collate"]
+__all__ = ["CacheDataset", "SameCropsWarning", "SliceItems", "StaleCacheError", "collate"]
