@@ -90,8 +90,10 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
                    help="target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4" + kept(d.map_scale))
     p.add_argument("--seed", type=flag_number(SEED), help="seed of every random draw" + kept(d.seed))
-    p.add_argument("--height-jitter", type=flag_number(HEIGHT_JITTER), help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
-    p.add_argument("--max-rotation", type=flag_number(MAX_ROTATION), help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
+    p.add_argument("--height-jitter", type=flag_number(HEIGHT_JITTER),
+                   help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
+    p.add_argument("--max-rotation", type=flag_number(MAX_ROTATION),
+                   help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
     p.add_argument("--crop", choices=CROP_MODES,
                    help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
                         "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
@@ -113,8 +115,10 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "is taken" + kept(d.crop_tries))
     p.add_argument("--ignore-tags", help="comma-separated word tags that make a don't-care region"
                                          + kept(",".join(DEFAULT_IGNORE_TAGS)))
-    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), help="px^2; smaller words become don't-care" + kept(d.min_area))
-    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), help="px^2; smaller words are dropped" + kept(d.drop_area))
+    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE),
+                   help="px^2; smaller words become don't-care" + kept(d.min_area))
+    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE),
+                   help="px^2; smaller words are dropped" + kept(d.drop_area))
     p.add_argument("--fit-polygons", action=argparse.BooleanOptionalAction,
                    help="fit words with 5+ points to a min-area quad instead of don't-care" + kept("off"))
     p.add_argument("--jobs", type=flag_number(JOBS), default=-1,
@@ -345,7 +349,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
     sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
-    sh.add_argument("--variant", type=flag_number(COUNT_OR_ZERO), default=0, help="augmented variant to draw (default 0)")
+    sh.add_argument("--variant", type=flag_number(COUNT_OR_ZERO), default=0,
+                    help="augmented variant to draw (default 0)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "

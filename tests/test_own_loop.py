@@ -18,7 +18,8 @@ def images(loader: DataLoader) -> np.ndarray:
 def test_without_set_epoch_the_same_crops_are_said_once_in_this_process(tiny_cache):
     ds = CacheDataset(tiny_cache)
     loader = DataLoader(ds, batch_size=1, collate_fn=collate)
-    with pytest.warns(SameCropsWarning, match=r"read again at epoch 0, the very crop .*set_epoch\(epoch\)") as seen:
+    said = r"item \d was read again at epoch 0, the very crop .*set_epoch\(epoch\)"
+    with pytest.warns(SameCropsWarning, match=said) as seen:
         epochs = [images(loader) for _ in range(3)]
     assert len(seen) == 1, "warned once, not per item or per epoch"
     assert (epochs[0] == epochs[1]).all(), "the repeat it warns of"

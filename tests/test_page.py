@@ -99,7 +99,8 @@ def test_crop_exact_at_origins_that_graze_words():
 def test_make_page_crops_equal_make_targets(tmp_path):
     page = Page.make(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
     w, h = page.size
-    assert w % STEP == 0 and h % STEP == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
+    assert w % STEP == 0 and h % STEP == 0
+    assert page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
     assert page.owner.max() == 7 and 0 < page.roi.mean() < 1
     assert page.care.tolist() == [1, 1, 1, 1, 1, 1, 0, 1] and len(page.theta) == 7
     rng = np.random.default_rng(0)

@@ -189,28 +189,36 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="each machine reads a fixed share of the cache's whole files (downloading about 1/nodes "
                              "of a cache at a URL), shuffled within the machine; nodes and this machine's rank from "
                              "torchrun (default: off, every rank reads from the whole cache)")
-    remote.add_argument("--nodes", type=flag_number(COUNT), help="with --node-share: machines in the run (default: torchrun's)")
-    remote.add_argument("--node-rank", type=flag_number(COUNT_OR_ZERO), help="with --node-share: this machine's rank (default: torchrun's)")
+    remote.add_argument("--nodes", type=flag_number(COUNT),
+                        help="with --node-share: machines in the run (default: torchrun's)")
+    remote.add_argument("--node-rank", type=flag_number(COUNT_OR_ZERO),
+                        help="with --node-share: this machine's rank (default: torchrun's)")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
-    length.add_argument("--epochs", type=flag_number(COUNT), help=f"epochs in all, counting resumed ones (default: {d.epochs})")
-    length.add_argument("--max-steps", type=flag_number(COUNT), help="optimiser steps in all, counting resumed ones (default: no cap)")
+    length.add_argument("--epochs", type=flag_number(COUNT),
+                        help=f"epochs in all, counting resumed ones (default: {d.epochs})")
+    length.add_argument("--max-steps", type=flag_number(COUNT),
+                        help="optimiser steps in all, counting resumed ones (default: no cap)")
     length.add_argument("--time-limit", type=flag_number(POSITIVE), metavar="SECONDS",
                         help="stop after the step that crosses this wall time, saving a checkpoint (default: none)")
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--batch-size", type=flag_number(COUNT),
                      help=f"samples per micro-batch per process (default: {d.batch_size} on a GPU, "
                           f"{CPU_BATCH_SIZE} on a CPU)")
-    opt.add_argument("--accum-steps", type=flag_number(COUNT), help=f"micro-batches per optimiser step (default: {d.accum_steps})")
-    opt.add_argument("--lr", type=flag_number(POSITIVE), help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
-    opt.add_argument("--clip-grad", type=flag_number(POSITIVE), metavar="NORM", help="clip the gradient norm (default: no clipping)")
+    opt.add_argument("--accum-steps", type=flag_number(COUNT),
+                     help=f"micro-batches per optimiser step (default: {d.accum_steps})")
+    opt.add_argument("--lr", type=flag_number(POSITIVE),
+                     help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
+    opt.add_argument("--clip-grad", type=flag_number(POSITIVE), metavar="NORM",
+                     help="clip the gradient norm (default: no clipping)")
     opt.add_argument("--amp", choices=tuple(AMP_DTYPES),
                      help="mixed precision: fp16 (with loss scaling), bf16, or off (default: fp16 on CUDA, else off)")
     opt.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
     opt.add_argument("--jitter", type=flag_number(JITTER),
                      help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
                           f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
-    opt.add_argument("--seed", type=flag_number(SEED), help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
+    opt.add_argument("--seed", type=flag_number(SEED),
+                     help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
                      help="start the VGG16-BN backbone from torchvision's ImageNet weights (downloaded once, "
                           "528 MB, into the torch hub cache), from random weights, or from a torchvision vgg16_bn "

@@ -179,9 +179,10 @@ class CacheDataset(RecordReader, Dataset):
             return                                                              # would change it
         if cells[READ_SEEN + i] and not cells[READ_WARNED]:
             cells[READ_WARNED] = 1
-            warnings.warn(f"CacheDataset item {i} was read again at epoch {self.epoch}, the very crop it gave "
-                          f"before: call dataset.set_epoch(epoch) before each epoch for new crops (east_cache.Loader "
-                          f"does it by itself)", SameCropsWarning, stacklevel=4)
+            # one line (no source line under it), from wherever the reads come: a DataLoader worker or this process
+            warnings.warn_explicit(f"item {i} was read again at epoch {self.epoch}, the very crop it gave before: call "
+                                   f"dataset.set_epoch(epoch) before each epoch for new crops (east_cache.Loader does "
+                                   f"it by itself)", SameCropsWarning, "east_cache.CacheDataset", 0)
         cells[READ_SEEN + i] = 1
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
