@@ -8,7 +8,9 @@ cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/r
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
+import multiprocessing
 import numbers
 import warnings
 
@@ -105,6 +107,7 @@ class CacheDataset(RecordReader, Dataset):
         # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
         # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
         self._reads = shared_cells(READ_SEEN + len(self.names))
+        self._warn_lock = multiprocessing.Lock()   # forked processes share it: one of them warns
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
 
@@ -177,13 +180,19 @@ class CacheDataset(RecordReader, Dataset):
         cells = self._reads
         if cells[READ_TOLD] or not (self.pages or self.config.variants > 1):   # one frozen crop per image: no epoch
             return                                                              # would change it
-        if cells[READ_SEEN + i] and not cells[READ_WARNED]:
-            cells[READ_WARNED] = 1
+        if cells[READ_SEEN + i] and not cells[READ_WARNED] and self._first_to_warn():
             # one line (no source line under it), from wherever the reads come: a DataLoader worker or this process
             warnings.warn_explicit(f"item {i} was read again at epoch {self.epoch}, the very crop it gave before: call "
                                    f"dataset.set_epoch(epoch) before each epoch for new crops (east_cache.Loader does "
                                    f"it by itself)", SameCropsWarning, "east_cache.CacheDataset", 0)
         cells[READ_SEEN + i] = 1
+
+    def _first_to_warn(self) -> bool:
+        """Whether this process is the one that warns: the flag tested and set under the lock it shares."""
+        with self._warn_lock or contextlib.nullcontext():
+            first = not self._reads[READ_WARNED]
+            self._reads[READ_WARNED] = 1
+        return bool(first)
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
@@ -205,6 +214,7 @@ class CacheDataset(RecordReader, Dataset):
     def __getstate__(self):
         state = super().__getstate__()
         state["_epoch"], state["_epoch_shared"] = np.array([self.epoch], np.int64), False
+        state["_warn_lock"] = None   # a lock pickles only to a process it starts; the copy's reads are its own
         return state
 
     def decode_on_device(self, on: bool = True) -> None:
