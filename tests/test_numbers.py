@@ -166,11 +166,14 @@ def test_loader_arguments_out_of_range_name_the_argument(kwargs, error, words, t
     (lambda ds: ds[-3], IndexError, "CacheDataset index -3: out of range for its 2 items"),
     (lambda ds: ds["0"], TypeError, "CacheDataset index '0': must be an integer"),
     (lambda ds: ds[1.0], TypeError, "CacheDataset index 1.0: must be an integer"),
+    (lambda ds: ds.quads(2), IndexError, "CacheDataset index 2: out of range for its 2 items"),
+    (lambda ds: ds.quads(0, 1), ValueError, "variant=1: must be an integer in [0, 1) (the cache's variants)"),
+    (lambda ds: ds.quads(0, 0.0), TypeError, "variant=0.0: must be an integer in [0, 1)"),
     (lambda ds: EpochSampler(range(2)).set_epoch(-2), ValueError, "epoch=-2: must be an integer >= 0"),
     (lambda ds: EpochSampler(range(2)).set_epoch(0, skip=1.5), TypeError, "skip=1.5: must be an integer >= 0"),
     (lambda ds: CacheDataset(ds.cache_dir, local_cache_limit=0.5), ValueError, "local_cache_limit=0.5"),
 ], ids=["set_epoch-1", "set_epoch1.5", "set_epoch-bool", "index-len", "index-past-start", "index-str",
-        "index-float", "sampler-epoch", "sampler-skip", "limit"])
+        "index-float", "quads-index", "quads-variant", "quads-variant-float", "sampler-epoch", "sampler-skip", "limit"])
 def test_dataset_arguments_out_of_range_name_the_argument(call, error, words, tiny_cache):
     ds = CacheDataset(tiny_cache)
     with pytest.raises(error) as e:

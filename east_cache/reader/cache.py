@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
-from east_cache.bounds import COUNT_OR_ZERO, check_number
+from east_cache.bounds import COUNT_OR_ZERO, Bound, check_number
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
@@ -164,15 +164,19 @@ class CacheDataset(RecordReader, Dataset):
         """(epoch, i) of a key; a plain index counts from the end when negative, as a Sequence's does."""
         if isinstance(key, tuple):
             return key
-        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
-            raise TypeError(f"CacheDataset index {key!r}: must be an integer (or an (epoch, index) key)")
-        if not -len(self) <= key < len(self):
-            raise IndexError(f"CacheDataset index {key}: out of range for its {len(self)} items")
-        i = int(key) % len(self)
+        i = self._index(key)
         if not self._epoch_shared:
             self._warn_unshared()
         self._note_read(i)
         return self.epoch, i
+
+    def _index(self, key) -> int:
+        """0 <= i < len(self) of a plain index, which counts from the end when negative."""
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"CacheDataset index {key!r}: must be an integer (or an (epoch, index) key)")
+        if not -len(self) <= key < len(self):
+            raise IndexError(f"CacheDataset index {key}: out of range for its {len(self)} items")
+        return int(key) % len(self)
 
     def _note_read(self, i: int) -> None:
         """Once for all processes: item i read again by a plain index while set_epoch was never called is the very
@@ -197,7 +201,9 @@ class CacheDataset(RecordReader, Dataset):
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
         the current epoch's), in crop px: word k is points[offsets[k]:offsets[k + 1]], care 1 legible, 0 don't-care."""
-        variant = self.variant(i) if variant is None else variant
+        i = self._index(i)
+        bound = Bound(least=0, below=self.config.variants, note="the cache's variants")
+        variant = self.variant(i) if variant is None else check_number("variant", variant, bound)
         if self.pages:   # the words of this epoch's crop
             return self.cropper.crop_words(i, variant, self.epoch)
         return self.stored_quads(i, variant)
