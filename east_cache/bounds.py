@@ -28,16 +28,14 @@ class Bound:
     def accepted(self) -> str:
         """In words: "an integer >= 1", "a finite number in [0, 1]", "a finite number > 0 (0: off)"."""
         kind = "an integer" if self.integer else "a finite number"
-        low = f"[{show(self.least)}" if self.least is not None else f"({show(self.above)}" if self.above is not None \
-            else None
-        high = f"{show(self.most)}]" if self.most is not None else f"{show(self.below)})" if self.below is not None \
-            else None
+        low = (("[", self.least) if self.least is not None else ("(", self.above) if self.above is not None else None)
+        high = (("]", self.most) if self.most is not None else (")", self.below) if self.below is not None else None)
         if low and high:
-            where = f" in {low}, {high}"
+            where = f" in {low[0]}{number_text(low[1])}, {number_text(high[1])}{high[0]}"
         elif low:
-            where = f" >= {low[1:]}" if low[0] == "[" else f" > {low[1:]}"
+            where = f" {'>=' if low[0] == '[' else '>'} {number_text(low[1])}"
         elif high:
-            where = f" <= {high[:-1]}" if high[-1] == "]" else f" < {high[:-1]}"
+            where = f" {'<=' if high[0] == ']' else '<'} {number_text(high[1])}"
         else:
             where = ""
         return kind + where + (f" ({self.note})" if self.note else "")
@@ -53,7 +51,7 @@ class Bound:
                 and (self.most is None or value <= self.most) and (self.below is None or value < self.below))
 
 
-def show(x: float) -> str:
+def number_text(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
@@ -90,4 +88,3 @@ COUNT_OR_ZERO = Bound(least=0)                      # a count where 0 means none
 SEED = Bound(least=0)                               # numpy's seeds are non-negative
 POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
-FRACTION = Bound(integer=False, least=0, most=1)    # a finite number in [0, 1]
