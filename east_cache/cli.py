@@ -12,14 +12,20 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, flag_number
 from east_cache.config import (
     AUTO,
     CROP_MODES,
     DEFAULT_IGNORE_TAGS,
     GEOMETRY_MODES,
+    HEIGHT_JITTER,
     IMAGE_CHROMAS,
     IMAGE_CODECS,
+    IMAGE_QUALITY,
+    INPUT_SIZE,
+    JOBS,
     MAP_SCALES,
+    MAX_ROTATION,
     STRATEGIES,
     BuildConfig,
 )
@@ -67,26 +73,28 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="records per file: whole = one file, image = one per image, batch = one per training batch, "
                         "chunked = --chunk-size per file; auto picks from cache size vs RAM and keeps an existing "
                         "cache's while nothing else changes; a rebuild keeps a strategy you named (default auto)")
-    p.add_argument("--chunk-size", type=int, help="samples per file, chunked" + kept(d.chunk_size))
+    p.add_argument("--chunk-size", type=flag_number(COUNT), help="samples per file, chunked" + kept(d.chunk_size))
     p.add_argument("--format", dest="file_format", choices=FILE_FORMATS,
                    help="data files: npy, memory-mapped records (fastest to read); zarr, one zarr v3 group per chunk "
                         "file, one shard per field, score/geometry/ROI maps zstd-compressed and images raw (chunked "
                         "strategy only). One worker writes a whole zarr chunk file from memory: pick --chunk-size so "
                         "that chunk-size x sample size fits in a worker's RAM (default npy; a rebuild keeps the "
                         "cache's format where it holds the strategy)")
-    p.add_argument("--batch-size", type=int,
+    p.add_argument("--batch-size", type=flag_number(COUNT),
                    help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
-    p.add_argument("--variants", type=int,
+    p.add_argument("--variants", type=flag_number(COUNT),
                    help="augmented variants cached per image (--geometry build or --crop build); epoch e reads "
                         "variant (e + offset) mod K"
                         + kept(d.variants))
-    p.add_argument("--image-size", type=int, help="long side after resizing, px" + kept(d.image_size))
-    p.add_argument("--input-size", type=int, help="square crop side, px" + kept(d.input_size))
+    p.add_argument("--image-size", type=flag_number(COUNT), help="long side after resizing, px" + kept(d.image_size))
+    p.add_argument("--input-size", type=flag_number(INPUT_SIZE), help="square crop side, px" + kept(d.input_size))
     p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
                    help="target map resolution / input: 0.5 for a stride-2 head, 0.25 for stride 4" + kept(d.map_scale))
-    p.add_argument("--seed", type=int, help="seed of every random draw" + kept(d.seed))
-    p.add_argument("--height-jitter", type=float, help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
-    p.add_argument("--max-rotation", type=float, help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
+    p.add_argument("--seed", type=flag_number(SEED), help="seed of every random draw" + kept(d.seed))
+    p.add_argument("--height-jitter", type=flag_number(HEIGHT_JITTER),
+                   help="height scaled by U[1-j, 1+j]" + kept(d.height_jitter))
+    p.add_argument("--max-rotation", type=flag_number(MAX_ROTATION),
+                   help="rotation drawn from U[-r, r] degrees" + kept(d.max_rotation))
     p.add_argument("--crop", choices=CROP_MODES,
                    help="read: cache each variant's warped page (about 2.5x a crop's bytes) and cut a new crop from it "
                         "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
@@ -102,22 +110,24 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "the tiles it covers, in the loader workers or on the GPU); auto: raw while the raw cache fits "
                         "in half the available RAM, else jpeg, and an existing cache's while nothing else changes "
                         "(default auto)")
-    p.add_argument("--image-quality", type=int,
+    p.add_argument("--image-quality", type=flag_number(IMAGE_QUALITY),
                    help="JPEG quality 1..100 of --image-codec jpeg pages" + kept(d.image_quality))
     p.add_argument("--image-chroma", choices=IMAGE_CHROMAS,
                    help="chroma of --image-codec jpeg pages: 420, colour at half resolution both ways (text edges "
                         "live in the brightness, kept whole; smaller and faster to decode); 444, colour at full "
                         "resolution, for text that differs from its ground by colour alone" + kept(d.image_chroma))
-    p.add_argument("--crop-tries", type=int,
+    p.add_argument("--crop-tries", type=flag_number(COUNT),
                    help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
                         "is taken" + kept(d.crop_tries))
     p.add_argument("--ignore-tags", help="comma-separated word tags that make a don't-care region"
                                          + kept(",".join(DEFAULT_IGNORE_TAGS)))
-    p.add_argument("--min-area", type=float, help="px^2; smaller words become don't-care" + kept(d.min_area))
-    p.add_argument("--drop-area", type=float, help="px^2; smaller words are dropped" + kept(d.drop_area))
+    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE),
+                   help="px^2; smaller words become don't-care" + kept(d.min_area))
+    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE),
+                   help="px^2; smaller words are dropped" + kept(d.drop_area))
     p.add_argument("--fit-polygons", action=argparse.BooleanOptionalAction,
                    help="fit words with 5+ points to a min-area quad instead of don't-care" + kept("off"))
-    p.add_argument("--jobs", type=int, default=-1,
+    p.add_argument("--jobs", type=flag_number(JOBS), default=-1,
                    help="parallel worker processes, -1 or >= 1 (joblib; default -1 = all cores, with dask all the "
                         "cluster's threads)")
     p.add_argument("--backend", choices=("loky", "dask"), default="loky",
@@ -229,9 +239,6 @@ def cmd_convert(a: argparse.Namespace) -> int:
 
 def cmd_info(a: argparse.Namespace) -> int:
     from east_cache.tools.info import describe
-    if a.epochs < 1:
-        print("error: --epochs must be at least 1", file=sys.stderr)
-        return 2
     if is_remote(a.cache):
         from east_cache.tools.remote import describe_at
         print(describe_at(Location.parse(a.cache), a.json, a.epochs, local_settings(a.local_cache)))
@@ -282,9 +289,6 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
     from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
     from east_cache.reader.bench_loops import loops_report
-    if a.batches is not None and a.batches < 1:
-        print("error: --batches must be at least 1", file=sys.stderr)
-        return 2
     workers = a.workers or default_workers()
     print(run(a.cache, workers, a.batch_sizes, a.batches), flush=True)
     print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device, training_loader))
@@ -332,7 +336,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     i.add_argument("cache", type=flag_location, help="cache directory or URL")
     add_local_cache_args(i, limit=False)
     i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
-    i.add_argument("--epochs", type=int, default=TRAIN_EPOCHS,
+    i.add_argument("--epochs", type=flag_number(COUNT), default=TRAIN_EPOCHS,
                    help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
     i.set_defaults(func=cmd_info)
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
@@ -345,7 +349,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     bn.add_argument("--workers", type=_int_list, default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
     bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
-    bn.add_argument("--batches", type=int, default=None,
+    bn.add_argument("--batches", type=flag_number(COUNT), default=None,
                     help="batches timed per setting and pass (default: as many as fit in about 2 s)")
     bn.add_argument("--device", help="where the Loaders of the second table put their batches, as train.py's "
                                      "--device (default: cuda when there is one, else cpu)")
@@ -355,19 +359,21 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     sh.add_argument("cache", type=flag_location, nargs="?", help="cache directory or URL")
     add_local_cache_args(sh)
     sh.add_argument("index", nargs="?", help="image index (in name order, as the Dataset numbers them) or image name")
-    sh.add_argument("--variant", type=int, default=0, help="augmented variant to draw (default 0)")
-    sh.add_argument("--epoch", type=int, default=0, help="--geometry read: the epoch whose crop to draw (default 0)")
+    sh.add_argument("--variant", type=flag_number(COUNT_OR_ZERO), default=0,
+                    help="augmented variant to draw (default 0)")
+    sh.add_argument("--epoch", type=flag_number(COUNT_OR_ZERO), default=0,
+                    help="--geometry read: the epoch whose crop to draw (default 0)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "
                          "(default: none, draw from CACHE)")
     sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed there)")
     sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
-    sh.add_argument("--input-size", type=int, default=d.input_size,
+    sh.add_argument("--input-size", type=flag_number(INPUT_SIZE), default=d.input_size,
                     help=f"with --source: crop side, px (default {d.input_size})")
     sh.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
                     help=f"with --source: target map resolution / input (default {d.map_scale})")
-    sh.add_argument("--seed", type=int, default=d.seed,
+    sh.add_argument("--seed", type=flag_number(SEED), default=d.seed,
                     help=f"with --source: seed of the random draws (default {d.seed})")
     sh.set_defaults(func=cmd_show)
     ev = sub.add_parser("evaluate", help="score UFO predictions against UFO ground truth: DetEval precision, "

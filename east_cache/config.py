@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from east_cache.bounds import COUNT, NON_NEGATIVE, SEED, Bound
 from east_cache.errors import UsageError
 
 # Tags that make a word a don't-care region (ROI = 0) instead of a positive. The baseline
@@ -31,6 +32,16 @@ IMAGE_CHROMAS = ("420", "444")
 # Where a page's height jitter and rotation are drawn (--crop read): read = every epoch, by the reader, from a page
 # stored resized only (sample/epoch_geometry.py); build = once per variant, at build time, the page stored warped.
 GEOMETRY_MODES = ("read", "build")
+
+# The ranges of the build's numbers (east_cache/bounds.py): its flags' types, and BuildConfig checks them too
+INPUT_SIZE = Bound(least=32, note="a multiple of 32, the VGG backbone's stride")
+IMAGE_QUALITY = Bound(least=1, most=100, note="libjpeg's quality")
+HEIGHT_JITTER = Bound(integer=False, least=0, below=1)
+MAX_ROTATION = Bound(integer=False, least=0, most=180, note="degrees")
+JOBS = Bound(least=-1, note="-1: every core")
+NUMBERS = {"image_size": COUNT, "input_size": INPUT_SIZE, "variants": COUNT, "seed": SEED,
+           "height_jitter": HEIGHT_JITTER, "max_rotation": MAX_ROTATION, "crop_tries": COUNT, "min_area": NON_NEGATIVE,
+           "drop_area": NON_NEGATIVE, "chunk_size": COUNT, "batch_size": COUNT, "image_quality": IMAGE_QUALITY}
 
 
 @dataclass(frozen=True)
@@ -65,8 +76,6 @@ class BuildConfig:
             raise UsageError(f"--strategy {self.strategy!r} is not one of {AUTO}, {', '.join(STRATEGIES)}")
         if self.image_codec not in (AUTO, *IMAGE_CODECS):
             raise UsageError(f"--image-codec {self.image_codec!r} is not one of {AUTO}, {', '.join(IMAGE_CODECS)}")
-        if not 1 <= self.image_quality <= 100:
-            raise UsageError(f"--image-quality {self.image_quality} must lie in 1..100 (libjpeg's quality)")
         if self.image_chroma not in IMAGE_CHROMAS:
             raise UsageError(f"--image-chroma {self.image_chroma!r} is not one of {', '.join(IMAGE_CHROMAS)}")
         if self.crop not in CROP_MODES:
@@ -80,13 +89,13 @@ class BuildConfig:
                              f"warped pages per image")
         if self.map_scale not in MAP_SCALES:
             raise UsageError(f"--map-scale {self.map_scale} must be one of {MAP_SCALES} (a stride-2 or stride-4 head)")
-        if self.input_size % 32 != 0 or self.input_size <= 0:
+        for name, bound in NUMBERS.items():
+            value = getattr(self, name)
+            if bound.wrong_kind(value) or not bound.contains(value):
+                raise UsageError(f"--{name.replace('_', '-')} {value}: must be {bound.accepted()}")
+        if self.input_size % 32 != 0:
             raise UsageError(f"--input-size {self.input_size} must be a positive multiple of 32 (the VGG backbone's "
                              f"stride)")
-        if self.image_size <= 0 or self.variants < 1 or self.chunk_size < 1 or self.batch_size < 1:
-            raise UsageError("--image-size, --variants, --chunk-size and --batch-size must all be positive")
-        if not 0 <= self.height_jitter < 1:
-            raise UsageError(f"--height-jitter {self.height_jitter} must lie in [0, 1)")
         # JSON round-trips give lists; keep the dataclass hashable and canonical.
         object.__setattr__(self, "ignore_tags", tuple(sorted(set(self.ignore_tags))))
 

@@ -20,6 +20,7 @@ from east_cache.sample.crop_draw import (
     cuts_at,
     draw_crop,
     draw_grid_origin,
+    grid_step,
     inside_span,
     origin_bounds,
     overlap_span,
@@ -28,7 +29,7 @@ from east_cache.sample.crop_draw import (
 )
 from east_cache.store.fingerprint import READ_ONLY, SAMPLE_MODULES, code_hash
 
-STEP, SIZE = 4, 64
+STEP, SIZE = grid_step(0.5), 64   # the grid of origins at map scale 0.5, as the reader takes it
 
 
 def random_boxes(seed: int, n: int, extent=(300, 200), big: float = 70, inside: bool = False) -> np.ndarray:

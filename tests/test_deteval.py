@@ -125,3 +125,27 @@ def test_overlap_areas_of_rotated_quads():
     diamond = np.array([[5, -5], [15, 5], [5, 15], [-5, 5]], np.float64)
     areas = overlap_areas(quads(square, box(20, 20, 30, 30)), quads(diamond, square[::-1]))
     assert areas == pytest.approx(np.array([[100, 100], [0, 0]]))
+
+
+# The area thresholds at their boundary, with the values written out (a changed constant must show): a detection
+# inside a 100 x 20 word covering just over / just under 80% of it, and a word inside a detection just over / just
+# under 2.5 times its area (precision 0.4).
+@pytest.mark.parametrize("x1, matched", [(80.5, True), (79.5, False)], ids=["recall-0.805", "recall-0.795"])
+def test_recall_threshold_is_0_8(x1, matched):
+    r = one_image(quads(box(0, 0, 100, 20)), quads(box(0, 0, x1, 20)))
+    assert r["recall"] == pytest.approx(1.0 if matched else 0.0)
+    assert bool(r["per_image"][0].matches) is matched
+
+
+@pytest.mark.parametrize("half_height, matched", [(24.5, True), (25.5, False)], ids=["precision-0.408",
+                                                                                     "precision-0.392"])
+def test_precision_threshold_is_0_4(half_height, matched):
+    r = one_image(quads(box(0, 0, 100, 20)), quads(box(0, 10 - half_height, 100, 10 + half_height)))
+    assert r["precision"] == pytest.approx(1.0 if matched else 0.0)
+    assert bool(r["per_image"][0].matches) is matched
+
+
+def test_the_rect_scorer_shares_the_polygon_scorers_thresholds():
+    from east_cache.model import deteval, deteval_rect
+    for name in ("AREA_RECALL", "AREA_PRECISION", "SPLIT_CREDIT", "CENTER_DIFF_THRESH"):
+        assert getattr(deteval_rect, name) is getattr(deteval, name), name

@@ -58,7 +58,7 @@ def world(tmp_path_factory, tiny_data, tiny_cache) -> dict[str, str]:
 CASES = [
     ("east-train", "--cache {cache} --out {notes}", r"--out \S*notes\.txt: a file is there; pass the path of a folder"),
     ("east-train", "--cache {cache} --out {notes}/run", r"notes\.txt is a file, so nothing can be made inside it"),
-    ("east-train", "--epochs x", r"argument --epochs: invalid int value: 'x'; see `.*--help`"),
+    ("east-train", "--epochs x", r"argument --epochs: 'x': must be an integer >= 1; see `.*--help`"),
     ("east-train", "--cache {dir}/nothing --out {dir}/run", r"nothing: no finished cache here"),
     ("east-train", "--cache {cache} --out {dir}/run --resume {dir}/nope.pt",
      r"--resume \S*nope\.pt: no such checkpoint"),
@@ -76,7 +76,7 @@ CASES = [
      r"nope\.pt: no such checkpoint"),
     ("east-predict", "--checkpoint {old} --data {data} --split nosuch --out {dir}/p.json",
      r"ufo/nosuch\.json: UFO file not found; .*; the splits there: train$"),
-    ("east-predict", "--checkpoint {old} --images {dir} --batch-size x", r"argument --batch-size: invalid int value"),
+    ("east-predict", "--checkpoint {old} --images {dir} --batch-size x", r"argument --batch-size: 'x': must be an integer >= 1"),
     ("east-cache", "evaluate --gt {pred} --pred {gt}", r"--gt \S*pred\.json: this is a predictions file .*; the order "
                                                         r"is east-cache evaluate --gt ROOT/ufo/SPLIT\.json --pred"),
     ("east-cache", "evaluate --gt {gt} --pred {gt}", r"--pred \S*gt\.json: looks like ground truth \(image 'a\.jpg', "

@@ -42,6 +42,12 @@ WORDS = [[[20, 20], [100, 25], [98, 55], [18, 50]], [[130, 30], [220, 30], [220,
          [[-3, 150], [40, 150], [40, 170], [-3, 170]], [[120, 110], [300, 105], [305, 230], [125, 235]],
          [[250, 180], [310, 180], [310, 200], [250, 200]], [[60, 190], [100, 190], [100, 215], [60, 215]]]
 REASONS = [0, 0, 0, 0, 0, 0, ILLEGIBLE, 0]
+STEP = grid_step(CFG.map_scale)   # crop origins of CFG's pages are on this grid, as the reader draws them
+
+
+def on_grid(*index) -> np.ndarray:
+    """The crop origin at these grid indices (page px), through the grid rule the reader draws by."""
+    return np.asarray(index, np.int64) * STEP
 
 
 def crop_reference(page: Page, origin, size: int, map_scale: float):
@@ -80,7 +86,7 @@ def test_crop_equals_make_targets_at_random_origins(seed, map_scale):
 
 def test_crop_exact_at_origins_that_graze_words():
     """Origins whose crop edge lies within a map pixel of a word's box, on either side: border words."""
-    page, size, step = random_page(7), 96, 4
+    page, size, step = random_page(7), 96, grid_step(0.5)
     boxes = legible_boxes(page)
     checked = 0
     for lo_x, lo_y, hi_x, hi_y in boxes[:12]:
@@ -93,12 +99,13 @@ def test_crop_exact_at_origins_that_graze_words():
 def test_make_page_crops_equal_make_targets(tmp_path):
     page = Page.make(page_record(tmp_path, WORDS, size=(320, 240), reason=REASONS), CFG, 0)
     w, h = page.size
-    assert w % 4 == 0 and h % 4 == 0 and page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
+    assert w % STEP == 0 and h % STEP == 0
+    assert page.maps.shape == (h // 2, w // 2) and page.maps.tiles.dtype == np.uint16
     assert page.owner.max() == 7 and 0 < page.roi.mean() < 1
     assert page.care.tolist() == [1, 1, 1, 1, 1, 1, 0, 1] and len(page.theta) == 7
     rng = np.random.default_rng(0)
     for _ in range(40):
-        origin = rng.integers([-8, -8], [(w - 96) // 4 + 8, (h - 96) // 4 + 8]) * 4
+        origin = on_grid(*rng.integers([-8, -8], [(w - 96) // STEP + 8, (h - 96) // STEP + 8]))
         assert_crop_exact(page, origin, 96, 0.5)
 
 
@@ -111,8 +118,9 @@ def test_page_slice_matches_a_direct_warp_of_the_crop(tmp_path, variant):
     params = sample_params(sample_rng(CFG.seed, rec.name, variant), rec.width, rec.height, CFG)
     rotate = rotation_matrix(params, rec.width, rec.height)
     d = decode_for(rec, rotate)
-    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), 4)
-    for origin in ([0, 0], [w - 96, h - 96], [48, 20], [-16, h - 80]):
+    x0, y0, w, h = page_frame(params, rec.width, rec.height, d.sx, d.sy, transform_points(rotate, rec.points), STEP)
+    for origin in (on_grid(0, 0), on_grid((w - 96) // STEP, (h - 96) // STEP), on_grid(12, 5),
+                   on_grid(-4, (h - 80) // STEP)):
         direct = warp(d, compose(np.array([[1.0, 0, -x0 - origin[0]], [0, 1, -y0 - origin[1]]]), rotate), (96, 96))
         diff = np.abs(direct.transpose(2, 0, 1).astype(int) - page.image.rect(*origin, 96, 96))
         assert diff.max() <= 32 and diff.mean() < 0.5, (origin, diff.max(), diff.mean())
@@ -216,7 +224,7 @@ def test_a_page_round_trips_through_flat_record_fields(tmp_path, codec, geometry
     inside = page_record(tmp_path, WORDS[:4], size=(320, 240), name="inside")   # no word off the image
     for v in range(3):
         expected, real = np.array(expected_page_size(320, 240, cfg, inside.name, v)), make_page(inside, cfg, v).size
-        assert np.all(expected >= real) and np.all(expected - real <= 2 * MAX_BLEED_PX + 4)
+        assert np.all(expected >= real) and np.all(expected - real <= 2 * MAX_BLEED_PX + STEP)
 
 
 def test_a_page_with_more_legible_words_than_its_maps_hold_is_refused_before_decoding(tmp_path):
@@ -243,7 +251,7 @@ def test_page_words_are_make_sample_words_shifted(tmp_path):
 def test_crop_words_are_the_overlapping_words_with_cuts_dont_care():
     page = random_page(3)
     boxes = legible_boxes(page)
-    origin = np.array([100, 80])
+    origin = on_grid(25, 20)
     cut = cuts_at(boxes, origin, 96)
     points, offsets, care = crop_words(page, origin, cut, 96)
     assert offsets[-1] == len(points) and len(care) == len(offsets) - 1
@@ -258,7 +266,7 @@ def test_crop_choice_is_deterministic_per_key():
     page = random_page(1)
 
     def crop(epoch):
-        return epoch_crop(0, epoch, "x.jpg", 0, legible_boxes(page), page.size, 96, 4, page.weight)
+        return epoch_crop(0, epoch, "x.jpg", 0, legible_boxes(page), page.size, 96, STEP, page.weight)
     a, b = crop(3), crop(3)
     np.testing.assert_array_equal(a[0], b[0])
     others = {tuple(crop(e)[0]) for e in range(20)}

@@ -402,15 +402,8 @@ def test_cpu_defaults_are_a_short_check_run():
         resolve(["--amp", "fp16"], "cpu")
 
 
-@pytest.mark.parametrize("flag, value, floor", [
-    ("--accum-steps", 0, 1), ("--log-every", 0, 1), ("--save-every", 0, 1), ("--batch-size", 0, 1),
-    ("--epochs", 0, 1), ("--profile", 0, 1), ("--max-steps", -1, 1), ("--max-bad-steps", 0, 1),
-    ("--workers", -1, 0), ("--eval-every", -1, 0), ("--save-every-steps", 0, 1)])
-def test_counts_out_of_range_name_the_flag(flag, value, floor, tmp_path):
-    with pytest.raises(UsageError, match=f"^{flag} {value}: must be {floor} or more"):
-        train.run(["--cache", str(tmp_path / "no-cache"), flag, str(value)])  # before the cache is opened: CacheError
-    with pytest.raises(UsageError, match="--time-limit"):
-        train.run(["--time-limit", "0"])
+def test_a_missing_resume_checkpoint_is_named(tmp_path):
+    """A --resume file that is not there is refused before the cache is opened (the numbers: test_numbers.py)."""
     with pytest.raises(UsageError, match=r"^--resume .*nope\.pt: no such checkpoint"):
         train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 

@@ -85,3 +85,33 @@ def test_validation_figure_is_predict_then_evaluate(sample_root, tmp_path):
     scored = score(gt, load_predictions(tmp_path / "pred.json", gt))
     assert logged["hmean"] >= 0.95
     assert {k: logged[k] for k in METRICS} == pytest.approx({k: scored[k] for k in METRICS})
+
+
+@pytest.mark.slow
+def test_the_validation_batches_of_a_run_are_not_jittered(tiny_cache, tmp_path, monkeypatch):
+    """The validation loader train.py makes itself, in a run with --jitter 0.5 (its training loop stubbed out): its
+    batches are the cache's stored crops, normalised, the same at every read."""
+    import numpy as np
+    import torch
+
+    from east_cache import CacheDataset
+    from east_cache.reader.images import prepare_images
+
+    made = []
+    monkeypatch.setattr(train, "run_epochs", lambda net, model, loaders, *a, **k: made.append(loaders))
+    train.run(["--cache", str(tiny_cache), "--val-cache", str(tiny_cache), "--out", str(tmp_path / "run"),
+               "--jitter", "0.5", "--eval-every", "0", "--workers", "0", "--batch-size", "2",
+               "--backbone-weights", "random", "--device", "cpu"])
+    (training, validation), = made
+
+    def images(loader) -> torch.Tensor:
+        loader.set_epoch(0)   # as the run's validation does
+        return torch.cat([b.image for b in loader])
+
+    stored = CacheDataset(tiny_cache)
+    stored.set_epoch(0)
+    plain = prepare_images(torch.from_numpy(np.stack([stored[i]["image"] for i in range(len(stored))])), 0.0)
+    first = images(validation)
+    assert torch.equal(first, images(validation)), "validation batches differ between reads"
+    assert torch.allclose(first, plain, atol=1e-6), "validation batches are not the cache's crops"
+    assert training.jitter == 0.5, "the run's training batches are jittered"

@@ -8,6 +8,7 @@ batches of BATCH_SIZE; a CPU reads batches of CPU_BATCH_SIZE, and when no run le
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field, fields
@@ -15,8 +16,9 @@ from pathlib import Path
 
 import torch
 
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, flag_number
 from east_cache.model.model import check_backbone_file
-from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD
+from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
 from east_cache.location import flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args
@@ -118,6 +120,9 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     given = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
     cuda = device.type == "cuda"
     given["amp"] = resolve_amp(args.amp, device)
+    if args.nvjpeg and not cuda:
+        raise UsageError(f"--nvjpeg decodes on a CUDA device, and this run's is {device}: drop --nvjpeg (the loader "
+                         f"workers decode), or pass --device cuda on a machine with a GPU")
     given.setdefault("batch_size", BATCH_SIZE if cuda else CPU_BATCH_SIZE)
     lengths = (args.epochs, args.max_steps, args.time_limit)
     if not cuda and all(v is None for v in lengths) and not getattr(args, "eval_only", False):
@@ -162,7 +167,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="dataset root whose full --val-split images are predicted and scored with the competition's "
                            "rect DetEval per --eval-every: the headline precision/recall/hmean (default: none)")
     data.add_argument("--val-split", help=f"with --val-data: which ROOT/ufo/SPLIT.json (default: {d.val_split})")
-    data.add_argument("--eval-every", type=int, metavar="N",
+    data.add_argument("--eval-every", type=flag_number(COUNT_OR_ZERO), metavar="N",
                       help="epochs between detection metrics, and after the last: on --val-data's full images (rect "
                            "DetEval), else on --val-cache's crops (polygon DetEval against its words); 0: off "
                            "(default: 1 with --val-data or --val-cache, else 0)")
@@ -170,7 +175,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="update a stale cache (train or val) before training, or rebuild one that other sample code "
                            "or another cache format version made (default: off; such a cache stops the run with the "
                            "command that updates it)")
-    data.add_argument("--workers", type=int,
+    data.add_argument("--workers", type=flag_number(COUNT_OR_ZERO),
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            f"ahead in a thread, enough for a --crop build cache (`{cache_command('bench CACHE')}` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
@@ -184,33 +189,41 @@ def get_args_parser() -> argparse.ArgumentParser:
                         help="each machine reads a fixed share of the cache's whole files (downloading about 1/nodes "
                              "of a cache at a URL), shuffled within the machine; nodes and this machine's rank from "
                              "torchrun (default: off, every rank reads from the whole cache)")
-    remote.add_argument("--nodes", type=int, help="with --node-share: machines in the run (default: torchrun's)")
-    remote.add_argument("--node-rank", type=int, help="with --node-share: this machine's rank (default: torchrun's)")
+    remote.add_argument("--nodes", type=flag_number(COUNT),
+                        help="with --node-share: machines in the run (default: torchrun's)")
+    remote.add_argument("--node-rank", type=flag_number(COUNT_OR_ZERO),
+                        help="with --node-share: this machine's rank (default: torchrun's)")
     length = p.add_argument_group("run length (a CPU run given none of these is a short check run: "
                                   f"{CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s)")
-    length.add_argument("--epochs", type=int, help=f"epochs in all, counting resumed ones (default: {d.epochs})")
-    length.add_argument("--max-steps", type=int, help="optimiser steps in all, counting resumed ones (default: no cap)")
-    length.add_argument("--time-limit", type=float, metavar="SECONDS",
+    length.add_argument("--epochs", type=flag_number(COUNT),
+                        help=f"epochs in all, counting resumed ones (default: {d.epochs})")
+    length.add_argument("--max-steps", type=flag_number(COUNT),
+                        help="optimiser steps in all, counting resumed ones (default: no cap)")
+    length.add_argument("--time-limit", type=flag_number(POSITIVE), metavar="SECONDS",
                         help="stop after the step that crosses this wall time, saving a checkpoint (default: none)")
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--batch-size", type=int,
+    opt.add_argument("--batch-size", type=flag_number(COUNT),
                      help=f"samples per micro-batch per process (default: {d.batch_size} on a GPU, "
                           f"{CPU_BATCH_SIZE} on a CPU)")
-    opt.add_argument("--accum-steps", type=int, help=f"micro-batches per optimiser step (default: {d.accum_steps})")
-    opt.add_argument("--lr", type=float, help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
-    opt.add_argument("--clip-grad", type=float, metavar="NORM", help="clip the gradient norm (default: no clipping)")
+    opt.add_argument("--accum-steps", type=flag_number(COUNT),
+                     help=f"micro-batches per optimiser step (default: {d.accum_steps})")
+    opt.add_argument("--lr", type=flag_number(POSITIVE),
+                     help=f"Adam learning rate, x0.1 at half the epochs (default: {d.lr:g})")
+    opt.add_argument("--clip-grad", type=flag_number(POSITIVE), metavar="NORM",
+                     help="clip the gradient norm (default: no clipping)")
     opt.add_argument("--amp", choices=tuple(AMP_DTYPES),
                      help="mixed precision: fp16 (with loss scaling), bf16, or off (default: fp16 on CUDA, else off)")
     opt.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
-    opt.add_argument("--jitter", type=float,
+    opt.add_argument("--jitter", type=flag_number(JITTER),
                      help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
                           f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
-    opt.add_argument("--seed", type=int, help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
+    opt.add_argument("--seed", type=flag_number(SEED),
+                     help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
                      help="start the VGG16-BN backbone from torchvision's ImageNet weights (downloaded once, "
                           "528 MB, into the torch hub cache), from random weights, or from a torchvision vgg16_bn "
                           f"state dict file; ignored with --resume and --init-from (default: {d.backbone_weights})")
-    opt.add_argument("--max-bad-steps", type=int, metavar="N",
+    opt.add_argument("--max-bad-steps", type=flag_number(COUNT), metavar="N",
                      help=f"stop after N non-finite steps in a row (default: {d.max_bad_steps})")
     out = p.add_argument_group("output and resuming")
     out.add_argument("--out", type=flag_location,
@@ -222,18 +235,18 @@ def get_args_parser() -> argparse.ArgumentParser:
     out.add_argument("--init-from", type=Path, metavar="CKPT",
                      help="start a new run from a checkpoint's weights only (optimiser, schedule and epochs anew): "
                           "the way to go on with other data; --backbone-weights is then ignored (default: none)")
-    out.add_argument("--keep-last", type=int, metavar="N",
+    out.add_argument("--keep-last", type=flag_number(COUNT_OR_ZERO), metavar="N",
                      help=f"keep the newest N epoch checkpoints (latest.pt and best.pt, the best by validation, "
                           f"always); 0: keep all (default: {d.keep_last})")
-    out.add_argument("--save-every", type=int, metavar="N",
+    out.add_argument("--save-every", type=flag_number(COUNT), metavar="N",
                      help=f"checkpoint every N epochs and after the last (default: {d.save_every})")
-    out.add_argument("--save-every-steps", type=int, metavar="N",
+    out.add_argument("--save-every-steps", type=flag_number(COUNT), metavar="N",
                      help="also checkpoint every N optimiser steps inside an epoch, keeping the newest such file "
                           "(default: only at epoch ends)")
-    out.add_argument("--log-every", type=int, metavar="N",
+    out.add_argument("--log-every", type=flag_number(COUNT), metavar="N",
                      help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
     out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
-    out.add_argument("--profile", type=int, metavar="N",
+    out.add_argument("--profile", type=flag_number(COUNT), metavar="N",
                      help="profile N steps after a warm-up one, write OUT/profile_trace.json and stop (default: off)")
     other = p.add_argument_group("other modes")
     other.add_argument("--checkpoint", type=Path, metavar="CKPT",
@@ -254,23 +267,10 @@ def get_args_parser() -> argparse.ArgumentParser:
     return p
 
 
-# counts that have a floor: the least value each flag takes (0 for --workers: read in this process;
-# 0 for --eval-every: no detection metrics)
-LEAST_VALUES = {"--accum-steps": 1, "--log-every": 1, "--save-every": 1, "--batch-size": 1, "--epochs": 1,
-                "--profile": 1, "--max-steps": 1, "--max-bad-steps": 1, "--workers": 0, "--eval-every": 0,
-                "--save-every-steps": 1, "--keep-last": 0}
-
-
 def check_flags(args) -> None:
     """Flags that only make sense together: --checkpoint with the modes that read it, --eval-every with the
-    cache it evaluates on; counts out of range; a --backbone-weights or --resume file that is not there.
-    Checked before anything slow starts."""
-    for flag, least in LEAST_VALUES.items():
-        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
-        if value is not None and value < least:  # None: not given, a default follows
-            raise UsageError(f"{flag} {value}: must be {least} or more")
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise UsageError(f"--time-limit {args.time_limit}: must be a positive number of seconds")
+    cache it evaluates on, --node-rank within --nodes; a --backbone-weights or --resume file that is not there.
+    Checked before anything slow starts; each number's own range is its flag's type (east_cache/bounds.py)."""
     wants = "--eval-only" if args.eval_only else "--export-onnx" if args.export_onnx else None
     if wants and args.checkpoint is None:
         raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. runs/east/latest.pt)")
@@ -286,6 +286,7 @@ def check_flags(args) -> None:
         check_backbone_file(Path(args.backbone_weights))
     if (args.nodes is not None or args.node_rank is not None) and not args.node_share:
         raise UsageError("--nodes and --node-rank say where --node-share splits the cache; pass --node-share too")
+    check_node_flags(args.nodes, args.node_rank)
     if is_remote(args.out):
         raise UsageError(f"--out {args.out}: checkpoints and logs go to a local folder")
     if args.resume is not None and args.init_from is not None:
@@ -294,6 +295,21 @@ def check_flags(args) -> None:
         if path is not None and not path.is_file():
             raise UsageError(f"{flag} {path}: no such checkpoint; pass a file that a run wrote into its --out, "
                              f"e.g. runs/east/latest.pt")
+
+
+def check_node_flags(nodes: int | None, node_rank: int | None) -> None:
+    """--nodes N (N > 1) names a run over several machines: outside torchrun, which says the machine's rank, this
+    one's must be given, else every machine would read node 0's share."""
+    if node_rank is not None and nodes is not None and node_rank >= nodes:
+        raise UsageError(f"--node-rank {node_rank} must lie in [0, --nodes {nodes})")
+    if nodes is not None and nodes > 1 and node_rank is None and not under_launcher():
+        raise UsageError(f"--nodes {nodes}: pass --node-rank too (0 to {nodes - 1}, this machine's place), or start "
+                         f"the run with torchrun, which tells each machine its rank")
+
+
+def under_launcher() -> bool:
+    """Whether torchrun (or a launcher like it) started this process: it sets the machine's rank."""
+    return any(k in os.environ for k in ("GROUP_RANK", "NODE_RANK"))
 
 
 def invoked_as() -> list[str]:

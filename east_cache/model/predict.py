@@ -28,6 +28,7 @@ import cv2
 import numpy as np
 import torch
 
+from east_cache.bounds import COUNT, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.checkpoint import inference_model, load_checkpoint
@@ -50,6 +51,8 @@ PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the
 COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
+IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
+THRESHOLD = Bound(integer=False, above=0, below=1)           # --score-thresh, --nms-thresh
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,9 @@ class PredictConfig:
     skip_bad: bool = False              # name and skip an undecodable image instead of stopping
 
     def __post_init__(self) -> None:
-        if self.image_size < STRIDE or self.batch_size < 1:
-            raise ValueError(f"image_size {self.image_size} must be >= {STRIDE} and batch_size {self.batch_size} >= 1")
-        if not (0 < self.score_thresh < 1 and 0 < self.nms_thresh < 1):
-            raise ValueError(f"score_thresh {self.score_thresh} and nms_thresh {self.nms_thresh} must lie in (0, 1)")
+        for name, bound in (("image_size", IMAGE_SIZE), ("batch_size", COUNT), ("score_thresh", THRESHOLD),
+                            ("nms_thresh", THRESHOLD)):
+            check_number(name, getattr(self, name), bound)
 
 
 class Page(NamedTuple):
@@ -224,16 +226,16 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
                    help="with --data: which ufo/{split}.json names the images (default: test)")
     p.add_argument("--out", type=Path, default=Path("predictions.json"),
                    help="UFO JSON to write, atomically (default: predictions.json)")
-    p.add_argument("--image-size", type=int,
+    p.add_argument("--image-size", type=flag_number(IMAGE_SIZE),
                    help="px, long side each image is resized to (default: the image_size of the cache the checkpoint "
                         "was trained on)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
+    p.add_argument("--batch-size", type=flag_number(COUNT), default=d.batch_size,
                    help=f"images per forward pass; images are batched with others of the same padded shape "
                         f"(default {d.batch_size})")
     p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
-    p.add_argument("--score-thresh", type=float, default=SCORE_THRESH,
+    p.add_argument("--score-thresh", type=flag_number(THRESHOLD), default=SCORE_THRESH,
                    help=f"a map pixel is a word candidate when its score is above this (default {SCORE_THRESH})")
-    p.add_argument("--nms-thresh", type=float, default=NMS_THRESH,
+    p.add_argument("--nms-thresh", type=flag_number(THRESHOLD), default=NMS_THRESH,
                    help=f"IoU above which two candidate quads are one word (default {NMS_THRESH})")
     p.add_argument("--skip-bad", action="store_true",
                    help="name and skip a missing or undecodable image instead of stopping (it gets no entry)")

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from east_cache.bounds import NON_NEGATIVE, flag_number
 from east_cache.ingest.objects import source_path
 from east_cache.location import flag_location
 from east_cache.model import deteval, deteval_rect
@@ -231,9 +232,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # which words are don't-care: the build's rules and defaults (use the flags the cache was built with)
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care word (default: %(default)s)")
-    p.add_argument("--min-area", type=float, default=d.min_area,
+    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), default=d.min_area,
                    help="px^2; smaller words are don't-care (default: %(default)s)")
-    p.add_argument("--drop-area", type=float, default=d.drop_area,
+    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), default=d.drop_area,
                    help="px^2; smaller words are dropped (default: %(default)s)")
     p.add_argument("--fit-polygons", action="store_true",
                    help="fit words with 5+ points to a min-area quad instead of making them don't-care")

@@ -4,7 +4,7 @@ train.py reads through) and its Batch; CacheDataset and its items for a DataLoad
 collate, the loaders of a training run (make_loader, EpochSampler, WorkerLoader) and open_cache. bench and show
 are the user commands that read caches."""
 from east_cache.reader.buffers import POOL, BufferPool
-from east_cache.reader.cache import CacheDataset, StaleCacheError
+from east_cache.reader.cache import CacheDataset, SameCropsWarning, StaleCacheError
 from east_cache.reader.collate import collate
 from east_cache.reader.loader import Batch, EpochSampler, Loader, make_loader, open_cache
 from east_cache.reader.onthefly import OnTheFlyDataset
@@ -13,5 +13,5 @@ from east_cache.reader.sampler import BlockSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
 
 __all__ = ["POOL", "Batch", "BlockSampler", "BufferPool", "CacheDataset", "EpochSampler", "Loader", "OnTheFlyDataset",
-           "StaleCacheError", "WorkerLoader", "batches", "collate", "fork_available", "make_loader", "make_sampler",
+           "SameCropsWarning", "StaleCacheError", "WorkerLoader", "batches", "collate", "fork_available", "make_loader", "make_sampler",
            "open_cache", "prefetch"]

@@ -8,12 +8,16 @@ cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/r
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
+import multiprocessing
+import numbers
 import warnings
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from east_cache.bounds import COUNT_OR_ZERO, Bound, check_number
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
@@ -33,6 +37,8 @@ from east_cache.store.page_record import (
     block_tiles,
 )
 from east_cache.store.remote.local_cache import local_settings
+
+READ_TOLD, READ_WARNED, READ_SEEN = 0, 1, 2   # CacheDataset._reads: set_epoch called, warned, items read from here on
 
 
 class CacheDataset(RecordReader, Dataset):
@@ -111,6 +117,10 @@ class CacheDataset(RecordReader, Dataset):
             self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
                                else block_bytes(self.config))
         self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
+        # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
+        # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
+        self._reads = shared_cells(READ_SEEN + len(self.names))
+        self._warn_lock = multiprocessing.Lock()   # forked processes share it: one of them warns
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
 
@@ -130,7 +140,8 @@ class CacheDataset(RecordReader, Dataset):
         workers (persistent ones included) read the epoch set here, in the training process. Workers started
         another way (spawn, forkserver) get a copy: set_epoch does not reach them once they run, and they warn;
         give such a DataLoader an EpochSampler (reader/loader.py), whose keys carry the epoch with each item."""
-        self._epoch[0] = epoch
+        self._epoch[0] = check_number("epoch", epoch, COUNT_OR_ZERO)
+        self._reads[READ_TOLD] = 1
 
     @property
     def augment(self) -> bool:
@@ -154,8 +165,6 @@ class CacheDataset(RecordReader, Dataset):
         arrays the class docstring lists (image, score, geo, roi; or tiles, at, maps, patch, table with
         compact=True)."""
         epoch, i = self._epoch_and_index(key)
-        if not isinstance(key, tuple) and not self._epoch_shared:
-            self._warn_unshared()
         v = self.variant(i, epoch)
         if self.pages:
             return self.cropper.crop(i, v, epoch)
@@ -168,7 +177,8 @@ class CacheDataset(RecordReader, Dataset):
         which collate copies in one read per field; any other collate sees a plain list of items."""
         if self.pages:   # every crop is computed anew: no rows to copy in one read
             return [self[k] for k in keys]
-        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in map(self._epoch_and_index, keys)]
+        keys = [self._epoch_and_index(k) for k in keys]   # each plain index noted once (_note_read)
+        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in keys]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
             rows = self.file_records(f0)[r0:r0 + len(keys)]
@@ -176,12 +186,50 @@ class CacheDataset(RecordReader, Dataset):
         return [self[k] for k in keys]
 
     def _epoch_and_index(self, key) -> tuple[int, int]:
-        return key if isinstance(key, tuple) else (self.epoch, key)
+        """(epoch, i) of a key; a plain index counts from the end when negative, as a Sequence's does."""
+        if isinstance(key, tuple):
+            return key
+        i = self._index(key)
+        if not self._epoch_shared:
+            self._warn_unshared()
+        self._note_read(i)
+        return self.epoch, i
+
+    def _index(self, key) -> int:
+        """0 <= i < len(self) of a plain index, which counts from the end when negative."""
+        if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+            raise TypeError(f"CacheDataset index {key!r}: must be an integer (or an (epoch, index) key)")
+        if not -len(self) <= key < len(self):
+            raise IndexError(f"CacheDataset index {key}: out of range for its {len(self)} items")
+        return int(key) % len(self)
+
+    def _note_read(self, i: int) -> None:
+        """Once for all processes: item i read again by a plain index while set_epoch was never called is the very
+        crop it gave before: a loop of one's own that forgot set_epoch trains on the same crops every epoch."""
+        cells = self._reads
+        # one frozen crop per image, or an unaugmented (validation) read: no epoch would change it
+        if cells[READ_TOLD] or not self.augment or not (self.pages or self.config.variants > 1):
+            return
+        if cells[READ_SEEN + i] and not cells[READ_WARNED] and self._first_to_warn():
+            # one line (no source line under it), from wherever the reads come: a DataLoader worker or this process
+            warnings.warn_explicit(f"item {i} was read again at epoch {self.epoch}, the very crop it gave before: call "
+                                   f"dataset.set_epoch(epoch) before each epoch for new crops (east_cache.Loader does "
+                                   f"it by itself)", SameCropsWarning, "east_cache.CacheDataset", 0)
+        cells[READ_SEEN + i] = 1
+
+    def _first_to_warn(self) -> bool:
+        """Whether this process is the one that warns: the flag tested and set under the lock it shares."""
+        with self._warn_lock or contextlib.nullcontext():
+            first = not self._reads[READ_WARNED]
+            self._reads[READ_WARNED] = 1
+        return bool(first)
 
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
         the current epoch's), in crop px: word k is points[offsets[k]:offsets[k + 1]], care 1 legible, 0 don't-care."""
-        variant = self.variant(i) if variant is None else variant
+        i = self._index(i)
+        bound = Bound(least=0, below=self.config.variants, note="the cache's variants")
+        variant = self.variant(i) if variant is None else check_number("variant", variant, bound)
         if self.pages:   # the words of this epoch's crop
             return self.cropper.crop_words(i, variant, self.epoch)
         return self.stored_quads(i, variant)
@@ -198,6 +246,7 @@ class CacheDataset(RecordReader, Dataset):
     def __getstate__(self):
         state = super().__getstate__()
         state["_epoch"], state["_epoch_shared"] = np.array([self.epoch], np.int64), False
+        state["_warn_lock"] = None   # a lock pickles only to a process it starts; the copy's reads are its own
         return state
 
     def decode_on_device(self, on: bool = True) -> None:
@@ -212,6 +261,15 @@ class CacheDataset(RecordReader, Dataset):
         """The most legible words any page of the cache holds: the rows a compact crop's word table can have
         (0 where items carry no word table: not compact)."""
         return self.cropper.table_rows() if self.compact else 0
+
+
+class SameCropsWarning(UserWarning):
+    """A CacheDataset read the same items again without set_epoch: each read gives the same crop."""
+
+
+def shared_cells(n: int) -> np.ndarray:
+    """n uint8 cells, zero, in anonymous shared memory: a process forked later reads and writes the same ones."""
+    return np.frombuffer(mmap.mmap(-1, max(1, n)), np.uint8, n)
 
 
 def shared_int(value: int = 0) -> np.ndarray:
@@ -229,4 +287,4 @@ class SliceItems(list):
         self.rows = rows
 
 
-__all__ = ["CacheDataset", "SliceItems", "StaleCacheError", "collate"]
+__all__ = ["CacheDataset", "SameCropsWarning", "SliceItems", "StaleCacheError", "collate"]

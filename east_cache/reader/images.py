@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from east_cache.bounds import Bound
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 LUMA = (0.299, 0.587, 0.114)  # ITU-R 601 grey, as torchvision's rgb_to_grayscale
@@ -29,6 +31,8 @@ def colour_constants(device: torch.device) -> dict[str, torch.Tensor]:
 
 NORMALIZATIONS = ("imagenet", "baseline")
 BASELINE_MEAN, BASELINE_STD = 0.5, 0.5   # the baseline's Normalize(mean=(0.5,) * 3, std=(0.5,) * 3)
+# color_jitter's strengths: factors U[1-s, 1+s] reach 0 at s = 1, and the hue's U[-s/2, s/2] turns all of them
+JITTER = Bound(integer=False, least=0, most=1, note="0: off")
 
 
 # the colour jitter a training loader applies unless told otherwise: the strength at which color_jitter matches the

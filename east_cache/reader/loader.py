@@ -24,13 +24,14 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, SEED, check_number
 from east_cache.errors import CacheError, UsageError, cache_command
 from east_cache.location import Location, is_remote
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
 from east_cache.reader.expand import expand_batch
 from east_cache.reader.fetch import FetchingLoader
-from east_cache.reader.images import BASELINE_JITTER, NORMALIZATIONS, prepare_images
+from east_cache.reader.images import BASELINE_JITTER, JITTER, NORMALIZATIONS, prepare_images
 from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches, prefetch
 from east_cache.reader.sampler import ShareSampler, make_sampler
@@ -38,6 +39,7 @@ from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.store.build import rebuild as rebuild_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.outdir import build_holder
+from east_cache.store.remote.local_cache import local_settings
 from east_cache.store.remote.share import NodeShare
 from east_cache.store.sidecar import quads_path
 from east_cache.store.stale import out_of_date
@@ -54,6 +56,7 @@ class EpochSampler(Sampler):
         self.base, self.epoch, self.skip = base, 0, 0
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        check_epoch(epoch, skip)
         self.epoch, self.skip = epoch, skip
         self.base.set_epoch(epoch)
 
@@ -63,6 +66,12 @@ class EpochSampler(Sampler):
 
     def __len__(self) -> int:
         return max(0, len(self.base) - self.skip)
+
+
+def check_epoch(epoch: int, skip: int = 0) -> None:
+    """An epoch and the items left out of its start, as set_epoch takes them: integers >= 0."""
+    check_number("epoch", epoch, COUNT_OR_ZERO)
+    check_number("skip", skip, COUNT_OR_ZERO)
 
 
 def make_loader(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int = 0, world: int = 1,
@@ -272,11 +281,16 @@ class Loader:
         augment = train if augment is None else augment
         if normalize is not None and normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize={normalize!r}: use one of {', '.join(NORMALIZATIONS)}, or None for uint8")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size}: a batch holds at least one item")
+        for name, value, bound in (("batch_size", batch_size, COUNT), ("seed", seed, SEED), ("jitter", jitter, JITTER),
+                                   ("workers", workers, COUNT_OR_ZERO), ("world", world, COUNT),
+                                   ("rank", rank, COUNT_OR_ZERO)):
+            check_number(name, value, bound, none=name in ("workers", "world", "rank"))
         distributed = dist.is_available() and dist.is_initialized()
         self.rank = rank if rank is not None else dist.get_rank() if distributed else 0
         self.world = world if world is not None else dist.get_world_size() if distributed else 1
+        if self.rank >= self.world:
+            raise ValueError(f"rank={self.rank}: must be an integer in [0, world) = [0, {self.world})")
+        local_settings(local_cache, local_cache_limit)   # its limit refused now, not when a URL is read
         self.device = torch.device(device)
         self.dataset = (cache if isinstance(cache, CacheDataset) else
                         open_cache(cache, rebuild, self.rank, self.world, local_cache, local_cache_limit))
@@ -294,6 +308,7 @@ class Loader:
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """Make the next pass read epoch `epoch`, leaving out its first `skip` items (a run resumed inside an
         epoch). Without it, each pass reads the epoch after the last one, from 0."""
+        check_epoch(epoch, skip)
         self.epoch, self._told = epoch, True
         self.source.sampler.set_epoch(epoch, skip)
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from east_cache.errors import CacheError, RemoteError, cache_command
+from east_cache.errors import CacheError, RemoteError, UsageError, cache_command
 from east_cache.location import Location, listing
 from east_cache.retry import RetryPolicy
 from east_cache.store.atomic import fsync_path, made_folders, write_atomic
@@ -36,6 +36,7 @@ from east_cache.store.remote.space import (
     folder_bytes,
     parse_size,
     size_flag,
+    size_text,
     stem,
     stems_present,
 )
@@ -85,14 +86,19 @@ def add_local_cache_args(p, limit: bool = True) -> None:
                    help="with a cache at a URL: where its files are downloaded, DIR/HASH of the URL, shared by the "
                         "processes of this machine (default: ~/.cache/east-cache)")
     if limit:
-        p.add_argument("--local-cache-limit", metavar="SIZE", default="0",
+        p.add_argument("--local-cache-limit", metavar="SIZE", default="0", type=size_text,
                        help="with a cache at a URL: most bytes its local folder may hold, e.g. 20G; least recently "
                             "used files are deleted to make room (default: 0, no limit)")
 
 
 def local_settings(root=None, limit: str | int = 0, **kw) -> LocalCacheSettings:
-    """Settings from the flags --local-cache DIR (the root of the folders) and --local-cache-limit SIZE."""
-    return LocalCacheSettings(root=Path(root) if root else None, limit_bytes=parse_size(limit), **kw)
+    """Settings from the flags --local-cache DIR (the root of the folders) and --local-cache-limit SIZE (the API's
+    local_cache_limit, which its errors name)."""
+    try:
+        limit_bytes = parse_size(limit)
+    except UsageError as e:
+        raise UsageError(f"local_cache_limit={e}") from None
+    return LocalCacheSettings(root=Path(root) if root else None, limit_bytes=limit_bytes, **kw)
 
 
 def default_folder(loc: Location, root: Path | None = None) -> Path:

@@ -6,6 +6,7 @@ together pass the limit. Sparse files (pages) may take fewer blocks on disk than
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -21,9 +22,21 @@ TEMP_SUFFIX = ".part"   # a file or folder being downloaded, under the download'
 def parse_size(text: str) -> int:
     """Bytes from "500M", "20G", "1.5T", "20GiB" or a plain count of bytes (0: no limit)."""
     m = SIZE.match(str(text))
-    if m is None:
+    if m is None or isinstance(text, bool):
         raise UsageError(f"{text!r} is not a size: give bytes with an optional unit, e.g. 500M, 20G or 1.5T")
-    return int(float(m.group(1)) * UNITS[m.group(2).upper()])
+    size = float(m.group(1)) * UNITS[m.group(2).upper()]
+    if 0 < size < 1:   # would round to 0, which means no limit at all
+        raise UsageError(f"{text!r} is less than a byte: give 0 for no limit, or a size such as 500M, 20G or 1.5T")
+    return int(size)
+
+
+def size_text(text: str) -> str:
+    """argparse's type= of --local-cache-limit: the text, once parse_size reads it (else the flag's one-line error)."""
+    try:
+        parse_size(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def size_flag(n: int) -> str:
