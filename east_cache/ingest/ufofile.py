@@ -1,0 +1,59 @@
+"""A UFO file as it is written, both ways: its image entries and other top-level members exactly as the file has
+them (ufo.py reads a build's words out of them; the commands that write UFO files keep every field), and the
+text of a UFO file. convert, split, pseudo and evaluate read and write UFO files through here.
+"""
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+from east_cache.errors import DataError
+from east_cache.ingest import jsonstream, ufo
+from east_cache.ingest.files import open_regular
+from east_cache.ingest.objects import source_path
+
+
+def read_entries(json_path, rest: dict | None = None) -> Iterator[tuple[str, dict]]:
+    """(name, entry) of every image of a UFO file, in file order, each entry as written and each name once; the
+    file's other top-level members go into rest, when given, as they are met. A file the build cannot read fails
+    with the build's own error (ufo.read_images)."""
+    json_path, seen = source_path(json_path), set()
+    for name, entry in _members(json_path, rest):
+        if name in seen:
+            raise DataError(f"{json_path}: image {name!r} has two entries; merge them into one or delete one")
+        seen.add(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("words") or {}, dict):
+            raise DataError(f'{json_path}: image {name!r}: expected {{"words": {{"1": {{"points": ...}}, ...}}}}; '
+                            f"fix the entry")
+        yield name, entry
+
+
+def _members(json_path, rest: dict | None):
+    try:
+        with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
+            yield from jsonstream.members(f, "images", rest=rest)
+    except (ValueError, OSError) as e:   # invalid JSON, not UTF-8, no "images", not a regular file, unreadable
+        for _ in ufo.read_images(json_path):   # raises the build's own error for this fault
+            pass
+        raise e
+
+
+def ufo_text(entries: dict, top: dict | None = None) -> str:
+    """{top members..., "images": {...}}, top's members first (a reader streaming the file meets them before the
+    images), one line per image header and per word: readable, diffable, and a tenth of what indent= makes of
+    point lists. ASCII escapes keep the file free of the locale's encoding."""
+    def one(value) -> str:
+        return json.dumps(value, separators=(", ", ": "))
+    images = []
+    for name, entry in entries.items():
+        words = entry.get("words")
+        if not isinstance(words, dict):   # an entry without words: as it is
+            images.append(f"  {one(name)}: {one(entry)}")
+            continue
+        head = one({k: v for k, v in entry.items() if k != "words"})[:-1]
+        head = "{" if head == "{" else head + ", "
+        lines = ",\n".join(f"    {one(k)}: {one(w)}" for k, w in words.items())
+        images.append(f'  {one(name)}: {head}"words": {{' + (f"\n{lines}\n  }}}}" if lines else "}}"))
+    members = "".join(f"{one(k)}: {one(v)},\n" for k, v in (top or {}).items())
+    return "{" + members + '"images": {\n' + ",\n".join(images) + "\n}}\n"
