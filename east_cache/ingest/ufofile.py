@@ -13,6 +13,13 @@ from east_cache.ingest import jsonstream, ufo
 from east_cache.ingest.files import open_regular
 from east_cache.ingest.objects import source_path
 
+# The top-level member east-predict writes beside "images": what made the predictions. Ground truth has none;
+# `evaluate` refuses a --gt that has it.
+PREDICTED_BY = "predicted_by"
+# A predicted word's confidence in [0, 1], a member of its word entry beside "points" that east-predict writes
+# and UFO readers ignore (a build reads points, illegibility and tags): `pseudo` keeps words by it.
+WORD_SCORE = "score"
+
 
 def read_entries(json_path, rest: dict | None = None) -> Iterator[tuple[str, dict]]:
     """(name, entry) of every image of a UFO file, in file order, each entry as written and each name once; the

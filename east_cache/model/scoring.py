@@ -25,16 +25,13 @@ from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, check_output
 from east_cache.ingest import ufo
-from east_cache.ingest.ufofile import read_entries
+from east_cache.ingest.ufofile import PREDICTED_BY, read_entries   # PREDICTED_BY: a --gt with it is refused
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")
 MIN_POINTS = 3          # a detection is a polygon: at least three vertices
 SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
-# The top-level member east-predict writes beside "images": what made the predictions. Ground truth has none;
-# `evaluate` refuses a --gt that has it.
-PREDICTED_BY = "predicted_by"
 LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
 SWAP_HINT = "east-cache evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json"
 
