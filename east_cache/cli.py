@@ -28,6 +28,7 @@ from east_cache.errors import CommandParser, run_command
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
+from east_cache.tools import pseudo, split
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
@@ -363,6 +364,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
+    for tool in (split, pseudo):   # each registers its own subcommand: flags, help, run
+        tool.register(sub)
     return p
 
 

@@ -207,3 +207,23 @@ def check_output(path: Path, flag: str, folder: bool) -> None:
 def nearest_existing(path: Path) -> Path:
     """path itself if it exists, else its nearest folder above that does (the root at worst)."""
     return path if path.exists() else next(p for p in path.parents if p.exists() or p == p.parent)
+
+
+def same_file(a, b) -> bool:
+    """Whether two paths name one file or folder: equal once resolved, or one file under two names (a link)."""
+    a, b = Path(a), Path(b)
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:   # either is missing: no file is both
+        return False
+
+
+def refuse_input(path, flag: str, inputs: dict[str, object]) -> None:
+    """Refuse, before any work, an output path that is one of the command's inputs ({what: path}), by resolved
+    path or by file identity: writing it would destroy what the command reads."""
+    for what, given in inputs.items():
+        if given is not None and same_file(path, given):
+            raise UsageError(f"{flag} {path}: that is {what} ({given}), which this command reads; writing it would "
+                             f"destroy it: write elsewhere")
