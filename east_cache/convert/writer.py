@@ -36,8 +36,10 @@ def check_prefix(prefix: str) -> None:
         raise UsageError(f"--prefix {prefix!r}: a prefix is the start of a file name; use no '/', '\\' or a leading '.'")
 
 
-def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], copy: bool, force: bool) -> None:
-    """entries: UFO image entries by output name; sources: the image file of each name."""
+def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], copy: bool, force: bool,
+               top: dict | None = None) -> None:
+    """entries: UFO image entries by output name; sources: the image file of each name; top: the UFO file's
+    top-level members other than "images", written first."""
     folder = Path(out) / IMAGES_DIR
     todo = _images_to_place(folder, sources, force)
     folder.mkdir(parents=True, exist_ok=True)
@@ -45,7 +47,7 @@ def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], c
         _place(sources[name], folder / name, copy)
     path = ufo_path(out, split)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, ufo_text(entries))
+    write_atomic(path, ufo_text(entries, top))
 
 
 def _images_to_place(folder: Path, sources: dict[str, Path], force: bool) -> list[str]:
