@@ -50,17 +50,26 @@ def ufo_text(entries: dict, top: dict | None = None) -> str:
     """{top members..., "images": {...}}, top's members first (a reader streaming the file meets them before the
     images), one line per image header and per word: readable, diffable, and a tenth of what indent= makes of
     point lists. ASCII escapes keep the file free of the locale's encoding."""
-    def one(value) -> str:
-        return json.dumps(value, separators=(", ", ": "))
-    images = []
-    for name, entry in entries.items():
-        words = entry.get("words")
-        if not isinstance(words, dict):   # an entry without words: as it is
-            images.append(f"  {one(name)}: {one(entry)}")
-            continue
-        head = one({k: v for k, v in entry.items() if k != "words"})[:-1]
-        head = "{" if head == "{" else head + ", "
-        lines = ",\n".join(f"    {one(k)}: {one(w)}" for k, w in words.items())
-        images.append(f'  {one(name)}: {head}"words": {{' + (f"\n{lines}\n  }}}}" if lines else "}}"))
-    members = "".join(f"{one(k)}: {one(v)},\n" for k, v in (top or {}).items())
+    return file_text([entry_text(name, entry) for name, entry in entries.items()], top)
+
+
+def entry_text(name: str, entry: dict) -> str:
+    """One image's member of a UFO file's "images" as ufo_text writes it (a file written several times over, as
+    the folds of a split are, joins each image's text made once)."""
+    words = entry.get("words")
+    if not isinstance(words, dict):   # an entry without words: as it is
+        return f"  {_one(name)}: {_one(entry)}"
+    head = _one({k: v for k, v in entry.items() if k != "words"})[:-1]
+    head = "{" if head == "{" else head + ", "
+    lines = ",\n".join(f"    {_one(k)}: {_one(w)}" for k, w in words.items())
+    return f'  {_one(name)}: {head}"words": {{' + (f"\n{lines}\n  }}}}" if lines else "}}")
+
+
+def file_text(images: list[str], top: dict | None = None) -> str:
+    """A UFO file of images' entry_text and the top-level members top, written first."""
+    members = "".join(f"{_one(k)}: {_one(v)},\n" for k, v in (top or {}).items())
     return "{" + members + '"images": {\n' + ",\n".join(images) + "\n}}\n"
+
+
+def _one(value) -> str:
+    return json.dumps(value, separators=(", ", ": "))

@@ -22,7 +22,7 @@ import numpy as np
 from east_cache.config import BuildConfig
 from east_cache.errors import UsageError, refuse_input
 from east_cache.ingest import ufo
-from east_cache.ingest.ufofile import read_entries, ufo_text
+from east_cache.ingest.ufofile import entry_text, file_text, read_entries
 from east_cache.location import flag_location, is_remote
 from east_cache.progress import Progress
 from east_cache.store.atomic import write_atomic
@@ -142,10 +142,10 @@ def run(a: argparse.Namespace) -> int:
                          f"not find; move them to {Path(a.data) / 'images'} and split again")
     paths = fold_paths(json_path.parent, a.folds)
     check_outputs(json_path, [p for pair in paths for p in pair], a.force, a.split)
-    top, entries, words = {}, {}, {}
+    top, texts, words = {}, {}, {}   # each image's text in the files, made once
     with Progress(None, "img", quiet=a.quiet, desc=f"read {json_path.name}") as bar:
         for name, entry in read_entries(json_path, top):
-            entries[name], words[name] = entry, legible_words(entry, f"{json_path}: image {name!r}")
+            texts[name], words[name] = entry_text(name, entry), legible_words(entry, f"{json_path}: image {name!r}")
             bar.update()
     groups, unmatched = group_images(words, a.group_by)
     if len(groups) < a.folds:
@@ -157,7 +157,7 @@ def run(a: argparse.Namespace) -> int:
     with Progress(None, "file", quiet=a.quiet, desc="write folds") as bar:   # a bar on a terminal, else by time
         for k, (train, val) in enumerate(paths):
             for path, keep in ((val, True), (train, False)):
-                write_atomic(path, ufo_text({n: e for n, e in entries.items() if (fold[n] == k) == keep}, top))
+                write_atomic(path, file_text([t for n, t in texts.items() if (fold[n] == k) == keep], top))
                 bar.update()
     if not a.quiet:
         print(fold_table(fold, words, a.folds))
