@@ -49,6 +49,8 @@ def test_ground_truth_maps_through_prediction_score_high(sample_root, tmp_path, 
     gt = load_ground_truth(sample_root / "ufo" / "train.json", BuildConfig())
     r = score(gt, load_predictions(tmp_path / "pred.json", gt))
     assert r["gt_care"] >= 30 and r["hmean"] >= 0.95, r
+    words = [w for e in json.loads((tmp_path / "pred.json").read_text())["images"].values() for w in e["words"].values()]
+    assert words and all(cfg.score_thresh < w["score"] <= 1 for w in words), "each word's confidence is written"
 
 
 def test_inputs_follow_the_exif_orientation(sample_root):
