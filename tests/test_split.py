@@ -155,3 +155,9 @@ def test_a_fold_is_built_and_validated_as_any_split(sample_root, tmp_path, capsy
     build_cache(cfg, [root], tmp_path / "cache", split="train0", jobs=1, quiet=True)
     assert sorted(Manifest.load(tmp_path / "cache").images) == sorted(train)
     assert sorted(r.name for r in val_pages(root, "val0", cfg, 2).records) == sorted(val)
+
+
+def test_each_command_shows_an_example_in_its_help(capsys):
+    for command, example in (("split", "east-cache split --data"), ("pseudo", "east-cache pseudo --pred")):
+        status, out, _ = cli_run(capsys, command, "--help")
+        assert status == 0 and example in out
