@@ -163,7 +163,7 @@ def test_the_own_loop_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(here)
     model = BaselineModel()
     (code,) = blocks("python")
-    exec(compile(code.replace("batch_size=12", "batch_size=2"), "README.md", "exec"),
+    exec(compile(code.replace("batch_size=12", "batch_size=4"), "README.md", "exec"),   # 5 images: a step an epoch
          {"device": "cpu", "max_epoch": 2, "model": model})
     assert len(model.losses) == 2 and all(torch.isfinite(torch.tensor(model.losses)))
 
