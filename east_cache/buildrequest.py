@@ -122,6 +122,7 @@ def plan_lines(p: BuildPlan) -> list[str]:
         quality = f" at {p.image_settings}" if p.image_settings else ""
         sizes = ", ".join(f"{c} {b / 2**20:,.2f} MiB" for c, b in p.codec_bytes.items())
         lines.insert(-1, f"  image codec {p.image_codec}{quality}: {p.codec_reason} (estimated: {sizes})")
+    lines += [f"  {p.pseudo}"] if p.pseudo else []
     lines += [f"warning: {w}" for w in p.warnings]
     return lines
 

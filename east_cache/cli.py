@@ -36,6 +36,7 @@ from east_cache.errors import MODULE_COMMAND, CommandParser, cache_command_named
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
+from east_cache.tools import pseudo, split
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
@@ -248,27 +249,11 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from east_cache.store.manifest import Manifest, update_command
-    from east_cache.tools.verify import find_bad, mark_corrupt
     if is_remote(a.cache):
         from east_cache.tools.remote import verify_command
         return verify_command(Location.parse(a.cache), local_settings(a.local_cache, a.local_cache_limit), a.prog_name)
-    bad = find_bad(a.cache)
-    for name, why in bad:
-        print(f"{name}: {why}")
-    if not bad:
-        print(f"{a.cache}: all files match their checksums")
-        return 0
-    try:
-        mark_corrupt(a.cache, bad)
-    except OSError as e:   # a read-only cache: what was found is printed above; the next build cannot know it
-        print(f"error: {a.cache}: {len(bad)} bad file(s), but they cannot be marked for the next build "
-              f"({e.strerror}); make the cache writable and run verify again, or delete the bad files "
-              f"listed above, then build", file=sys.stderr)
-        return 2
-    print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(a.cache), a.cache)}` rebuilds exactly those",
-          file=sys.stderr)
-    return 1
+    from east_cache.tools.verify import run   # lazy: the codecs load only for verify
+    return run(a.cache)
 
 
 def _int_list(text: str, least: int = 0) -> list[int]:
@@ -380,6 +365,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
+    for tool in (split, pseudo):   # each registers its own subcommand: flags, help, run
+        tool.register(sub)
     return p
 
 

@@ -101,6 +101,20 @@ def test_noisy_maps_still_give_one_quad_per_word():
     assert_recovered(words, quads)
 
 
+def test_a_words_score_is_the_mean_of_its_pixels_whatever_its_size():
+    """The score written for a word (east-predict's "score") is a confidence: a small and a large word whose
+    pixels all score 0.9 both get 0.9, not a sum that grows with the word's size."""
+    words = [(60, 40, 60, 24, 0), (150, 170, 180, 60, 0)]
+    score, geo = plain_maps(words, 256, 0.5)
+    score[score > 0] = 0.9
+    quads, scores = decode_maps(score, geo, 0.5)
+    assert_recovered(words, quads)
+    np.testing.assert_allclose(scores, [0.9, 0.9], rtol=1e-5)
+    score[:50][score[:50] > 0] = 0.85   # the upper word only: its own confidence
+    _, scores = decode_maps(score, geo, 0.5)
+    assert sorted(np.round(scores, 4)) == [0.85, 0.9]
+
+
 def test_empty_map_gives_no_quads():
     quads, scores = decode_maps(np.zeros((64, 64)), np.zeros((5, 64, 64)), 0.5)
     assert quads.shape == (0, 4, 2) and scores.shape == (0,)

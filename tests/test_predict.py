@@ -49,6 +49,8 @@ def test_ground_truth_maps_through_prediction_score_high(sample_root, tmp_path, 
     gt = load_ground_truth(sample_root / "ufo" / "train.json", BuildConfig())
     r = score(gt, load_predictions(tmp_path / "pred.json", gt))
     assert r["gt_care"] >= 30 and r["hmean"] >= 0.95, r
+    words = [w for e in json.loads((tmp_path / "pred.json").read_text())["images"].values() for w in e["words"].values()]
+    assert words and all(cfg.score_thresh < w["score"] <= 1 for w in words), "each word's confidence is written"
 
 
 def test_inputs_follow_the_exif_orientation(sample_root):
@@ -116,9 +118,9 @@ def test_missing_image_is_named(data_copy):
 def test_predictions_file_is_ufo_and_replaced_whole(tmp_path):
     quad = np.array([[[1.234, 2], [10, 2], [10, 8], [1.234, 8]]])
     out = tmp_path / "sub" / "pred.json"
-    write_predictions(out, {"a.jpg": (quad, np.ones(1)), "b.jpg": (np.zeros((0, 4, 2)), np.zeros(0))})
+    write_predictions(out, {"a.jpg": (quad, np.array([0.912345])), "b.jpg": (np.zeros((0, 4, 2)), np.zeros(0))})
     assert json.loads(out.read_text()) == {"predicted_by": {"program": "east-predict"}, "images": {
-        "a.jpg": {"words": {"1": {"points": [[1.23, 2.0], [10.0, 2.0], [10.0, 8.0], [1.23, 8.0]]}}},
+        "a.jpg": {"words": {"1": {"points": [[1.23, 2.0], [10.0, 2.0], [10.0, 8.0], [1.23, 8.0]], "score": 0.9123}}},
         "b.jpg": {"words": {}}}}
     write_predictions(out, {}, {"checkpoint": "c.pt"})
     assert json.loads(out.read_text()) == {"predicted_by": {"program": "east-predict", "checkpoint": "c.pt"},

@@ -29,12 +29,14 @@ ENTRY = {"east-cache": [sys.executable, "-m", "preprocess"], "east-train": [sys.
          "east-predict": [sys.executable, str(REPO / "predict.py")],
          "torchrun": [sys.executable, "-m", "torch.distributed.run"]}
 MAINS = {"east-cache": cli.main, "east-train": train.main, "east-predict": predict.main}
-# appended to shorten a command: small pages and crops, one training step on the CPU without a download
+# appended to shorten a command: small pages and crops, one training step on the CPU without a download (a batch
+# of 4 holds a whole epoch of the test's training sets, so that each run ends an epoch and writes its best.pt)
 FAST = {"build": ["--image-size", "160", "--input-size", "64", "--jobs", "1", "--quiet"],
-        "east-train": ["--epochs", "1", "--max-steps", "1", "--batch-size", "2", "--workers", "0",
+        "east-train": ["--epochs", "1", "--max-steps", "1", "--batch-size", "4", "--workers", "0",
                        "--backbone-weights", "random", "--device", "cpu"],
         "east-predict": ["--image-size", "160", "--device", "cpu", "--quiet"],
         "bench": ["--workers", "0", "--batch-sizes", "2", "--batches", "1"]}
+FOLDS = 5   # the data-centric loop's `split --folds`: the receipts' training images, one per fold
 SET_UP_ONLY = ("git ", "cd ", "pip ", "python -m pytest")   # .ci/run's part: install, then the tests
 
 
@@ -83,12 +85,18 @@ def run(command: str, cwd: Path, bucket: str | None = None, process: bool = Fals
 
 
 def make_data(here: Path) -> None:
-    """What the quick starts' commands read: data/receipts (train, val, test), data/ic15 (train, val) and an ICDAR
-    2015 set (ic15_gt/gt_NAME.txt beside ic15_images/NAME.jpg)."""
+    """What the quick starts' commands read: data/receipts (train, of FOLDS images for the loop's split, val,
+    test), data/ic15 (train, val), an ICDAR 2015 set (ic15_gt/gt_NAME.txt beside ic15_images/NAME.jpg) and the
+    loop's unlabelled images, data/unlabelled (copies of the receipts' test images under other names)."""
     for root, splits in (("receipts", ("train", "val", "test")), ("ic15", ("train", "val"))):
         for split in splits:
-            write_sample_dataset(here / "data" / root, n_images=2, words_per_page=6, page_size=(200, 150),
+            n = FOLDS if (root, split) == ("receipts", "train") else 2
+            write_sample_dataset(here / "data" / root, n_images=n, words_per_page=6, page_size=(200, 150),
                                  seed=len(split), split=split)
+    (here / "data" / "unlabelled").mkdir()
+    for name in json.loads((here / "data" / "receipts" / "ufo" / "test.json").read_text())["images"]:
+        (here / "data" / "unlabelled" / f"new_{name}").write_bytes((here / "data" / "receipts" / "images" / name)
+                                                                 .read_bytes())
     (here / "ic15_gt").mkdir()
     (here / "ic15_images").mkdir()
     for name, entry in json.loads((here / "data" / "ic15" / "ufo" / "train.json").read_text())["images"].items():
@@ -118,6 +126,8 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     for command in quick:
         run(command, here)
     assert json.loads((here / "predictions.json").read_text())["images"]
+    assert (here / "data" / "receipts" / "ufo" / f"val{FOLDS - 1}.json").is_file()   # the loop's folds
+    assert "pseudo_labels" in json.loads((here / "data" / "pseudo" / "ufo" / "train0.json").read_text())
     inline = sorted(set(re.findall(r"`(east-cache (?:info|show|verify|bench) CACHE[^`]*)`", README)))
     assert len(inline) == 4, inline
     for command in inline:

@@ -6,12 +6,12 @@ then renamed), and the UFO file last, atomically: a UFO file never names an imag
 from __future__ import annotations
 
 import filecmp
-import json
 import os
 import shutil
 from pathlib import Path
 
 from east_cache.errors import DataError, UsageError
+from east_cache.ingest.ufofile import ufo_text
 from east_cache.store.atomic import write_atomic
 
 IMAGES_DIR = "images"
@@ -36,8 +36,10 @@ def check_prefix(prefix: str) -> None:
         raise UsageError(f"--prefix {prefix!r}: a prefix is the start of a file name; use no '/', '\\' or a leading '.'")
 
 
-def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], copy: bool, force: bool) -> None:
-    """entries: UFO image entries by output name; sources: the image file of each name."""
+def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], copy: bool, force: bool,
+               top: dict | None = None) -> None:
+    """entries: UFO image entries by output name; sources: the image file of each name; top: the UFO file's
+    top-level members other than "images", written first."""
     folder = Path(out) / IMAGES_DIR
     todo = _images_to_place(folder, sources, force)
     folder.mkdir(parents=True, exist_ok=True)
@@ -45,20 +47,7 @@ def write_root(out: Path, split: str, entries: dict, sources: dict[str, Path], c
         _place(sources[name], folder / name, copy)
     path = ufo_path(out, split)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, ufo_text(entries))
-
-
-def ufo_text(entries: dict) -> str:
-    """{"images": {...}} with one line per image header and per word: readable, diffable, and a tenth
-    of what indent= makes of point lists. ASCII escapes keep the file free of the locale's encoding."""
-    def one(value) -> str:
-        return json.dumps(value, separators=(", ", ": "))
-    images = []
-    for name, entry in entries.items():
-        head = one({k: v for k, v in entry.items() if k != "words"})[:-1]
-        words = ",\n".join(f"    {one(k)}: {one(w)}" for k, w in entry["words"].items())
-        images.append(f'  {one(name)}: {head}, "words": {{' + (f"\n{words}\n  }}}}" if words else "}}"))
-    return '{"images": {\n' + ",\n".join(images) + "\n}}\n"
+    write_atomic(path, ufo_text(entries, top))
 
 
 def _images_to_place(folder: Path, sources: dict[str, Path], force: bool) -> list[str]:

@@ -142,16 +142,18 @@ def _run_length(merged_sum: np.ndarray, score_sum: float, quads: np.ndarray, sco
     return int(fails[0]) if fails.size else stop
 
 
-def merge_runs(quads: np.ndarray, scores: np.ndarray, thresh: float, block: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def merge_runs(quads: np.ndarray, scores: np.ndarray, thresh: float,
+               block: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Locality-aware merge: walking the candidates in order (row-major), each one whose IoU with
     the current merged quad is above thresh joins it (coordinates averaged with the scores as
-    weights, scores added); any other starts a new merged quad.
+    weights, scores added); any other starts a new merged quad. Returns the merged quads, their
+    summed scores and how many candidates each merged.
 
     Same result as the one-candidate-at-a-time walk, but a run's next candidates are tested
     together (block of them, doubling while the run goes on), since the merged quad before each
     one is a prefix sum.
     """
-    out_q, out_s = [], []
+    out_q, out_s, out_n = [], [], []
     start, n = 0, len(quads)
     while start < n:
         merged, total, end, size = scores[start] * quads[start], scores[start], start + 1, block
@@ -165,8 +167,9 @@ def merge_runs(quads: np.ndarray, scores: np.ndarray, thresh: float, block: int 
                 break
         out_q.append(merged / total)
         out_s.append(total)
+        out_n.append(end - start)
         start = end
-    return np.array(out_q).reshape(-1, 4, 2), np.array(out_s, np.float64)
+    return np.array(out_q).reshape(-1, 4, 2), np.array(out_s, np.float64), np.array(out_n, np.int64)
 
 
 def nms(quads: np.ndarray, scores: np.ndarray, thresh: float) -> np.ndarray:
@@ -184,8 +187,10 @@ def decode_maps(score: np.ndarray, geo: np.ndarray, map_scale: float, score_thre
                 nms_thresh: float = NMS_THRESH) -> tuple[np.ndarray, np.ndarray]:
     """(quads (K, 4, 2) float32 in crop px, scores (K,) float32) from score (m, m) and geo (5, m, m).
 
-    A cached record's score (1, m, m) and float16 geo are accepted as they are. A returned score
-    is the sum of the scores of the pixels merged into that quad, so it grows with the word's size.
+    A cached record's score (1, m, m) and float16 geo are accepted as they are. A returned score is
+    the word's confidence: the mean score of the map pixels merged into its quad, in (score_thresh, 1]
+    for a model's sigmoid scores. NMS ranks the quads by the sum of those scores, as EAST does, which
+    favours the larger of two overlapping candidates.
     """
     score = np.asarray(score)
     if score.ndim == 3 and score.shape[0] == 1:
@@ -195,6 +200,6 @@ def decode_maps(score: np.ndarray, geo: np.ndarray, map_scale: float, score_thre
         raise ValueError(f"expected score (m, m) and geo (5, m, m), got {score.shape} and {geo.shape}")
     ys, xs = np.nonzero(score > score_thresh)  # row-major, the order locality-aware NMS walks
     quads = restore_quads(xs, ys, geo[:, ys, xs], map_scale)
-    quads, scores = merge_runs(quads, score[ys, xs].astype(np.float64), nms_thresh)
-    keep = nms(quads, scores, nms_thresh)
-    return quads[keep].astype(np.float32).reshape(-1, 4, 2), scores[keep].astype(np.float32)
+    quads, sums, counts = merge_runs(quads, score[ys, xs].astype(np.float64), nms_thresh)
+    keep = nms(quads, sums, nms_thresh)
+    return quads[keep].astype(np.float32).reshape(-1, 4, 2), (sums[keep] / counts[keep]).astype(np.float32)

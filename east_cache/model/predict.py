@@ -34,11 +34,11 @@ from east_cache.reader.images import prepare_images
 from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.runtime import setup_device
-from east_cache.model.scoring import PREDICTED_BY
 from east_cache.config import BuildConfig
 from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
+from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE
 from east_cache.progress import Progress
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decoded_to_frame
@@ -49,6 +49,7 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   #
 LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
 PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
 COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
+SCORE_DECIMALS = 4            # digits written per word score (a mean of map pixels' sigmoid outputs)
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
@@ -195,13 +196,15 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
 
 def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> dict:
     """The UFO submission format, marked as predictions: {"predicted_by": {"program": "east-predict", **source},
-    "images": {name: {"words": {"1": {"points": [[x, y] x 4]}, ...}}}}; the mark comes first, so that a reader
-    streaming the file meets it before the images."""
-    def word(quad):
-        return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad]}
+    "images": {name: {"words": {"1": {"points": [[x, y] x 4], "score": s}, ...}}}}, s the word's confidence
+    (decode_maps), which UFO readers ignore; the mark comes first, so that a reader streaming the file meets it
+    before the images."""
+    def word(quad, s):
+        return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad],
+                WORD_SCORE: round(float(s), SCORE_DECIMALS)}
     return {PREDICTED_BY: {"program": "east-predict", **(source or {})},
-            "images": {name: {"words": {str(k + 1): word(q) for k, q in enumerate(quads)}}
-                       for name, (quads, _) in results.items()}}
+            "images": {name: {"words": {str(k + 1): word(q, s) for k, (q, s) in enumerate(zip(quads, scores))}}
+                       for name, (quads, scores) in results.items()}}
 
 
 def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> None:

@@ -25,17 +25,14 @@ from east_cache.location import flag_location
 from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
-from east_cache.ingest import jsonstream, ufo
-from east_cache.ingest.files import open_regular
+from east_cache.ingest import ufo
+from east_cache.ingest.ufofile import PREDICTED_BY, read_entries   # PREDICTED_BY: a --gt with it is refused
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")
 MIN_POINTS = 3          # a detection is a polygon: at least three vertices
 SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
-# The top-level member east-predict writes beside "images": what made the predictions. Ground truth has none;
-# `evaluate` refuses a --gt that has it.
-PREDICTED_BY = "predicted_by"
 LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
 SWAP_HINT = CacheHint("{command} evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json")
 
@@ -59,30 +56,6 @@ class Words(NamedTuple):
 NO_WORDS = Words(np.zeros((0, 2)), np.zeros(1, np.int64), np.zeros(0, bool))
 
 
-def _images(json_path: Path, rest: dict):
-    """ufo.read_images, with the file's other top-level members put in rest as they are met."""
-    try:
-        with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
-            yield from jsonstream.members(f, "images", rest=rest)
-    except (ValueError, OSError) as e:   # invalid JSON, not UTF-8, no "images", not a regular file, unreadable
-        for _ in ufo.read_images(json_path):   # raises the build's own error for this fault
-            pass
-        raise e
-
-
-def _read(json_path: Path, rest: dict):
-    """(name, entry) of every image of a UFO file, each name once; its other top-level members go into rest."""
-    seen = set()
-    for name, entry in _images(json_path, rest):   # the build's reader: same errors for the same faults
-        if name in seen:
-            raise DataError(f"{json_path}: image {name!r} has two entries; merge them into one or delete one")
-        seen.add(name)
-        if not isinstance(entry, dict) or not isinstance(entry.get("words") or {}, dict):
-            raise DataError(f'{json_path}: image {name!r}: expected {{"words": {{"1": {{"points": ...}}, ...}}}}; '
-                            f"fix the entry")
-        yield name, entry
-
-
 def _stated_frame(entry: dict) -> tuple[int, int] | None:
     """(img_w, img_h) where the entry states them, so that words far outside the frame are dropped as the build
     drops them; None (no such rule) where it does not: scoring reads no image."""
@@ -97,7 +70,7 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
     json_path, out, top = source_path(json_path), {}, {}
     summary = ufo.IngestSummary()
     sized = flagged = 0
-    for name, entry in _read(json_path, top):
+    for name, entry in read_entries(json_path, top):
         refuse_predictions(json_path, top)
         where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
         frame = _stated_frame(entry)
@@ -136,7 +109,7 @@ def load_predictions(json_path, gt_names) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
     carry legibility flags is ground truth, refused unless it is marked as predictions."""
     json_path, out, top = source_path(json_path), {}, {}
-    for name, entry in _read(json_path, top):
+    for name, entry in read_entries(json_path, top):
         words, polygons = entry.get("words") or {}, []
         for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]

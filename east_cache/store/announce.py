@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import IMAGE_CODECS, BuildConfig
+from east_cache.ingest.pseudolabels import pseudo_line
 from east_cache.store.format import record_spec, sample_bytes
 from east_cache.store.formats import FileFormat
 from east_cache.store.manifest import Manifest, Source
@@ -44,14 +45,16 @@ class BuildPlan:
     image_settings: str = ""    # jpeg: its quality and chroma, in words
     codec_bytes: dict[str, int] = field(default_factory=dict)   # page caches: estimated data bytes under each codec
     samples_resumed: int = 0    # rows an interrupted build finished in a file it left unfinished, not made again
+    pseudo: str = ""            # "N of M images are pseudo-labels (from FILE)", or ""
 
 
 
 def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Manifest | None, source: Source,
              records, strategy_reason: str, full_rebuild_reason: str, changes: Staleness,
-             codec_reason: str = "") -> BuildPlan:
+             codec_reason: str = "", pseudo: list | None = None) -> BuildPlan:
     """The plan of a build of cfg (strategy and image codec resolved) of records from source into out, whose
-    previous manifest is old. Pages (packed records) count their own bytes, under both image codecs."""
+    previous manifest is old. Pages (packed records) count their own bytes, under both image codecs. pseudo:
+    [UFO file, images] of the files of pseudo-labels among the sources (pseudolabels.marked_files)."""
     spec = record_spec(cfg)
     codec_bytes = {}
     if spec.kind.packed:
@@ -66,7 +69,8 @@ def announce(out: Path, cfg: BuildConfig, plan: Plan, fmt: FileFormat, old: Mani
                      len(plan.files), len(plan.to_write), plan.count("compute"), plan.count("copy"), disk,
                      full_rebuild_reason, changes.describe() if old is not None and changes.stale else "",
                      option_changes(old, source, fmt), [warning] if warning else [], cfg.image_codec, codec_reason,
-                     jpeg_settings_words(cfg) if cfg.image_codec == "jpeg" else "", codec_bytes, plan.resumed)
+                     jpeg_settings_words(cfg) if cfg.image_codec == "jpeg" else "", codec_bytes, plan.resumed,
+                     pseudo_line(pseudo or [], len(records)) or "")
 
 
 def upscale_warning(sizes: Sequence[tuple[int, int]], cfg: BuildConfig) -> str | None:

@@ -24,6 +24,7 @@ import numpy as np
 from east_cache.config import AUTO, BuildConfig
 from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command
 from east_cache.ingest.objects import source_root
+from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.store.announce import announce
@@ -99,6 +100,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     # Fingerprint the UFO files before reading them: an edit made during the build shows next time.
     source.json_files = json_fingerprints(source.data_dirs, split, check_content)
     records, summary = load_splits(source.data_dirs, split, cfg, skip_bad=skip_bad)
+    ingest = {**summary.to_dict(), "pseudo": marked_files(records)}   # [UFO file, images] of pseudo-labels
     cfg, codec_reason = resolve_codec(cfg, records, old.config if old is not None else None)
     cfg, reason = _resolve_strategy(cfg, records, old, fmt)
     report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
@@ -122,7 +124,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     going_on = set() if fmt.whole_file else resume(out, plan, spec)
     if on_plan is not None:
         on_plan(announce(out, cfg, plan, fmt, old, source, records, reason, report.full_rebuild_reason,
-                         report.changes, codec_reason))
+                         report.changes, codec_reason, ingest["pseudo"]))
     # Per-image facts learnt while decoding; rows copied from the old cache keep theirs.
     unchanged = lambda n: n in sources and n not in report.changes.changed   # noqa: E731
     notes = {n: v for n, v in (old.notes if old else {}).items() if unchanged(n)}
@@ -140,10 +142,10 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     except BaseException:   # an error: finished files stay, for the next build to reuse
         remove_temp_files(out, plan)
         raise
-    summary.exif_applied = len(exif)
+    ingest["exif_applied"] = len(exif)
     stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
                        report.copied, report.files_reused)
-    _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, summary.to_dict(), notes,
+    _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, ingest, notes,
                           sorted(exif), stats, codec_reason=codec_reason))
     report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
                                                          if v.startswith(SKIPPED_NOTE)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from east_cache.config import BuildConfig
 from east_cache.errors import skipped_reason
+from east_cache.ingest.pseudolabels import pseudo_line
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_jpeg import JPEG_TILE_PX, jpeg_settings_words
 from east_cache.store.sidecar import quads_path
@@ -67,6 +68,7 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, store
         return json.dumps(s, indent=1, sort_keys=True)
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
     ingest = {k: v for k, v in s["ingest"].items() if not isinstance(v, list)}
+    pseudo = pseudo_line(s["ingest"].get("pseudo", []), s["images"])
     lines = [
         f"cache      {s['cache']}",
         f"strategy   {s['strategy']} ({s['strategy_reason']})",
@@ -80,6 +82,7 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, store
         f"built      {s['build']['finished_at']} in {s['build']['seconds']:.1f} s "
         f"(computed {s['build']['computed']}, copied {s['build']['copied']}, files kept {s['build']['files_reused']})",
         f"source     {', '.join(s['source']['data_dirs'])} (split {s['source']['split']})",
+        *([f"pseudo     {pseudo}"] if pseudo else []),
         "config     " + ", ".join(f"{k}={v}" for k, v in sorted(s["config"].items())),
         "ingest     " + ", ".join(f"{k}={v}" for k, v in ingest.items()),
     ]

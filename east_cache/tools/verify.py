@@ -11,14 +11,36 @@ the user still learns which files are bad.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from east_cache.store.atomic import write_atomic
 from east_cache.store.integrity import file_problem
-from east_cache.store.manifest import FileEntry, Manifest, data_path
+from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
 from east_cache.store.page_jpeg import tiles_problem
 from east_cache.store.plan import CORRUPT_MARKER
 from east_cache.store.sidecar import quads_checksum, quads_path
+
+
+def run(cache) -> int:
+    """The command on a local cache: 0 when every file matches, 1 when some do not (named on stdout and marked),
+    2 when they cannot be marked."""
+    bad = find_bad(cache)
+    for name, why in bad:
+        print(f"{name}: {why}")
+    if not bad:
+        print(f"{cache}: all files match their checksums")
+        return 0
+    try:
+        mark_corrupt(cache, bad)
+    except OSError as e:   # a read-only cache: what was found is printed above; the next build cannot know it
+        print(f"error: {cache}: {len(bad)} bad file(s), but they cannot be marked for the next build "
+              f"({e.strerror}); make the cache writable and run verify again, or delete the bad files "
+              f"listed above, then build", file=sys.stderr)
+        return 2
+    print(f"{len(bad)} bad file(s); `{update_command(Manifest.load(cache), cache)}` rebuilds exactly those",
+          file=sys.stderr)
+    return 1
 
 
 def find_bad(cache_dir) -> list[tuple[str, str]]:

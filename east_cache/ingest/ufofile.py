@@ -1,0 +1,75 @@
+"""A UFO file as it is written, both ways: its image entries and other top-level members exactly as the file has
+them (ufo.py reads a build's words out of them; the commands that write UFO files keep every field), and the
+text of a UFO file. convert, split, pseudo and evaluate read and write UFO files through here.
+"""
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+from east_cache.errors import DataError
+from east_cache.ingest import jsonstream, ufo
+from east_cache.ingest.files import open_regular
+from east_cache.ingest.objects import source_path
+
+# The top-level member east-predict writes beside "images": what made the predictions. Ground truth has none;
+# `evaluate` refuses a --gt that has it.
+PREDICTED_BY = "predicted_by"
+# A predicted word's confidence in [0, 1], a member of its word entry beside "points" that east-predict writes
+# and UFO readers ignore (a build reads points, illegibility and tags): `pseudo` keeps words by it.
+WORD_SCORE = "score"
+
+
+def read_entries(json_path, rest: dict | None = None) -> Iterator[tuple[str, dict]]:
+    """(name, entry) of every image of a UFO file, in file order, each entry as written and each name once; the
+    file's other top-level members go into rest, when given, as they are met. A file the build cannot read fails
+    with the build's own error (ufo.read_images)."""
+    json_path, seen = source_path(json_path), set()
+    for name, entry in _members(json_path, rest):
+        if name in seen:
+            raise DataError(f"{json_path}: image {name!r} has two entries; merge them into one or delete one")
+        seen.add(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("words") or {}, dict):
+            raise DataError(f'{json_path}: image {name!r}: expected {{"words": {{"1": {{"points": ...}}, ...}}}}; '
+                            f"fix the entry")
+        yield name, entry
+
+
+def _members(json_path, rest: dict | None):
+    try:
+        with io.TextIOWrapper(open_regular(json_path), encoding="utf-8-sig") as f:
+            yield from jsonstream.members(f, "images", rest=rest)
+    except (ValueError, OSError) as e:   # invalid JSON, not UTF-8, no "images", not a regular file, unreadable
+        for _ in ufo.read_images(json_path):   # raises the build's own error for this fault
+            pass
+        raise e
+
+
+def ufo_text(entries: dict, top: dict | None = None) -> str:
+    """{top members..., "images": {...}}, top's members first (a reader streaming the file meets them before the
+    images), one line per image header and per word: readable, diffable, and a tenth of what indent= makes of
+    point lists. ASCII escapes keep the file free of the locale's encoding."""
+    return file_text([entry_text(name, entry) for name, entry in entries.items()], top)
+
+
+def entry_text(name: str, entry: dict) -> str:
+    """One image's member of a UFO file's "images" as ufo_text writes it (a file written several times over, as
+    the folds of a split are, joins each image's text made once)."""
+    words = entry.get("words")
+    if not isinstance(words, dict):   # an entry without words: as it is
+        return f"  {_one(name)}: {_one(entry)}"
+    head = _one({k: v for k, v in entry.items() if k != "words"})[:-1]
+    head = "{" if head == "{" else head + ", "
+    lines = ",\n".join(f"    {_one(k)}: {_one(w)}" for k, w in words.items())
+    return f'  {_one(name)}: {head}"words": {{' + (f"\n{lines}\n  }}}}" if lines else "}}")
+
+
+def file_text(images: list[str], top: dict | None = None) -> str:
+    """A UFO file of images' entry_text and the top-level members top, written first."""
+    members = "".join(f"{_one(k)}: {_one(v)},\n" for k, v in (top or {}).items())
+    return "{" + members + '"images": {\n' + ",\n".join(images) + "\n}}\n"
+
+
+def _one(value) -> str:
+    return json.dumps(value, separators=(", ", ": "))

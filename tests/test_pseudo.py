@@ -1,0 +1,112 @@
+"""`east-cache pseudo` (east_cache/tools/pseudo.py): predictions with word scores become a UFO root of
+pseudo-labels (legible, don't-care or dropped by score), marked so that the build's plan and `info` report them,
+mixed with real data by --data as any root; inputs are never written over."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from helpers import TINY, cli_run
+
+from east_cache.config import BuildConfig
+from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, marked_files
+from east_cache.ingest.ufo import load_ufo
+from east_cache.store.build import build_cache
+from east_cache.store.manifest import Manifest
+from east_cache.tools.info import describe
+
+SCORES = (0.99, 0.9, 0.7)   # with the defaults 0.8 / 0.95: legible, don't-care, dropped
+
+
+@pytest.fixture
+def predicted(sample_root, tmp_path):
+    """(folder of unlabelled images, predictions file): the sample set's pages renamed, their words as predictions
+    scored in turn by SCORES; the last image's words all below the lowest threshold."""
+    folder, images = tmp_path / "unlabelled", {}
+    folder.mkdir()
+    truth = json.loads((sample_root / "ufo" / "train.json").read_text())["images"]
+    for i, (name, entry) in enumerate(truth.items()):
+        shutil.copy(sample_root / "images" / name, folder / f"u_{name}")
+        images[f"u_{name}"] = {"words": {k: {"points": w["points"], "score": 0.5 if i == len(truth) - 1 else
+                                             SCORES[j % 3]} for j, (k, w) in enumerate(entry["words"].items())}}
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps({"predicted_by": {"program": "east-predict", "epoch": 3}, "images": images}))
+    return folder, pred
+
+
+def test_words_are_kept_by_score_and_the_file_is_marked(predicted, tmp_path, capsys):
+    folder, pred = predicted
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")
+    assert status == 0, err
+    text = (tmp_path / "ps" / "ufo" / "train.json").read_text()
+    assert text.startswith('{"' + PROVENANCE + '"'), "the mark is the file's first member"
+    written = json.loads(text)
+    source = json.loads(pred.read_text())
+    assert written[PROVENANCE]["predicted_by"] == source["predicted_by"]
+    assert (written[PROVENANCE]["min_score"], written[PROVENANCE]["care_score"]) == (0.8, 0.95)
+    assert len(written["images"]) == len(source["images"]) - 1 and "1 image(s) without a kept word" in err
+    for name, entry in written["images"].items():
+        assert entry["tags"] == [PSEUDO_TAG] and entry["img_w"] > 0 and entry["img_h"] > 0
+        predicted_words = source["images"][name]["words"]
+        assert set(entry["words"]) == {k for k, w in predicted_words.items() if w["score"] >= 0.8}
+        for k, w in entry["words"].items():
+            assert w["illegibility"] == (w["score"] < 0.95) and w["points"] == predicted_words[k]["points"]
+        assert (tmp_path / "ps" / "images" / name).is_symlink()
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps2",
+                             "--min-score", 0.95, "--care-score", 0.99, "--copy")
+    written = json.loads((tmp_path / "ps2" / "ufo" / "train.json").read_text())["images"]
+    assert all(not w["illegibility"] for e in written.values() for w in e["words"].values())
+    assert all(w["score"] == 0.99 for e in written.values() for w in e["words"].values())
+    assert not any((tmp_path / "ps2" / "images" / name).is_symlink() for name in written)
+
+
+def test_the_build_and_info_report_pseudo_labels_mixed_with_real_data(sample_root, predicted, tmp_path, capsys):
+    """A build of the real root and the pseudo root (--data twice) holds both; its plan and `info` say how many
+    images are pseudo-labels and from where; the build reads the scored words as any UFO words."""
+    folder, pred = predicted
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")[0] == 0
+    ufo_file = tmp_path / "ps" / "ufo" / "train.json"
+    records, summary = load_ufo(ufo_file, tmp_path / "ps" / "images", BuildConfig())
+    assert summary.legible > 0 and summary.illegible > 0 and not summary.dropped_invalid
+    assert marked_files(records) == [[str(ufo_file), len(records)]]
+    plans = []
+    build_cache(BuildConfig(**TINY), [sample_root, tmp_path / "ps"], tmp_path / "cache", jobs=1, quiet=True,
+                on_plan=plans.append)
+    m = Manifest.load(tmp_path / "cache")
+    real = json.loads((sample_root / "ufo" / "train.json").read_text())["images"]
+    assert sorted(m.images) == sorted([*real, *(r.name for r in records)])
+    line = f"{len(records)} of {len(m.images)} images are pseudo-labels (from {ufo_file})"
+    assert plans[0].pseudo == line
+    assert f"pseudo     {line}" in describe(tmp_path / "cache")
+    build_cache(BuildConfig(**TINY), [sample_root], tmp_path / "real", jobs=1, quiet=True, on_plan=plans.append)
+    assert plans[1].pseudo == "" and "pseudo " not in describe(tmp_path / "real")
+
+
+def test_predictions_without_scores_are_refused_with_what_to_run(sample_root, tmp_path, capsys):
+    status, _, err = cli_run(capsys, "pseudo", "--pred", sample_root / "ufo" / "train.json", "--images",
+                             sample_root / "images", "--out", tmp_path / "ps")
+    assert status == 2 and err.count("error:") == 1 and '"score"' in err and "east-predict --checkpoint" in err
+    assert not (tmp_path / "ps" / "ufo").exists()
+
+
+def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
+    folder, pred = predicted
+    before = pred.read_bytes()
+    (tmp_path / "r" / "ufo").mkdir(parents=True)
+    (tmp_path / "r" / "ufo" / "p.json").symlink_to(pred)   # ROOT/ufo/p.json is the predictions file
+    cases = [(["--out", folder], "inside it"), (["--out", folder / "sub"], "inside it"),
+             (["--out", tmp_path / "r", "--split", "p", "--force"], "--pred"),
+             (["--out", pred], "is a file"), (["--out", tmp_path / "x", "--split", "../pred"], "plain name"),
+             (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "min <= care")]
+    for flags, said in cases:
+        status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ok",
+                                 *flags)
+        assert status == 2 and err.count("error:") == 1 and said in err, (flags, err)
+    assert pred.read_bytes() == before and not (folder / "images").exists() and not (tmp_path / "ok").exists()
+    assert not (tmp_path / "r" / "images").exists()
+    root = tmp_path / "root"
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)[0] == 0
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)
+    assert status == 2 and "--force" in err
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root, "--force")[0] == 0
