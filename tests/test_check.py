@@ -181,9 +181,12 @@ def test_the_dct_hash_keeps_resized_copies_close_and_distinct_images_far():
 
 
 def planted_folds(root: Path) -> Path:
-    """train0 and val0 sharing one image: val0's v_copy.jpg is train0's t1.jpg re-encoded at quality 70."""
+    """train0 and val0 sharing three images: val0 lists train0's t2.jpg too, its v_copy.jpg is t1.jpg re-encoded at
+    quality 70, its v_same.jpg t0.jpg's bytes."""
     train = {f"t{i}.jpg": scene(i) for i in range(3)}
-    write_root(root, {"train0": train, "val0": {"v0.jpg": scene(50), "v_copy.jpg": jpeg_bytes(scene(1), 70)}})
+    write_root(root, {"train0": train})
+    write_root(root, {"val0": {"v0.jpg": scene(50), "v_copy.jpg": jpeg_bytes(scene(1), 70),
+                               "v_same.jpg": (root / "images" / "t0.jpg").read_bytes(), "t2.jpg": scene(2)}})
     return root
 
 
@@ -192,7 +195,8 @@ def test_the_build_warns_about_a_planted_train0_val0_copy_and_keeps_the_hashes(t
     status, _, err = cli_run(capsys, "build", "--data", data, "--split", "train0", "--out", cache, *BUILD)
     assert status == 0, err
     (line,) = [x for x in err.splitlines() if x.startswith("warning: validation split")]
-    assert "val0 shares 1 image(s) with training split train0" in line and "v_copy.jpg = t1.jpg" in line
+    assert "val0 shares 3 image(s) with training split train0" in line and "t2.jpg (listed in both)" in line, line
+    assert "v_copy.jpg = t1.jpg (looks alike, distance " in line and "v_same.jpg = t0.jpg (same bytes)" in line
     assert (cache / phash.CACHE_FILE).is_file()
 
     def no_hashing(path, method=dct_hash):
