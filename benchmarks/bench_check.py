@@ -7,7 +7,7 @@ camera-sized JPEGs. Prints markdown tables; asserts nothing.
 The distinct images are half document pages (the synthetic sample set: white pages of words, which look alike to
 a coarse hash) and half photo-like scenes (colour fields at several scales, gradients, blocks, sensor noise).
 
-    python benchmarks/bench_check.py [--images 200] [--copies 60] [--photos 8]
+    python benchmarks/bench_check.py [--images 400] [--copies 60] [--photos 6]
 """
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def recall_tables(n_images: int, n_copies: int) -> tuple[str, str]:
         for t in SWEEP:
             found = {k: np.mean([d <= t for (i, kind), d in to_copy.items() if kind == k]) for k in kinds}
             false = int((between <= t).sum())
-            rows.append([method, f"<= {t}" + (" (check's)" if t == NEAR_DISTANCE and method.startswith("pHash") else ""),
+            chosen = " (check's)" if t == NEAR_DISTANCE and method.startswith("pHash") else ""
+            rows.append([method, f"<= {t}{chosen}",
                          f"{np.mean([d <= t for d in to_copy.values()]):.3f}",
                          *(f"{found[k]:.2f}" for k in kinds), f"{false} of {len(between)}"])
         summary.append([method, f"{np.median(list(to_copy.values())):.0f}", f"{max(to_copy.values())}",
@@ -163,7 +164,7 @@ def speed_table(n_photos: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=200, help="distinct images (half pages, half scenes)")
+    ap.add_argument("--images", type=int, default=400, help="distinct images (half pages, half scenes)")
     ap.add_argument("--copies", type=int, default=60, help="originals that get each kind of planted copy")
     ap.add_argument("--photos", type=int, default=6, help="camera JPEGs per size for the speed table")
     a = ap.parse_args()

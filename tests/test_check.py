@@ -97,8 +97,8 @@ def test_exact_and_near_copies_are_paired_across_roots_and_splits_and_distinct_i
 def test_each_anomaly_kind_is_found_on_a_crafted_ufo_file(tmp_path, capsys):
     images = {f"{k}.jpg": scene(i) for i, k in enumerate(["outside", "sliver", "tiny", "bowtie", "poly", "small",
                                                            "empty", "size", "invalid", "clean"])}
-    e = lambda *ws, **kw: {"img_w": SIZE[0], "img_h": SIZE[1], "words": {str(k + 1): w for k, w in enumerate(ws)},   # noqa: E731
-                           **kw}
+    def e(*ws, **kw):
+        return {"img_w": SIZE[0], "img_h": SIZE[1], "words": {str(k + 1): w for k, w in enumerate(ws)}, **kw}
     entries = {
         "outside.jpg": e(word(10, 10), word(SIZE[0] - 20, 50, 40, 20)),
         "sliver.jpg": e(word(10, 10), {"points": [[10, 60], [110, 60], [110, 60.4], [10, 60.4]]}),

@@ -184,8 +184,8 @@ def write_report(out: Path, report: dict, title: str) -> None:
         w = csv.writer(fh)
         w.writerow(["kind", "distance", "leak", "root_a", "image_a", "splits_a", "root_b", "image_b", "splits_b"])
         for p in report["duplicates"]:
-            w.writerow([p["kind"], p["distance"], p["leak"], *(v for s in (p["a"], p["b"])
-                                                                for v in (s["root"], s["name"], " ".join(s["splits"])))])
+            sides = [v for s in (p["a"], p["b"]) for v in (s["root"], s["name"], " ".join(s["splits"]))]
+            w.writerow([p["kind"], p["distance"], p["leak"], *sides])
     with open(out / ANOMALIES, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["kind", "root", "image", "word", "detail", "splits"])
