@@ -53,7 +53,7 @@ class ImageFile:
 def add_parser(sub) -> None:
     c = sub.add_parser("check", help="find duplicate images (and train/val leaks) and annotation anomalies in "
                                      "dataset roots; exit 1 when something is found",
-                       description="Check UFO dataset roots before training: duplicate and near-duplicate images "
+                       description="Check UFO dataset roots before training: duplicate and near-duplicate images\n"
                                    "within and across roots and splits, annotation anomalies, word sizes and angles.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--data", action="append", required=True, metavar="ROOT",
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
     c.add_argument("--out", type=Path, metavar="REPORT_DIR",
                    help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); outside "
                         f"every root (default: none, the summary is printed only)")
-    c.add_argument("--distance", type=int, default=NEAR_DISTANCE,
+    c.add_argument("--distance", type=int, default=NEAR_DISTANCE, metavar="BITS",
                    help=f"largest Hamming distance (bits of {HASH_BITS}) of a near-duplicate pair "
                         f"(default {NEAR_DISTANCE})")
     c.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
