@@ -199,7 +199,7 @@ def test_the_build_warns_about_a_planted_train0_val0_copy_and_keeps_the_hashes(t
     assert "v_copy.jpg = t1.jpg (looks alike, distance " in line and "v_same.jpg = t0.jpg (same bytes)" in line
     assert (cache / phash.CACHE_FILE).is_file()
 
-    def no_hashing(path, method=dct_hash):
+    def no_hashing(path):
         raise AssertionError(f"hashed {path} again")
     monkeypatch.setattr(phash, "hash_file", no_hashing)   # an up-to-date rebuild reads the kept hashes
     status, _, err = cli_run(capsys, "build", "--data", data, "--split", "train0", "--out", cache, *BUILD)

@@ -5,9 +5,9 @@ distance threshold between them, and a cache of both keyed by the file's fingerp
 The perceptual hash is a DCT hash (pHash): the image upright (EXIF applied), in gray, resized to 32 x 32, its
 8 x 8 lowest 2-D DCT frequencies, one bit each for above or below their median. Low frequencies move little under
 resizing, JPEG re-encoding, a crop of a few per cent or a brightness shift, and differ between distinct images.
-benchmarks/bench_check.py measures NEAR_DISTANCE on planted copies against dHash (9 x 8 gradient signs), which
-recalls fewer cropped copies at the same false-pair rate. A JPEG is decoded at 1/8 of its size by the DCT
-(ingest/imageio.py): a 12 MP photo costs a 0.2 MP decode.
+benchmarks/bench_check.py measures it on planted copies beside dHash (9 x 8 gradient signs), which finds fewer
+copies and pairs more distinct images at every threshold of its sweep. A JPEG is decoded at 1/8 of its size by the
+DCT (ingest/imageio.py): its entropy decoding remains, most of the pixel work is skipped.
 """
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ HASH_BITS = 64
 DCT_SIDE = 32            # px, the gray image the DCT hash is taken of
 LOW = 8                  # the LOW x LOW lowest frequencies give the 64 bits
 DHASH_SIZE = (9, 8)      # (width, height): 8 horizontal gradient signs per row, 8 rows
-DECODE_SIDE = 2 * DCT_SIDE   # px, the least long side a decode keeps: a JPEG's DCT reduction stops above it
-# Hamming distance (bits of 64) up to which two images count as copies of one another; bench_check.py's sweep.
+DECODE_SIDE = 2 * DCT_SIDE   # px, the short side a decode keeps at least: a JPEG's DCT reduction stops above it
+# Hamming distance (bits of 64) up to which two images count as copies of one another: where bench_check.py's sweep
+# finds nearly every planted copy and few pairs of distinct images (docs/guide.md, "Checking a data set").
 NEAR_DISTANCE = 10
 HASH_VERSION = 1         # of the cached hashes: bump when the hash changes, so that cached ones are made again
 CACHE_FILE = "image_hashes.json"
@@ -75,16 +76,16 @@ def gray_of(path) -> tuple[np.ndarray, tuple[int, int]]:
     return cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY), (w, h)
 
 
-def hash_file(path, method=dct_hash) -> ImageHash:
+def hash_file(path) -> ImageHash:
     """Both hashes of one image file; a file that cannot be read or decoded raises DataError naming it."""
     from PIL import Image
+    gray, size = gray_of(path)   # first: its errors name the file and say what to do
     with open_regular(path) as f:
         content = hashlib.blake2b(f.read(), digest_size=16).hexdigest()
         f.seek(0)
         with Image.open(f) as im:
             stored = im.size
-    gray, size = gray_of(path)
-    return ImageHash(content, method(gray), size, stored)
+    return ImageHash(content, dct_hash(gray), size, stored)
 
 
 def distance(a: int, b: int) -> int:
@@ -114,6 +115,7 @@ class HashStore:
         self.path = Path(folder) / CACHE_FILE if folder is not None else None
         self.writable = writable and self.path is not None
         self.known: dict[str, list] = {}
+        self.asked: set[str] = set()   # the files of this run: those saved, so that removed images drop out
         self.changed = False
         if self.path is not None:
             try:
@@ -126,6 +128,7 @@ class HashStore:
     def hashes(self, paths: list, quiet: bool = False, desc: str = "hashing images") -> list[ImageHash | Exception]:
         """One ImageHash per path, or the DataError of a file that cannot be hashed, in the order of paths."""
         prints = [self._fingerprint(p) for p in paths]
+        self.asked.update(map(str, paths))
         out: list = [self._cached(str(p), fp) for p, fp in zip(paths, prints)]
         todo = [k for k, h in enumerate(out) if h is None]
         with Progress(len(todo), "images", quiet or len(todo) < 2, desc) as bar, ThreadPoolExecutor(THREADS) as pool:
@@ -139,9 +142,15 @@ class HashStore:
         return out
 
     def save(self) -> None:
-        if self.writable and self.changed:
-            write_atomic(self.path, json.dumps({"version": HASH_VERSION, "files": self.known}))
-            self.changed = False
+        """Keep the hashes of this run's files, where the store is writable and something changed."""
+        if not (self.writable and (self.changed or set(self.known) - self.asked)):
+            return
+        kept = {k: v for k, v in self.known.items() if k in self.asked}
+        try:
+            write_atomic(self.path, json.dumps({"version": HASH_VERSION, "files": kept}))
+        except OSError:   # a folder that cannot be written: the next run hashes again, nothing is lost
+            return
+        self.changed = False
 
     def _cached(self, key: str, fp: str | None) -> ImageHash | None:
         kept = self.known.get(key)
