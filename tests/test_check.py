@@ -227,3 +227,12 @@ def test_a_train_split_without_a_validation_partner_is_not_compared(tmp_path):
     data = planted_folds(tmp_path / "d")
     assert build_warning([data], "train1", {"t1.jpg": str(data / "images" / "t1.jpg")}, tmp_path) is None
     assert BuildConfig().min_area > 0
+
+
+def test_a_copy_leaks_only_across_a_fold_s_own_train_val_boundary():
+    from east_cache.tools.check import leak
+    folds = lambda k, n=3: [f"val{k}"] + [f"train{j}" for j in range(n) if j != k]   # noqa: E731  split's lists
+    assert leak(folds(0), folds(1)) == "train1/val1"   # a copy in val0 and one in val1: each trains the other's fold
+    assert leak(folds(0), folds(0)) == ""              # both in val0: neither trains fold 0
+    assert leak(["train"], ["val"]) == "train/val" and leak(["train", "val"], ["train", "val"]) == "train/val"
+    assert leak(["train0"], ["val1"]) == "" and leak(["test"], ["val"]) == ""
