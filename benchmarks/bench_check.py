@@ -7,21 +7,25 @@ camera-sized JPEGs. Prints markdown tables; asserts nothing.
 The distinct images are half document pages (the synthetic sample set: white pages of words, which look alike to
 a coarse hash) and half photo-like scenes (colour fields at several scales, gradients, blocks, sensor noise).
 
-    python benchmarks/bench_check.py [--images 400] [--copies 60] [--photos 6]
+    python benchmarks/bench_check.py [--images 400] [--copies 60] [--photos 6] [--build-photos 8]
 """
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import tempfile
 import time
 from pathlib import Path
 
 import cv2
 import numpy as np
-from common import BENCH_DATA, machine, table
+from common import BENCH_DATA, bench_photos, machine, table
 from PIL import Image
 
+from east_cache.config import BuildConfig
+from east_cache.store.build import build_cache
+from east_cache.tools.leak import warn_build
 from east_cache.tools.phash import NEAR_DISTANCE, THREADS, HashStore, dct_hash, distance, gradient_hash, gray_of
 from east_cache.tools.sampledata import write_sample_dataset
 
@@ -162,11 +166,38 @@ def speed_table(n_photos: int) -> str:
                   f"images/s, {THREADS} threads"], rows)
 
 
+def build_table(n_photos: int) -> str:
+    """The build's train/val check on camera photos (bench_photos: 12 MP and A4 at 300 dpi), a quarter of them in
+    val: its first run (every image hashed) and a rebuild's (hashes read back), beside the build itself (1 job)."""
+    photos = bench_photos(n_photos)
+    root = BENCH_DATA / f"check-photos-{n_photos}"
+    entries = json.loads((photos / "ufo" / "train.json").read_text())["images"]
+    names = sorted(entries)
+    n_val = max(1, n_photos // 4)
+    (root / "ufo").mkdir(parents=True, exist_ok=True)
+    if not (root / "images").exists():
+        (root / "images").symlink_to(photos / "images")
+    for split, part in (("train", names[n_val:]), ("val", names[:n_val])):
+        (root / "ufo" / f"{split}.json").write_text(json.dumps({"images": {n: entries[n] for n in part}}))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        build_cache(BuildConfig(), [root], Path(tmp), jobs=1, quiet=True)
+        build = time.perf_counter() - t0
+        for what in ("first build: every image hashed", "rebuild: hashes read back"):
+            t0 = time.perf_counter()
+            warn_build([root], "train", tmp, lambda line: None)
+            took = time.perf_counter() - t0
+            rows.append([what, f"{n_photos - n_val} + {n_val}", f"{took:.3f}", f"{build:.1f}", f"{took / build:.2f}"])
+    return table(["train/val check", "train + val photos", "seconds", "build, 1 job, s", "x build"], rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=400, help="distinct images (half pages, half scenes)")
     ap.add_argument("--copies", type=int, default=60, help="originals that get each kind of planted copy")
     ap.add_argument("--photos", type=int, default=6, help="camera JPEGs per size for the speed table")
+    ap.add_argument("--build-photos", type=int, default=8, help="camera photos of the build's check table")
     a = ap.parse_args()
     recall, spread = recall_tables(a.images, a.copies)
     print(f"Machine: {machine()}. {a.images} distinct {SIZE[0]}x{SIZE[1]} images (half sample pages, half "
@@ -176,7 +207,10 @@ def main() -> None:
     print(spread + "\n")
     print(f"Speed: file hash + reduced decode + pHash per image (what `check` does per image), {a.photos} "
           f"photo-like JPEGs per size.\n")
-    print(speed_table(a.photos))
+    print(speed_table(a.photos) + "\n")
+    print(f"The build's train/val check (`east-cache build` with a val split beside train; {THREADS} threads) on "
+          f"camera photos, beside the build itself at its defaults with 1 job.\n")
+    print(build_table(a.build_photos))
 
 
 if __name__ == "__main__":
