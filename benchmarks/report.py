@@ -140,15 +140,18 @@ def goals(results: dict) -> list[list[str]]:
 
 
 def check_line(results: dict) -> str:
-    """bench_check: recall on planted copies and false pairs at check's threshold; images/s on 12 MP JPEGs."""
+    """bench_check: recall on planted copies and false pairs at check's threshold; images/s on 12 MP JPEGs; the
+    build's train/val check over the build's time, first and on a rebuild."""
     chosen = [r for r in rows(results, "check", 0) if "(check's)" in r["distance"]]
     speed = [r for r in rows(results, "check", 2) if r["MP"] == "12"]
     if not chosen:
         return "not measured"
     r = chosen[0]
     rate = next((v for k, v in speed[0].items() if k.startswith("images/s, ") and "threads" in k), "?") if speed else "?"
+    build = [b["x build"] for b in rows(results, "check", 3)]
+    cost = f"; the build's train/val check: {build[0]}x a first build's time, {build[1]}x on a rebuild" if len(build) == 2 else ""
     return (f"distance {r['distance'].split()[1]}: recall {r['recall, all copies']} (cropped 5%: {r['cropped 5%']}), "
-            f"false pairs {r['false pairs among distinct images']}; 12 MP JPEGs: {rate} images/s")
+            f"false pairs {r['false pairs among distinct images']}; 12 MP JPEGs: {rate} images/s{cost}")
 
 
 def gpu_wait(results: dict) -> str:
