@@ -149,7 +149,8 @@ def check_line(results: dict) -> str:
     r = chosen[0]
     rate = next((v for k, v in speed[0].items() if k.startswith("images/s, ") and "threads" in k), "?") if speed else "?"
     build = [b["x build"] for b in rows(results, "check", 3)]
-    cost = f"; the build's train/val check: {build[0]}x a first build's time, {build[1]}x on a rebuild" if len(build) == 2 else ""
+    cost = (f"; the build's train/val check: {build[0]}x a first build's time, {build[1]}x on a rebuild"
+            if len(build) == 2 else "")
     return (f"distance {r['distance'].split()[1]}: recall {r['recall, all copies']} (cropped 5%: {r['cropped 5%']}), "
             f"false pairs {r['false pairs among distinct images']}; 12 MP JPEGs: {rate} images/s{cost}")
 
