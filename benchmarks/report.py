@@ -147,7 +147,8 @@ def check_line(results: dict) -> str:
     if not chosen:
         return "not measured"
     r = chosen[0]
-    rate = next((v for k, v in speed[0].items() if k.startswith("images/s, ") and "threads" in k), "?") if speed else "?"
+    pooled = [v for k, v in (speed[0] if speed else {}).items() if k.startswith("images/s, ") and "threads" in k]
+    rate = pooled[0] if pooled else "?"
     build = [b["x build"] for b in rows(results, "check", 3)]
     cost = (f"; the build's train/val check: {build[0]}x a first build's time, {build[1]}x on a rebuild"
             if len(build) == 2 else "")
