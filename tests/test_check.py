@@ -236,3 +236,10 @@ def test_a_copy_leaks_only_across_a_fold_s_own_train_val_boundary():
     assert leak(folds(0), folds(0)) == ""              # both in val0: neither trains fold 0
     assert leak(["train"], ["val"]) == "train/val" and leak(["train", "val"], ["train", "val"]) == "train/val"
     assert leak(["train0"], ["val1"]) == "" and leak(["test"], ["val"]) == ""
+
+
+def test_a_val_split_that_does_not_parse_warns_after_the_build_and_fails_nothing(tmp_path, capsys):
+    data = write_root(tmp_path / "d", {"train": {f"t{i}.jpg": scene(i) for i in range(2)}})
+    (data / "ufo" / "val.json").write_text('{"images": {')
+    status, _, err = cli_run(capsys, "build", "--data", data, "--out", tmp_path / "c", *BUILD)
+    assert status == 0 and "warning: the train/val check was skipped: " in err and "val.json" in err, err

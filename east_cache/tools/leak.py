@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from east_cache.errors import DataError
+from east_cache.errors import DataError, UserError
 from east_cache.ingest.files import NotAllowed, contained
 from east_cache.ingest.objects import is_url, source_root
 from east_cache.ingest.ufo import find_split, read_images
@@ -109,7 +109,10 @@ def run_warning(train: dict[str, str], train_split: str, roots, val_root, val_sp
 def warn_build(data_dirs, split: str, cache_dir, say) -> None:
     """`build`'s warning line (say), where the built cache's training images share some with the val split."""
     train = {n: s.path for n, s in Manifest.load(cache_dir).images.items()}
-    line = build_warning(data_dirs, split, train, cache_dir)
+    try:
+        line = build_warning(data_dirs, split, train, cache_dir)
+    except UserError as e:   # e.g. a val split's UFO file that does not parse: the cache is built all the same
+        line = f"the train/val check was skipped: {e}"
     if line:
         say(f"warning: {line}")
 
@@ -117,6 +120,9 @@ def warn_build(data_dirs, split: str, cache_dir, say) -> None:
 def warn_run(manifest: Manifest, cache_dir, val_root, val_split: str, say) -> None:
     """east-train's warning line (say), where --val-data's --val-split shares images with the cache's."""
     train = {n: s.path for n, s in manifest.images.items()}
-    line = run_warning(train, manifest.source.split, manifest.source.data_dirs, val_root, val_split, cache_dir)
+    try:
+        line = run_warning(train, manifest.source.split, manifest.source.data_dirs, val_root, val_split, cache_dir)
+    except UserError as e:   # the validation itself reports a bad val split, with its own message
+        line = f"the train/val check was skipped: {e}"
     if line:
         say(f"warning: {line}")
