@@ -2,9 +2,10 @@
 
 A training split `train{X}` (train, train0, train_a) is validated on `val{X}` (val, val0, val_a), the names that
 `east-cache split` writes and that public k-fold repositories use; east-train names its split (--val-split). An
-image is shared when a validation image has a training image's name, its bytes (a copy under another name) or
-its look (phash.NEAR_DISTANCE: a resized, re-encoded or slightly cropped copy). Hashes are kept in the cache
-folder (phash.CACHE_FILE) by the image files' fingerprints, so a rebuild hashes only new or changed images.
+image is shared when both splits list the same file, or a validation image has a training image's bytes (a copy
+under another name) or look (phash.NEAR_DISTANCE: a resized, re-encoded or slightly cropped copy); data at a URL,
+not hashed, by the same name. Hashes are kept in the cache folder (phash.CACHE_FILE) by the image files'
+fingerprints, so a rebuild hashes only new or changed images.
 """
 from __future__ import annotations
 
