@@ -10,7 +10,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from helpers import cli_run
+from helpers import cli_run, train_run
 from PIL import Image
 
 from east_cache.config import BuildConfig
@@ -243,3 +243,13 @@ def test_a_val_split_that_does_not_parse_warns_after_the_build_and_fails_nothing
     (data / "ufo" / "val.json").write_text('{"images": {')
     status, _, err = cli_run(capsys, "build", "--data", data, "--out", tmp_path / "c", *BUILD)
     assert status == 0 and "warning: the train/val check was skipped: " in err and "val.json" in err, err
+
+
+@pytest.mark.slow
+def test_east_train_warns_about_its_validation_split(tmp_path, capsys):
+    data, cache = planted_folds(tmp_path / "d"), tmp_path / "cache"
+    assert cli_run(capsys, "build", "--data", data, "--split", "train0", "--out", cache, "--quiet", *BUILD)[0] == 0
+    train_run(cache, tmp_path / "run", "--val-data", str(data), "--val-split", "val0", "--max-steps", "1",
+              "--epochs", "1", "--device", "cpu")
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: validation split")]
+    assert "val0 shares 3 image(s) with training split train0" in line and "v_copy.jpg = t1.jpg" in line
