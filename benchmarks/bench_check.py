@@ -123,17 +123,21 @@ def recall_tables(n_images: int, n_copies: int) -> tuple[str, str]:
     for method in METHODS:
         orig = [originals[n][method] for n in names]
         between = np.array([distance(orig[a], orig[b]) for a in range(len(orig)) for b in range(a + 1, len(orig))])
+        pages = n_images // 2   # distinct_images: the pages first
+        both_pages = np.array([b < pages for a in range(len(orig)) for b in range(a + 1, len(orig))])
         to_copy = {key: distance(orig[key[0]], h[method]) for key, h in planted.items()}
         for t in SWEEP:
             found = {k: np.mean([d <= t for (i, kind), d in to_copy.items() if kind == k]) for k in kinds}
-            false = int((between <= t).sum())
+            false, among_pages = int((between <= t).sum()), int(((between <= t) & both_pages).sum())
             chosen = " (check's)" if t == NEAR_DISTANCE and method.startswith("pHash") else ""
             rows.append([method, f"<= {t}{chosen}",
                          f"{np.mean([d <= t for d in to_copy.values()]):.3f}",
-                         *(f"{found[k]:.2f}" for k in kinds), f"{false} of {len(between)}"])
+                         *(f"{found[k]:.2f}" for k in kinds), f"{false} of {len(between)}",
+                         f"{among_pages} of {int(both_pages.sum())}"])
         summary.append([method, f"{np.median(list(to_copy.values())):.0f}", f"{max(to_copy.values())}",
                         f"{between.min()}", f"{np.percentile(between, 1):.0f}"])
-    recall = table(["hash", "distance", "recall, all copies", *kinds, "false pairs among distinct images"], rows)
+    recall = table(["hash", "distance", "recall, all copies", *kinds, "false pairs among distinct images",
+                    "of them, pairs of two pages"], rows)
     spread = table(["hash", "median distance to a copy", "largest", "smallest between distinct images",
                     "1st percentile between distinct"], summary)
     return recall, spread

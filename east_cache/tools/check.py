@@ -80,7 +80,7 @@ def run(a: argparse.Namespace) -> int:
     anomalies, shapes = find_anomalies(files, hashed)
     hist = histograms(shapes.heights, shapes.angles)
     report = {"roots": [str(r) for r in roots], "images": len(files), "words": words, "distance": a.distance,
-              "duplicates": duplicates, "anomalies": anomalies, "histograms": hist}
+              "duplicates": duplicates, "anomalies": anomalies, "anomaly_kinds": KINDS, "histograms": hist}
     if a.out is not None:
         write_report(a.out, report, f"{len(files)} images, {words} words: {', '.join(map(str, roots))}")
     print(summary(report, a.out))
