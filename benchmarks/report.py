@@ -16,7 +16,7 @@ from plot import load, number
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
 ORDER = ("targets", "sample", "codec", "crops", "gpu", "loader", "peers", "remote", "rebuild", "build_memory", "zarr",
-         "eval")
+         "eval", "check")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 
@@ -134,7 +134,26 @@ def goals(results: dict) -> list[list[str]]:
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
         ["train.py's share of step time waiting for data, on a GPU", "near zero", gpu_wait(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
+        ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
+         check_line(results)],
     ]
+
+
+def check_line(results: dict) -> str:
+    """bench_check: recall on planted copies and false pairs at check's threshold; images/s on 12 MP JPEGs; the
+    build's train/val check over the build's time, first and on a rebuild."""
+    chosen = [r for r in rows(results, "check", 0) if "(check's)" in r["distance"]]
+    speed = [r for r in rows(results, "check", 2) if r["MP"] == "12"]
+    if not chosen:
+        return "not measured"
+    r = chosen[0]
+    pooled = [v for k, v in (speed[0] if speed else {}).items() if k.startswith("images/s, ") and "threads" in k]
+    rate = pooled[0] if pooled else "?"
+    build = [b["x build"] for b in rows(results, "check", 3)]
+    cost = (f"; the build's train/val check: {build[0]}x a first build's time, {build[1]}x on a rebuild"
+            if len(build) == 2 else "")
+    return (f"distance {r['distance'].split()[1]}: recall {r['recall, all copies']} (cropped 5%: {r['cropped 5%']}), "
+            f"false pairs {r['false pairs among distinct images']}; 12 MP JPEGs: {rate} images/s{cost}")
 
 
 def gpu_wait(results: dict) -> str:

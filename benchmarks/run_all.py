@@ -49,6 +49,7 @@ QUICK = {
     "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
                "--epochs", "3", "--timed-epochs", "5"],
+    "check": ["--images", "40", "--copies", "12", "--photos", "2", "--build-photos", "4"],
 }
 
 

@@ -1,4 +1,4 @@
-"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate.
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, check.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
 convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
@@ -36,7 +36,7 @@ from east_cache.errors import MODULE_COMMAND, CommandParser, cache_command_named
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
-from east_cache.tools import pseudo, split
+from east_cache.tools import check, pseudo, split
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
 SHOW_SKIPPED = 5   # bad images named at the end of a --skip-bad build; `info` lists them all
@@ -179,6 +179,7 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     from east_cache.buildrequest import print_plan, resolve
     from east_cache.store.build import build_cache
     from east_cache.store.cluster import dask_client
+    from east_cache.tools.leak import warn_build
     req = resolve(a)
     data = req.data
     if not data:
@@ -189,6 +190,8 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
         r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
                         file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file)
+    if not a.quiet:   # a validation split that shares images with the training data
+        warn_build(data, req.split, a.out, say)
     if r.up_to_date:
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
             f"to do [{r.seconds:.2f} s]")
@@ -365,7 +368,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
-    for tool in (split, pseudo):   # each registers its own subcommand: flags, help, run
+    for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
     return p
 

@@ -55,6 +55,7 @@ from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
 from east_cache.store.format import cache_inputs
 from east_cache.store.remote.share import NodeShare
+from east_cache.tools.leak import warn_run
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
 UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
@@ -156,6 +157,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     steps = len(loaders[0]) // cfg.accum_steps
     for line in started_lines(cfg, rt, ds, origin, ctx.state, steps, disk_use(cfg.out, model)):
         rt.say(line)
+    if cfg.val_data and rt.rank == 0:   # a validation split that shares images with the training data
+        warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
     cfg.out.mkdir(parents=True, exist_ok=True)
     ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
     if ctx.log:
