@@ -1,8 +1,8 @@
-"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate.
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, review.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
 convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
-(evaluate). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
+(evaluate, review). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
 run).
 """
 from __future__ import annotations
@@ -307,7 +307,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import scoring   # evaluate's flags and command: numpy and DetEval, no torch
+    from east_cache.model import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
@@ -363,6 +363,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
+    review.register(sub)
     return p
 
 
