@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import REPO, cli_run, planted_predictions
-from PIL import Image
+from PIL import Image, ImageOps
 
 from east_cache.config import BuildConfig
 from east_cache.model import review, review_draw as rd, review_page, scoring
@@ -20,6 +20,8 @@ from east_cache.tools.sampledata import write_sample_dataset
 
 PAGE = (160, 220)   # (w, h) px of the generated pages: the sample set's image 0 is stored turned, with EXIF 6
 TAG = "occlusion"   # a tag the sample set gives some words and that does not make them don't care
+RED = 20            # red minus green: the least inside a missed word, whose fill is red at rd.FILL_ALPHA
+SAME_PAGE = 12      # grey levels: the most that the picture and the page decoded apart may differ inside words
 
 
 def box(x0, y0, x1, y1):
@@ -101,23 +103,37 @@ def test_the_page_lists_images_worst_first_drawn_in_their_own_frame(review_set, 
         with Image.open(out / r["png"]) as png, Image.open(out / r["thumb"]) as thumb:
             assert png.size[1] > r["size"][1] and r["size"] == [round(PAGE[0] * 200 / PAGE[1]), 200]
             assert thumb.size == tuple(r["tsize"]) and max(thumb.size) <= review.THUMB_SIDE
-    assert text_lies_under_its_words(out / first["png"], gt[names[0]], 200 / PAGE[1])
+    with Image.open(out / first["png"]) as png:   # the picture without its legend strip
+        png.crop((0, 0, *first["size"])).save(tmp_path / "first.png")
+    assert shows_the_upright_page(tmp_path / "first.png", root / "images" / names[0], gt[names[0]], 200 / PAGE[1])
+    worst = data["images"][0]   # every word missed: filled red where the words are
+    with Image.open(out / worst["png"]) as png:
+        rgb = np.asarray(png.convert("RGB"), np.float64)
+    redness = inner_boxes(rgb[..., 0] - rgb[..., 1], gt[names[4]], 200 / PAGE[1])
+    assert min(redness) > RED and np.median(rgb[..., 0] - rgb[..., 1]) < RED / 4
     again = run_review(capsys, root, pred, out)   # a review's own folder is replaced without --force
     assert again[0] == 0 and len(list((out / review.PICTURES).iterdir())) == len(names)
 
 
-def text_lies_under_its_words(png: Path, words: scoring.Words, k: float) -> bool:
-    """The middle of every legible word (its box shrunk to a third) is darker than the page: the picture shows
-    the page as the frame has it (a page drawn in its stored, turned layout would put paper there)."""
-    with Image.open(png) as im:
-        grey = np.asarray(im.convert("L"), np.float64)
-    inside = []
+def shows_the_upright_page(png: Path, source: Path, words: scoring.Words, k: float) -> bool:
+    """The middle of every legible word shows what the page turned upright by its EXIF orientation shows there: the picture is in the words' frame."""
+    with Image.open(png) as im, Image.open(source) as src:
+        picture = np.asarray(im.convert("L"), np.float64)
+        upright = ImageOps.exif_transpose(src).convert("L").resize((im.width, im.height), Image.BILINEAR)
+    upright = np.asarray(upright, np.float64)
+    return float(np.mean(inner_boxes(np.abs(picture - upright), words, k))) < SAME_PAGE
+
+
+def inner_boxes(values: np.ndarray, words: scoring.Words, k: float) -> list[float]:
+    """The mean of values (H, W) over the middle of each legible word: its enclosing box (frame px times k)
+    shrunk to a third, inside any outline."""
+    means = []
     for i in np.flatnonzero(words.care):
         q = words.points[words.offsets[i]:words.offsets[i + 1]] * k
         lo, hi = q.min(0), q.max(0)
         (x0, y0), (x1, y1) = np.rint(lo + (hi - lo) / 3).astype(int), np.rint(hi - (hi - lo) / 3).astype(int)
-        inside.append(grey[y0:y1 + 1, x0:x1 + 1].mean())
-    return float(np.mean(inside)) < np.median(grey) - 25
+        means.append(float(values[y0:y1 + 1, x0:x1 + 1].mean()))
+    return means
 
 
 def test_help_shows_an_example(capsys):
