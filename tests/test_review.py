@@ -116,7 +116,8 @@ def test_the_page_lists_images_worst_first_drawn_in_their_own_frame(review_set, 
 
 
 def shows_the_upright_page(png: Path, source: Path, words: scoring.Words, k: float) -> bool:
-    """The middle of every legible word shows what the page turned upright by its EXIF orientation shows there: the picture is in the words' frame."""
+    """The middle of every legible word shows what the page turned upright by its EXIF orientation shows there:
+    the picture is in the words' frame."""
     with Image.open(png) as im, Image.open(source) as src:
         picture = np.asarray(im.convert("L"), np.float64)
         upright = ImageOps.exif_transpose(src).convert("L").resize((im.width, im.height), Image.BILINEAR)
@@ -158,7 +159,8 @@ def browser_or_skip():
         pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1200"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1200"):
         options.add_argument(flag)
     options.binary_location = chrome
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -230,7 +232,8 @@ def test_the_page_in_a_headless_browser(review_set, tmp_path, capsys):
         unscored.write_text(json.dumps({"images": planted_predictions(gt, {names[2]: (0, [None])}, score=None)}))
         assert run_review(capsys, root, unscored, tmp_path / "unscored")[0] == 0
         d.get((tmp_path / "unscored" / review.PAGE).as_uri())
-        assert not d.find_element("id", "score-box").is_displayed() and d.find_element("id", "score-none").is_displayed()
+        assert not d.find_element("id", "score-box").is_displayed()
+        assert d.find_element("id", "score-none").is_displayed()
         assert len(visible_names(d)) == len(names) and errors(d) == []
     finally:
         d.quit()

@@ -46,7 +46,8 @@ NAME_CHARS = 60         # of an image's name kept in its picture's file name (af
 def register(sub) -> None:
     """The `review` subcommand on the east-cache parser's subparsers."""
     p = sub.add_parser("review", help="a static HTML page of where predictions fail, worst images first, with a "
-                                      "PNG per image", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                      "PNG per image", epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
 

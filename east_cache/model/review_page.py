@@ -40,13 +40,14 @@ def chart(title: str, labels: list[str], totals: np.ndarray, missed: np.ndarray 
     peak = max(1, int(totals.max()) if len(totals) else 1)
     step, full = plot_w / max(1, len(labels)), plot_h * HEADROOM
     unit = "words" if missed is not None else "images"
+    base, high, scale_x = top + plot_h, top + plot_h - full, left + plot_w + 3   # the axis, the peak's line
     parts = [f'<svg class="chart" width="{CHART_W}" height="{CHART_H}" viewBox="0 0 {CHART_W} {CHART_H}" '
-             f'role="img" aria-label="{html.escape(title)}"><text x="{left}" y="16" class="ct">{html.escape(title)}'
-             f'</text><line x1="{left}" y1="{top + plot_h - full:.1f}" x2="{left + plot_w}" '
-             f'y2="{top + plot_h - full:.1f}" stroke="#ddd"/><text x="{left + plot_w + 3}" y="{top + plot_h - full + 4:.1f}"'
-             f' class="cl">{peak}</text><text x="{left + plot_w + 3}" y="{top + plot_h - full + 15:.1f}" class="cl">'
-             f'{unit}</text><line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-             f'stroke="#888"/>']
+             f'role="img" aria-label="{html.escape(title)}">',
+             f'<text x="{left}" y="16" class="ct">{html.escape(title)}</text>',
+             f'<line x1="{left}" y1="{high:.1f}" x2="{left + plot_w}" y2="{high:.1f}" stroke="#ddd"/>',
+             f'<text x="{scale_x}" y="{high + 4:.1f}" class="cl">{peak}</text>',
+             f'<text x="{scale_x}" y="{high + 15:.1f}" class="cl">{unit}</text>',
+             f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#888"/>']
     for i, label in enumerate(labels):
         x, t = left + i * step + 2, int(totals[i])
         h = full * t / peak
@@ -60,8 +61,9 @@ def chart(title: str, labels: list[str], totals: np.ndarray, missed: np.ndarray 
             if t:
                 parts.append(f'<text x="{x + (step - 4) / 2:.1f}" y="{top + plot_h - h - 3:.1f}" class="cl" '
                              f'text-anchor="middle">{100 * m / t:.0f}%</text>')
-        parts.append(f'<text x="{x + (step - 4) / 2:.1f}" y="{top + plot_h + 14}" class="cl" text-anchor="middle" '
-                     f'transform="rotate(-30 {x + (step - 4) / 2:.1f} {top + plot_h + 14})">{html.escape(label)}</text>')
+        cx, cy = x + (step - 4) / 2, top + plot_h + 14
+        parts.append(f'<text x="{cx:.1f}" y="{cy}" class="cl" text-anchor="middle" '
+                     f'transform="rotate(-30 {cx:.1f} {cy})">{html.escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
