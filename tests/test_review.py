@@ -137,6 +137,20 @@ def inner_boxes(values: np.ndarray, words: scoring.Words, k: float) -> list[floa
     return means
 
 
+def test_a_missing_image_is_named_or_with_skip_bad_drawn_on_a_grey_page(review_set, tmp_path, capsys):
+    root, pred, names = review_set
+    entries = json.loads((root / "ufo" / "train.json").read_text())["images"]
+    gt = tmp_path / "gt.json"   # the set's ground truth and one image that is not in --images
+    gt.write_text(json.dumps({"images": {**entries, "ghost.jpg": entries[names[1]]}}))
+    args = ("review", "--gt", gt, "--pred", pred, "--images", root / "images", "--quiet")
+    status, _, err = cli_run(capsys, *args, "--out", tmp_path / "a")
+    assert status == 2 and "'ghost.jpg'" in err and "--skip-bad" in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()
+    assert cli_run(capsys, *args, "--out", tmp_path / "b", "--skip-bad")[0] == 0
+    ghost = next(r for r in page_data(tmp_path / "b")["images"] if r["name"] == "ghost.jpg")
+    assert ghost["note"].startswith("not drawn") and ghost["missed"] > 0 and (tmp_path / "b" / ghost["png"]).is_file()
+
+
 def test_help_shows_an_example(capsys):
     status, out, _ = cli_run(capsys, "review", "--help")
     assert status == 0 and "example:" in out and "east-cache review --gt" in out

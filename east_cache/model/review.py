@@ -26,7 +26,10 @@ import numpy as np
 
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, UsageError, check_output
-from east_cache.model import deteval_rect, scoring
+from east_cache.ingest.files import NotAllowed, contained
+from east_cache.ingest.imageio import oriented_size
+from east_cache.model import deteval_rect, review_draw as rd, scoring
+from east_cache.model.review_page import write_page
 from east_cache.progress import Progress
 
 EPILOG = """example:
@@ -97,7 +100,6 @@ def check_out(out: Path, inputs: dict[str, Path], force: bool) -> None:
 
 def classify(gt: scoring.Words, det: scoring.Words) -> tuple:
     """(ImageCounts, gt states, detection states) of one image, by the competition's rect DetEval."""
-    from east_cache.model import review_draw as rd
     counts = scoring.score_image(gt, det, "rect")
     gt_state = np.where(gt.care, rd.GT_MISSED, rd.GT_DONT_CARE).astype(np.uint8)
     rects = [deteval_rect.enclosing_rects(w.points, w.offsets) for w in (gt, det)]
@@ -129,7 +131,6 @@ def picture_name(index: int, name: str) -> str:
 
 
 def image_path(folder: Path, name: str, skip_bad: bool) -> Path:
-    from east_cache.ingest.files import NotAllowed, contained
     try:
         path = contained(folder, name)
     except NotAllowed as e:
@@ -142,8 +143,6 @@ def image_path(folder: Path, name: str, skip_bad: bool) -> Path:
 
 def draw_one(item: dict, a: argparse.Namespace, has_scores: bool) -> dict:
     """Decode, draw and write one image's PNG and thumbnail; the item's page record gets their sizes."""
-    from east_cache.ingest.imageio import oriented_size
-    from east_cache.model import review_draw as rd
     pic, path, frame = item.pop("picture"), item.pop("path"), item.pop("frame")
     if frame is None:
         try:
@@ -165,7 +164,6 @@ def draw_one(item: dict, a: argparse.Namespace, has_scores: bool) -> dict:
 
 def page_items(gt, pred, scores, info) -> list[dict]:
     """One record per gt image, worst hmean first, with what draw_one needs."""
-    from east_cache.model import review_draw as rd
     items = []
     for name, words in gt.items():
         det = pred.get(name, scoring.NO_WORDS)
@@ -204,7 +202,6 @@ def prepare(out: Path) -> None:
 def run(a: argparse.Namespace) -> int:
     """`review`: check the flags and --out, read and match, draw every image (threads: OpenCV and PIL release
     the GIL), write the page, then the marker."""
-    from east_cache.model.review_page import write_page
     if a.size < 1:
         raise UsageError(f"--size {a.size}: give the long side of the pictures in px, at least 1")
     check_out(a.out, {"--gt": a.gt, "--pred": a.pred, "--images": a.images}, a.force)
