@@ -27,6 +27,7 @@ FALSE_RGB = (255, 150, 0)           # a counted prediction that matched no word
 DONT_CARE_RGB = (160, 160, 160)     # a don't-care word (illegible, ignore tag, small, not a quad): hatched
 IGNORED_RGB = (205, 205, 205)       # a prediction dropped for lying on a don't-care word (neither helps nor hurts)
 HALO_RGB = (0, 0, 0)
+SMALL_WORD_PX = 10                  # px: a word whose box is narrower than this in the picture gets a thin outline
 HALO_PX = 1                         # px the dark halo adds to an outline's width (anti-aliased: half each side)
 FILL_ALPHA = 0.28                   # opacity of the fill of missed and false words and of don't-care regions
 HATCH_STEP = 6                      # px between the diagonal lines over a don't-care word
@@ -102,9 +103,15 @@ def _fill(image: np.ndarray, polygons: list, rgb, hatch: bool = False) -> None:
 
 
 def _outline(image: np.ndarray, polygons: list, rgb, thickness: int) -> None:
-    if polygons:
-        cv2.polylines(image, polygons, True, HALO_RGB, thickness + HALO_PX, cv2.LINE_AA, shift=SUBPIXEL)
-        cv2.polylines(image, polygons, True, rgb, thickness, cv2.LINE_AA, shift=SUBPIXEL)
+    """Each polygon outlined over a dark halo; one under SMALL_WORD_PX thin and without a halo, so that a thick
+    line does not hide its text."""
+    small = [min(np.ptp(p, axis=0)) < SMALL_WORD_PX << SUBPIXEL for p in polygons]
+    for thin, group in ((True, [p for p, s in zip(polygons, small) if s]),
+                        (False, [p for p, s in zip(polygons, small) if not s])):
+        if group and not thin:
+            cv2.polylines(image, group, True, HALO_RGB, thickness + HALO_PX, cv2.LINE_AA, shift=SUBPIXEL)
+        if group:
+            cv2.polylines(image, group, True, rgb, 1 if thin else thickness, cv2.LINE_AA, shift=SUBPIXEL)
 
 
 def draw_words(image: np.ndarray, pic: Picture, k: float, thickness: int, scores: bool) -> np.ndarray:
