@@ -36,15 +36,15 @@ FALSE_MOST = 4
 WINDOW = (1400, 1000)      # px, the browser window
 
 
-def predictions(root: Path, seed: int = 0) -> Path:
-    """A predictions file for root's train split with planted misses and scored false words."""
+def predictions(root: Path, folder: Path, seed: int = 0) -> Path:
+    """A predictions file in folder for root's train split, with planted misses and scored false words."""
     gt = json.loads((root / "ufo" / "train.json").read_text())["images"]
     rng = np.random.default_rng(seed)
     plan = {name: (int(rng.integers(1, MISS_MOST + 1)) if rng.random() < MISS_SHARE else 0,
                    list(rng.uniform(0, 1, int(rng.integers(1, FALSE_MOST + 1))).round(3))
                    if rng.random() < FALSE_SHARE else [])
             for name in gt}
-    path = root / "review_pred.json"
+    path = folder / f"{root.name}-pred.json"
     path.write_text(json.dumps({"predicted_by": "bench_review", "images": planted_predictions(gt, plan, seed)}))
     return path
 
@@ -114,7 +114,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for what, root in sets:
                 out = Path(tmp) / "review"
-                seconds = build(root, predictions(root), out)
+                seconds = build(root, predictions(root, Path(tmp)), out)
                 n = len(list((out / "images").iterdir()))
                 pngs, thumbs = list((out / "images").iterdir()), list((out / "thumbs").iterdir())
                 load, sort = load_times(d, out / "index.html", a.loads) if d else (float("nan"), float("nan"))
