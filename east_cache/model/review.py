@@ -37,6 +37,9 @@ EPILOG = """example:
   east-cache review --gt data/receipts/ufo/val.json --pred val_pred.json --images data/receipts/images \\
       --out review/
   then open review/index.html in a browser (from disk: no server)"""
+DESCRIPTION = """Match predictions to ground truth as `evaluate` scores them (rect DetEval) and write a static
+page that opens from disk: the images worst first by hmean, each drawn with its matched, missed
+and false words, sortable and filtered by word tag and by score, above a summary of the misses."""
 MARKER = ".east-cache-review"
 PAGE = "index.html"
 PICTURES, THUMBS = "images", "thumbs"
@@ -49,7 +52,7 @@ NAME_CHARS = 60         # of an image's name kept in its picture's file name (af
 def register(sub) -> None:
     """The `review` subcommand on the east-cache parser's subparsers."""
     p = sub.add_parser("review", help="a static HTML page of where predictions fail, worst images first, with a "
-                                      "PNG per image", epilog=EPILOG,
+                                      "PNG per image", epilog=EPILOG, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
@@ -70,8 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="long side of each image's PNG, px (default: %(default)s; smaller images stay as they are)")
     p.add_argument("--jobs", type=int, default=0, help="images drawn at once (default: one per core)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="draw the words of a missing or unreadable image on a grey page instead of stopping")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+                   help="draw the words of a missing or unreadable image on a grey page instead of stopping (default: off)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
     # which words are don't-care: the build's rules and defaults, as `evaluate` takes them
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care word (default: %(default)s)")
@@ -80,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-area", type=float, default=d.drop_area,
                    help="px^2; smaller words are dropped (default: %(default)s)")
     p.add_argument("--fit-polygons", action="store_true",
-                   help="fit words with 5+ points to a min-area quad instead of making them don't-care")
+                   help="fit words with 5+ points to a min-area quad instead of making them don't-care (default: off)")
 
 
 def check_out(out: Path, inputs: dict[str, Path], force: bool) -> None:
