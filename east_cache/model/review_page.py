@@ -33,8 +33,8 @@ def _bar(x, y, w, h, fill, tip: str) -> str:
 
 
 def chart(title: str, labels: list[str], totals: np.ndarray, missed: np.ndarray | None = None) -> str:
-    """One bar chart as an SVG element: totals as bars (grey under missed, red, when missed is given; then each
-    bar's miss rate above it), labels under them."""
+    """One bar chart as an SVG element: totals as bars, with their counts above them; where missed is given, the
+    totals grey under the missed in red, with the missed share above them; labels under the bars."""
     top, bottom, left, right = MARGIN
     plot_w, plot_h = CHART_W - left - right, CHART_H - top - bottom
     peak = max(1, int(totals.max()) if len(totals) else 1)
@@ -49,21 +49,21 @@ def chart(title: str, labels: list[str], totals: np.ndarray, missed: np.ndarray 
              f'<text x="{scale_x}" y="{high + 15:.1f}" class="cl">{unit}</text>',
              f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#888"/>']
     for i, label in enumerate(labels):
-        x, t = left + i * step + 2, int(totals[i])
+        x, t, cx = left + i * step + 2, int(totals[i]), left + i * step + step / 2
         h = full * t / peak
         if missed is None:
-            parts.append(_bar(x, top + plot_h - h, step - 4, h, BAR_RGB, f"{label}: {t} images"))
+            parts.append(_bar(x, base - h, step - 4, h, BAR_RGB, f"{label}: {t} images"))
+            above = str(t) if t else ""   # a count: one bad image beside hundreds of good ones is a sliver
         else:
             m = int(missed[i])
-            hm = full * m / peak
-            parts.append(_bar(x, top + plot_h - h, step - 4, h, TOTAL_RGB, f"{label}: {t} words"))
-            parts.append(_bar(x, top + plot_h - hm, step - 4, hm, MISSED_RGB, f"{label}: {m} of {t} missed"))
-            if t:
-                parts.append(f'<text x="{x + (step - 4) / 2:.1f}" y="{top + plot_h - h - 3:.1f}" class="cl" '
-                             f'text-anchor="middle">{100 * m / t:.0f}%</text>')
-        cx, cy = x + (step - 4) / 2, top + plot_h + 14
-        parts.append(f'<text x="{cx:.1f}" y="{cy}" class="cl" text-anchor="middle" '
-                     f'transform="rotate(-30 {cx:.1f} {cy})">{html.escape(label)}</text>')
+            parts.append(_bar(x, base - h, step - 4, h, TOTAL_RGB, f"{label}: {t} words"))
+            parts.append(_bar(x, base - full * m / peak, step - 4, full * m / peak, MISSED_RGB,
+                              f"{label}: {m} of {t} missed"))
+            above = f"{100 * m / t:.0f}%" if t else ""
+        if above:
+            parts.append(f'<text x="{cx:.1f}" y="{base - h - 3:.1f}" class="cl" text-anchor="middle">{above}</text>')
+        parts.append(f'<text x="{cx:.1f}" y="{base + 14}" class="cl" text-anchor="middle" '
+                     f'transform="rotate(-30 {cx:.1f} {base + 14})">{html.escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
