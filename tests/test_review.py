@@ -151,6 +151,15 @@ def test_a_missing_image_is_named_or_with_skip_bad_drawn_on_a_grey_page(review_s
     assert ghost["note"].startswith("not drawn") and ghost["missed"] > 0 and (tmp_path / "b" / ghost["png"]).is_file()
 
 
+def test_a_score_that_is_no_number_is_an_error_naming_the_word(review_set, tmp_path, capsys):
+    root, pred, names = review_set
+    bad = json.loads(pred.read_text())
+    bad["images"][names[0]]["words"]["2"]["score"] = "high"
+    (tmp_path / "pred.json").write_text(json.dumps(bad))
+    status, _, err = run_review(capsys, root, tmp_path / "pred.json", tmp_path / "out")
+    assert status == 2 and f"image {names[0]!r}, word '2'" in err and '"score"' in err and err.count("\n") == 1
+
+
 def test_help_shows_an_example(capsys):
     status, out, _ = cli_run(capsys, "review", "--help")
     assert status == 0 and "example:" in out and "east-cache review --gt" in out

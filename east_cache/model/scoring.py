@@ -92,9 +92,8 @@ def _stated_frame(entry: dict) -> tuple[int, int] | None:
 
 class WordInfo(NamedTuple):
     """What load_ground_truth keeps of an image beside its Words, for `review`."""
-    frame: tuple[int, int] | None   # (img_w, img_h) where the entry states them
-    ids: tuple[str, ...]            # the UFO word id of each kept word, in Words order
-    tags: tuple[tuple[str, ...], ...]   # each kept word's tags
+    frame: tuple[int, int] | None       # (img_w, img_h) where the entry states them
+    tags: tuple[tuple[str, ...], ...]   # each kept word's tags, in Words order
 
 
 def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None,
@@ -111,12 +110,11 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
         frame = _stated_frame(entry)
         sized += frame is not None
         flagged += any(isinstance(w, dict) and LEGIBILITY in w for w in words.values())
-        ids = sorted(words, key=ufo.word_id_key)
-        parsed = [(k, ufo.parse_word(words[k], k, where, cfg, summary, frame)) for k in ids]
+        parsed = [(k, ufo.parse_word(words[k], k, where, cfg, summary, frame))
+                  for k in sorted(words, key=ufo.word_id_key)]
         kept = [p for _, p in parsed if p is not None]
         if info is not None:
-            ids = tuple(k for k, p in parsed if p is not None)
-            info[name] = WordInfo(frame, ids, tuple(ufo.word_tags(words[k]) for k in ids))
+            info[name] = WordInfo(frame, tuple(ufo.word_tags(words[k]) for k, p in parsed if p is not None))
         out[name] = Words(np.array([xy for p, _ in kept for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
                           np.array([r == ufo.CARE for _, r in kept], bool))
