@@ -80,8 +80,10 @@ def test_a_folder_no_review_wrote_needs_force(review_set, tmp_path, capsys):
     status, _, err = run_review(capsys, root, pred, tmp_path)
     assert status == 2 and "--force" in err and err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
-    assert run_review(capsys, root, pred, tmp_path, "--force")[0] == 0
+    assert run_review(capsys, root, pred, tmp_path, "--force", "--format", "jpg")[0] == 0
     assert (tmp_path / "notes.txt").read_text() == "mine" and len(page_data(tmp_path)["images"]) == len(names)
+    with Image.open(tmp_path / page_data(tmp_path)["images"][0]["picture"]) as picture:
+        assert picture.format == "JPEG"
 
 
 def test_the_page_lists_images_worst_first_drawn_in_their_own_frame(review_set, tmp_path, capsys):
@@ -100,14 +102,14 @@ def test_the_page_lists_images_worst_first_drawn_in_their_own_frame(review_set, 
     first = next(r for r in data["images"] if r["name"] == names[0])      # stored turned, EXIF orientation 6
     assert first["note"] == "EXIF orientation applied"
     for r in data["images"]:
-        with Image.open(out / r["png"]) as png, Image.open(out / r["thumb"]) as thumb:
+        with Image.open(out / r["picture"]) as png, Image.open(out / r["thumb"]) as thumb:
             assert png.size[1] > r["size"][1] and r["size"] == [round(PAGE[0] * 200 / PAGE[1]), 200]
             assert thumb.size == tuple(r["tsize"]) and max(thumb.size) <= review.THUMB_SIDE
-    with Image.open(out / first["png"]) as png:   # the picture without its legend strip
+    with Image.open(out / first["picture"]) as png:   # the picture without its legend strip
         png.crop((0, 0, *first["size"])).save(tmp_path / "first.png")
     assert shows_the_upright_page(tmp_path / "first.png", root / "images" / names[0], gt[names[0]], 200 / PAGE[1])
     worst = data["images"][0]   # every word missed: filled red where the words are
-    with Image.open(out / worst["png"]) as png:
+    with Image.open(out / worst["picture"]) as png:
         rgb = np.asarray(png.convert("RGB"), np.float64)
     redness = inner_boxes(rgb[..., 0] - rgb[..., 1], gt[names[4]], 200 / PAGE[1])
     assert min(redness) > RED and np.median(rgb[..., 0] - rgb[..., 1]) < RED / 4
@@ -148,7 +150,8 @@ def test_a_missing_image_is_named_or_with_skip_bad_drawn_on_a_grey_page(review_s
     assert not (tmp_path / "a").exists()
     assert cli_run(capsys, *args, "--out", tmp_path / "b", "--skip-bad")[0] == 0
     ghost = next(r for r in page_data(tmp_path / "b")["images"] if r["name"] == "ghost.jpg")
-    assert ghost["note"].startswith("not drawn") and ghost["missed"] > 0 and (tmp_path / "b" / ghost["png"]).is_file()
+    assert ghost["note"].startswith("not drawn") and ghost["missed"] > 0
+    assert (tmp_path / "b" / ghost["picture"]).is_file()
 
 
 def test_a_score_that_is_no_number_is_an_error_naming_the_word(review_set, tmp_path, capsys):
@@ -246,7 +249,7 @@ def test_the_page_in_a_headless_browser(review_set, tmp_path, capsys):
         hidden, width, alt = d.execute_script(
             "const i = document.getElementById('viewer-img');"
             "return i.decode().then(() => [document.getElementById('viewer').hidden, i.naturalWidth, i.alt])")
-        with Image.open(out / next(r["png"] for r in data["images"] if r["name"] == first)) as png:
+        with Image.open(out / next(r["picture"] for r in data["images"] if r["name"] == first)) as png:
             assert (hidden, width, alt) == (False, png.size[0], first)
         d.save_screenshot(str(tmp_path / "viewer.png"))
         assert errors(d) == []

@@ -7,7 +7,8 @@ prediction matched), false (a counted prediction that matched nothing) or don't 
 
     index.html          the page: images worst first by DetEval hmean, sort and filters, the summary; plain JS,
                         its data inline, nothing fetched from anywhere
-    images/NNNNN_*.png  each image at --size px on its long side, its words drawn over it, a legend below
+    images/NNNNN_*.png  each image at --size px on its long side, its words drawn over it, a legend below (.jpg
+                        with --format jpg: a few times smaller, its thin lines a little blurred)
     thumbs/NNNNN_*.jpg  the same at THUMB_SIDE px for the page's list, loaded as they scroll into view
     .east-cache-review  marks the folder as a review's, so that the next review may replace it
 """
@@ -43,9 +44,12 @@ and false words, sortable and filtered by word tag and by score, above a summary
 MARKER = ".east-cache-review"
 PAGE = "index.html"
 PICTURES, THUMBS = "images", "thumbs"
-DEFAULT_SIDE = 1024     # px, long side of an image's PNG: a 12 MP photo is decoded and drawn at about 1/3
+DEFAULT_SIDE = 1024     # px, long side of an image's picture: a 12 MP photo is decoded and drawn at about 1/4
 THUMB_SIDE = 320        # px, long side of a thumbnail in the page's list
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+PNG_OPTIONS = {"compress_level": 1}   # zlib's fastest: on noisy photos higher levels save little, slowly
+JPEG_OPTIONS = {"quality": 92}
+FORMATS = ("png", "jpg")
 NAME_CHARS = 60         # of an image's name kept in its picture's file name (after its index)
 
 
@@ -70,7 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="write into an existing folder that holds other files (they are kept) (default: off)")
     p.add_argument("--size", type=int, default=DEFAULT_SIDE,
-                   help="long side of each image's PNG, px (default: %(default)s; smaller images stay as they are)")
+                   help="long side of each image's picture, px (default: %(default)s; smaller images stay as they are)")
+    p.add_argument("--format", choices=FORMATS, default="png",
+                   help="of each image's picture: png, exact colours and lines; jpg, a few times smaller "
+                        "(default: %(default)s)")
     p.add_argument("--jobs", type=int, default=0, help="images drawn at once (default: one per core)")
     p.add_argument("--skip-bad", action="store_true",
                    help="draw the words of a missing or unreadable image on a grey page instead of stopping (default: off)")
@@ -145,8 +152,8 @@ def image_path(folder: Path, name: str, skip_bad: bool) -> Path:
 
 
 def draw_one(item: dict, a: argparse.Namespace, has_scores: bool) -> dict:
-    """Decode, draw and write one image's PNG and thumbnail; the item's page record gets their sizes."""
-    pic, path, frame = item.pop("picture"), item.pop("path"), item.pop("frame")
+    """Decode, draw and write one image's picture and thumbnail; the item's page record gets their sizes."""
+    pic, path, frame = item.pop("drawing"), item.pop("path"), item.pop("frame")
     if frame is None:
         try:
             frame = oriented_size(path)[:2]
@@ -160,12 +167,13 @@ def draw_one(item: dict, a: argparse.Namespace, has_scores: bool) -> dict:
     drawn = rd.draw_words(image, pic, k, 2, has_scores)
     head = f"{item['name']}: {frame[0]}x{frame[1]} px, drawn at {k:.2f}x" + (f"; {note}" if note else "")
     line = f"DetEval (rect): precision {item['p']:.3f}  recall {item['r']:.3f}  hmean {item['h']:.3f}"
-    rd.with_legend(drawn, head, line, rd.counts_of(pic)).save(a.out / item["png"], compress_level=1)
+    figure = rd.with_legend(drawn, head, line, rd.counts_of(pic))
+    figure.save(a.out / item["picture"], **(PNG_OPTIONS if a.format == "png" else JPEG_OPTIONS))
     item.update(size=[image.shape[1], image.shape[0]], tsize=[thumb.shape[1], thumb.shape[0]], note=note)
     return item
 
 
-def page_items(gt, pred, scores, info) -> list[dict]:
+def page_items(gt, pred, scores, info, picture_format: str = "png") -> list[dict]:
     """One record per gt image, worst hmean first, with what draw_one needs."""
     items = []
     for name, words in gt.items():
@@ -185,11 +193,11 @@ def page_items(gt, pred, scores, info) -> list[dict]:
                       **rd.counts_of(pic), "tags": tags,
                       "false_max": float(false_scores.max()) if len(false_scores) else None,
                       "shapes": (heights[words.care], angles[words.care], gt_state[words.care] == rd.GT_MISSED),
-                      "picture": pic, "frame": info[name].frame})
+                      "drawing": pic, "frame": info[name].frame})
     items.sort(key=lambda it: (it["h"], it["r"], it["name"]))
     for k, it in enumerate(items):
         base = picture_name(k, it["name"])
-        it["png"], it["thumb"] = f"{PICTURES}/{base}.png", f"{THUMBS}/{base}.jpg"
+        it["picture"], it["thumb"] = f"{PICTURES}/{base}.{picture_format}", f"{THUMBS}/{base}.jpg"
     return items
 
 
@@ -219,7 +227,7 @@ def run(a: argparse.Namespace) -> int:
         print(f"warning: {note}", file=sys.stderr)
     result = scoring.score(gt, pred, "rect")
     has_scores = any(np.isfinite(s).any() for s in scores.values())
-    items = page_items(gt, pred, scores, info)
+    items = page_items(gt, pred, scores, info, a.format)
     for it in items:
         it["path"] = image_path(a.images, it["name"], a.skip_bad)
     prepare(a.out)

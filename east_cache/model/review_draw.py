@@ -1,5 +1,5 @@
 """The pictures of `east-cache review`: each image at reduced size with its ground truth and predictions drawn
-over it by how DetEval matched them (a PNG with a legend strip, and a small JPEG for the page's list).
+over it by how DetEval matched them (a picture with a legend strip, and a small JPEG for the page's list).
 
 Colours (RGB) are chosen to stay apart for the common colour blindnesses: blue matched, red missed, orange false;
 every outline has a dark halo so that it shows on light paper and on photos. Points are in the image's own pixel

@@ -23,7 +23,7 @@ CHART_W, CHART_H = 330, 190                      # px of one chart of the summar
 MARGIN = (28, 34, 10, 44)                        # px: top (title), bottom (labels), left, right (scale)
 HEADROOM = 0.88                                  # the tallest bar's share of the plot's height: room for its label
 BAR_RGB, TOTAL_RGB, MISSED_RGB = "#1e6eff", "#c8c8c8", "#eb1919"   # as review_draw's matched, missed
-RECORD_KEYS = ("name", "png", "thumb", "p", "r", "h", "matched", "missed", "false", "don't care", "on don't care",
+RECORD_KEYS = ("name", "picture", "thumb", "p", "r", "h", "matched", "missed", "false", "don't care", "on don't care",
                "tags", "false_max", "size", "tsize", "note")
 
 
