@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     p.add_argument("--jobs", type=int, default=0, help="images drawn at once (default: one per core)")
     p.add_argument("--skip-bad", action="store_true",
-                   help="draw the words of a missing or unreadable image on a grey page instead of stopping (default: off)")
+                   help="draw the words of a missing or unreadable image on a grey page instead of stopping "
+                        "(default: off)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
     # which words are don't-care: the build's rules and defaults, as `evaluate` takes them
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
