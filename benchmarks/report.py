@@ -16,7 +16,7 @@ from plot import load, number
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
 ORDER = ("targets", "sample", "codec", "crops", "gpu", "loader", "peers", "remote", "rebuild", "build_memory", "zarr",
-         "eval", "check")
+         "eval", "check", "review")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 
@@ -133,6 +133,7 @@ def goals(results: dict) -> list[list[str]]:
          "; ".join([f"npy {d['npy MiB']} MiB, zarr {d['zarr MiB']} MiB" for d in disk]
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
         ["train.py's share of step time waiting for data, on a GPU", "near zero", gpu_wait(results)],
+        ["review page: build for 500 images, load in a browser", "reported", review_line(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
         ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
          check_line(results)],
@@ -154,6 +155,13 @@ def check_line(results: dict) -> str:
             if len(build) == 2 else "")
     return (f"distance {r['distance'].split()[1]}: recall {r['recall, all copies']} (cropped 5%: {r['cropped 5%']}), "
             f"false pairs {r['false pairs among distinct images']}; 12 MP JPEGs: {rate} images/s{cost}")
+
+
+def review_line(results: dict) -> str:
+    """bench_review: seconds to build the page and its load time in headless Chromium, per set."""
+    found = rows(results, "review", 0)
+    return "; ".join(f"{r['set']}, {r['images']} images: built in {r['build s']} s ({r['KiB per PNG']} KiB per "
+                     f"PNG), loads in {r['load ms']} ms" for r in found) or "not measured"
 
 
 def gpu_wait(results: dict) -> str:

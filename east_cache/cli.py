@@ -1,8 +1,9 @@
-"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, check.
+"""The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, review,
+split, pseudo, check.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
 convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
-(evaluate). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
+(evaluate, review). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
 run).
 """
 from __future__ import annotations
@@ -101,7 +102,8 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "every epoch, around a legible word; build: cache one crop per variant, the same every epoch "
                         "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
     p.add_argument("--geometry", choices=GEOMETRY_MODES,
-                   help="--crop read: where the height jitter and rotation are drawn. read: every epoch, by the reader, "
+                   help="--crop read: where the height jitter and rotation are drawn. read: every epoch, by the "
+                        "reader, "
                         "from a page stored resized only (each image seen at a new angle and aspect ratio every "
                         "epoch; --variants 1); build: once per variant at build time, the page stored warped (crops "
                         "read by slicing, several times faster to read, one angle per variant)" + kept(d.geometry))
@@ -308,7 +310,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import scoring   # evaluate's flags and command: numpy and DetEval, no torch
+    from east_cache.model import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
@@ -370,6 +372,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     ev.set_defaults(func=scoring.run)
     for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
+    review.register(sub)
     return p
 
 

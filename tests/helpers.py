@@ -218,3 +218,33 @@ def photo(h: int = 232, w: int = 300, seed: int = 0) -> np.ndarray:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+def planted_predictions(gt_images: dict, plan: dict[str, tuple[int, list[float]]], seed: int = 0,
+                        score: float | None = 0.9) -> dict:
+    """A predictions file's "images" for a UFO file's images: every 4-point word predicted exactly (with
+    `score`, None for none), except that plan[name] = (misses, false scores) drops the first `misses` legible
+    words and adds one false box per score, where no word lies (None: a false box without a score)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, entry in gt_images.items():
+        misses, false_scores = plan.get(name, (0, []))
+        words = [w for w in entry["words"].values() if len(w["points"]) == 4]
+        legible = [w for w in words if not w.get("illegibility")]
+        dropped = {id(w) for w in legible[:misses]}
+        boxes = [np.array(w["points"], float) for w in words]
+        kept = [(b, score) for w, b in zip(words, boxes) if id(w) not in dropped]
+        taken = [np.r_[b.min(0), b.max(0)] for b in boxes]
+        for s in false_scores:
+            for _ in range(1000):   # a 24 x 12 px box that touches no word and no other false box
+                x, y = rng.uniform(0, entry["img_w"] - 25), rng.uniform(0, entry["img_h"] - 13)
+                r = np.array([x - 2, y - 2, x + 26, y + 14])
+                if all(r[2] < t[0] or t[2] < r[0] or r[3] < t[1] or t[3] < r[1] for t in taken):
+                    break
+            else:
+                raise ValueError(f"{name}: no free spot for a false box")
+            taken.append(r)
+            kept.append((np.array([[x, y], [x + 24, y], [x + 24, y + 12], [x, y + 12]]), s))
+        out[name] = {"words": {str(k + 1): {"points": b.round(2).tolist(), **({} if s is None else {"score": s})}
+                               for k, (b, s) in enumerate(kept)}}
+    return out

@@ -327,15 +327,20 @@ def _far_outside(points: list, w: int, h: int) -> bool:
 
 def _reason(word: dict, n_points: int, area: float, cfg: BuildConfig) -> int:
     """The first rule that applies, in the order ILLEGIBLE, IGNORE_TAG, NOT_QUAD, SMALL."""
-    tags = word.get("tags")
-    tags = (tags,) if isinstance(tags, str) else tags if isinstance(tags, list) else ()
     if _flag(word.get("illegibility")):
         return ILLEGIBLE
-    if any(t in cfg.ignore_tags for t in tags if isinstance(t, str)):
+    if any(t in cfg.ignore_tags for t in word_tags(word)):
         return IGNORE_TAG
     if n_points != 4:
         return NOT_QUAD
     return SMALL if area < cfg.min_area else CARE
+
+
+def word_tags(word: dict) -> tuple[str, ...]:
+    """A word's "tags": a list of strings, or one string; anything else is no tag."""
+    tags = word.get("tags")
+    tags = (tags,) if isinstance(tags, str) else tags if isinstance(tags, list) else ()
+    return tuple(t for t in tags if isinstance(t, str))
 
 
 def _flag(v) -> bool:

@@ -100,6 +100,18 @@ def _rounded_sum(values: np.ndarray) -> float:
     return round(sum(float(v) for v in values), ROUND_DECIMALS)
 
 
+def counted(precision_all: np.ndarray, care: np.ndarray) -> np.ndarray:
+    """(K,) bool: the detections that count (rule 0: not more than DONT_CARE_PRECISION inside one don't-care
+    rectangle), from their precisions (N, K) against every gt rectangle and the gts' care flags (N,)."""
+    return ~np.any(precision_all[~care] > DONT_CARE_PRECISION, axis=0)
+
+
+def counted_detections(gt_rects, care, det_rects) -> np.ndarray:
+    """(K,) bool: which detection rectangles (K, 4) evaluate_image counts; the others lie on a don't-care word."""
+    gt, det = _as_rects(gt_rects, "gt rectangles"), _as_rects(det_rects, "detection rectangles")
+    return counted(overlaps(gt, det) / areas(det)[None], np.asarray(care, bool).reshape(-1))
+
+
 def evaluate_image(gt_rects, care, det_rects) -> ImageCounts:
     """Counts of one image: gt rectangles (N, 4) with care flags (N,), detection rectangles (K, 4).
     ImageCounts.matches names the gt and detection indices (into the inputs) of every match."""
@@ -107,11 +119,10 @@ def evaluate_image(gt_rects, care, det_rects) -> ImageCounts:
     care = np.asarray(care, bool).reshape(-1)
     if len(care) != len(gt):
         raise ValueError(f"care has {len(care)} flags for {len(gt)} gt rectangles")
-    det_area = areas(det)
     inter_all = overlaps(gt, det)
-    recall_all, precision_all = inter_all / areas(gt)[:, None], inter_all / det_area[None]
+    recall_all, precision_all = inter_all / areas(gt)[:, None], inter_all / areas(det)[None]
     gi = np.flatnonzero(care)
-    di = np.flatnonzero(~np.any(precision_all[~care] > DONT_CARE_PRECISION, axis=0))
+    di = np.flatnonzero(counted(precision_all, care))
     g, d = gt[gi], det[di]
     cared = np.ix_(gi, di)
     recall, precision, touches = recall_all[cared], precision_all[cared], inter_all[cared] > 0

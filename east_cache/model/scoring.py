@@ -26,7 +26,7 @@ from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
-from east_cache.ingest.ufofile import PREDICTED_BY, read_entries   # PREDICTED_BY: a --gt with it is refused
+from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE, read_entries   # PREDICTED_BY: a --gt with it is refused
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
@@ -63,10 +63,17 @@ def _stated_frame(entry: dict) -> tuple[int, int] | None:
     return (int(w), int(h)) if ufo.positive_int(w) and ufo.positive_int(h) else None
 
 
-def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None) -> dict[str, Words]:
+class WordInfo(NamedTuple):
+    """What load_ground_truth keeps of an image beside its Words, for `review`."""
+    frame: tuple[int, int] | None       # (img_w, img_h) where the entry states them
+    tags: tuple[tuple[str, ...], ...]   # each kept word's tags, in Words order
+
+
+def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None,
+                      info: dict[str, WordInfo] | None = None) -> dict[str, Words]:
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules. A file
     east-predict wrote is refused. notes, when given, gets a line for what ground truth states and this file
-    does not (image sizes, legibility flags)."""
+    does not (image sizes, legibility flags); info, when given, each image's WordInfo."""
     json_path, out, top = source_path(json_path), {}, {}
     summary = ufo.IngestSummary()
     sized = flagged = 0
@@ -76,8 +83,11 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
         frame = _stated_frame(entry)
         sized += frame is not None
         flagged += any(isinstance(w, dict) and LEGIBILITY in w for w in words.values())
-        kept = [ufo.parse_word(words[k], k, where, cfg, summary, frame) for k in sorted(words, key=ufo.word_id_key)]
-        kept = [k for k in kept if k is not None]
+        parsed = [(k, ufo.parse_word(words[k], k, where, cfg, summary, frame))
+                  for k in sorted(words, key=ufo.word_id_key)]
+        kept = [p for _, p in parsed if p is not None]
+        if info is not None:
+            info[name] = WordInfo(frame, tuple(ufo.word_tags(words[k]) for k, p in parsed if p is not None))
         out[name] = Words(np.array([xy for p, _ in kept for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p, _ in kept]).astype(np.int64),
                           np.array([r == ufo.CARE for _, r in kept], bool))
@@ -105,12 +115,16 @@ def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
     return found
 
 
-def load_predictions(json_path, gt_names) -> dict[str, Words]:
+def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None = None) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
-    carry legibility flags is ground truth, refused unless it is marked as predictions."""
+    carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when given, gets
+    each image's float64 (K,) WORD_SCORE of its detections, NaN where a word has none."""
     json_path, out, top = source_path(json_path), {}, {}
     for name, entry in read_entries(json_path, top):
         words, polygons = entry.get("words") or {}, []
+        if scores is not None:
+            scores[name] = np.array([word_score(words[k], json_path, name, k)
+                                     for k in sorted(words, key=ufo.word_id_key)], np.float64)
         for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]
             if isinstance(word, dict) and LEGIBILITY in word and PREDICTED_BY not in top:
@@ -131,6 +145,17 @@ def load_predictions(json_path, gt_names) -> dict[str, Words]:
                         f"{', '.join(map(repr, unknown[:SHOW_UNKNOWN]))}{more}; predict on the same split as the "
                         f"--gt file, or remove those entries")
     return out
+
+
+def word_score(word, json_path: Path, name: str, word_id: str) -> float:
+    """A predicted word's WORD_SCORE, NaN where it has none."""
+    value = word.get(WORD_SCORE) if isinstance(word, dict) else None
+    if value is None:
+        return float("nan")
+    if type(value) not in (int, float) or not np.isfinite(value):
+        raise DataError(f"{json_path}: image {name!r}, word {word_id!r}: \"{WORD_SCORE}\" must be a finite number, "
+                        f"not {value!r}; fix the prediction or delete the field")
+    return float(value)
 
 
 def score_image(gt: Words, det: Words, metric: str = "rect") -> deteval.ImageCounts:
