@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 
 import torch
 from common import bench_pages, machine, process_tree_cpu_seconds, repeated_pages, table
@@ -25,6 +26,7 @@ from gpu_steady import Steady, steady_epochs, steady_tables
 
 from east_cache.config import BuildConfig
 from east_cache.reader import CacheDataset, Loader
+from east_cache.reader import jpeg_device
 from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.loader import loader_workers
 from east_cache.store.build import build_cache
@@ -65,6 +67,28 @@ def read_rate(cache, batch_size: int, workers: int | None, device: torch.device,
     return epochs * n / seconds, n, (cpu1 - cpu0) / seconds if cpu0 is not None else None
 
 
+@contextmanager
+def counted_decoder():
+    """While active, every call of the batched device decoder (jpeg_device.nvjpeg's) is appended to the list it
+    yields (its stream count): a batch's tiles should take one call."""
+    real, calls = jpeg_device.torchvision_decode_jpeg, []
+
+    def counting():
+        decode = real()
+        if decode is None:
+            return None
+
+        def count(data, **kw):
+            calls.append(len(data))
+            return decode(data, **kw)
+        return count
+    jpeg_device.torchvision_decode_jpeg = counting
+    try:
+        yield calls
+    finally:
+        jpeg_device.torchvision_decode_jpeg = real
+
+
 def h2d_rate(nbytes: int, repeat: int = 50) -> float:
     """Pinned host-to-device copies of nbytes per second."""
     src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
@@ -88,19 +112,22 @@ def read_arm(caches: dict, a, device: torch.device) -> None:
     for label, codec, device_decode in (("raw pages", "raw", False), ("jpeg, decoded by the workers", "jpeg", False),
                                         ("jpeg, decoded by nvJPEG", "jpeg", True)):
         if device_decode and not cuda:
-            rows.append([label, "skipped: no CUDA", "", "", ""])
+            rows.append([label, "skipped: no CUDA", "", "", "", ""])
             continue
         if device_decode and nvjpeg(device) is None:
-            rows.append([label, "skipped: no torchvision with batched decode_jpeg", "", "", ""])
+            rows.append([label, "skipped: no torchvision with batched decode_jpeg", "", "", "", ""])
             continue
-        rate, n, cores = read_rate(caches[codec], a.batch_size, workers, device, device_decode, a.read_epochs)
+        with counted_decoder() as calls:
+            rate, n, cores = read_rate(caches[codec], a.batch_size, workers, device, device_decode, a.read_epochs)
+        per_batch = f"{len(calls) / ((a.read_epochs + 1) * (n // a.batch_size)):.2f}" if device_decode else ""
         rows.append([label, f"{rate:.0f}", f"{rate / copy:.3f}" if copy else "n/a",
-                     f"{cores:.1f}" if cores is not None else "n/a", str(n)])
+                     f"{cores:.1f}" if cores is not None else "n/a", str(n), per_batch])
     ref = f"pinned host-to-device copies of a crop's bytes, {copy:.0f} crops/s" if copy else "none on a CPU"
     print(f"Reading to the {device.type} through east_cache.Loader ({workers} workers, batches of {a.batch_size} "
           f"{side}-px crops, normalised on the device), {a.read_epochs} epoch(s) after a warm-up one; reference: "
           f"{ref}; busy CPU cores: CPU seconds of this process and its workers over the wall time\n")
-    print(table(["reader", "crops/s", "/ pinned copy", "busy CPU cores", "crops per epoch"], rows))
+    print(table(["reader", "crops/s", "/ pinned copy", "busy CPU cores", "crops per epoch", "nvJPEG calls per batch"],
+                rows))
 
 
 def steady_arm(caches: dict, a, device: torch.device) -> None:

@@ -9,8 +9,9 @@ benchmarks/tta.py says what each arm does. Prints markdown tables; asserts nothi
     python benchmarks/bench_time_to_accuracy.py --quick --device cpu   # a check that every arm runs
     python benchmarks/bench_time_to_accuracy.py --arms cache,fly --epochs 12 --time-limit 120
 
-Data: generated document pages (1600x2200 px, ~120 words; common.bench_pages) to train on, and --val-images
-others, drawn from another seed, held out. The cache is built at --image-size / --input-size (map scale 0.5).
+Data: generated document pages (1600x2200 px, ~120 words): --train-images names over --distinct pages to train on
+(common.repeated_pages: each name draws its own augmentation), and --val-images others, from another seed, held
+out. The cache is built at --image-size / --input-size (map scale 0.5).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import argparse
 import sys
 
 import torch
-from common import BENCH_DATA, bench_pages, machine, table
+from common import BENCH_DATA, machine, repeated_pages, table
 from tta import Schedule, curve_rows, make_loader, ratio_rows, train_arm
 
 from east_cache.config import BuildConfig
@@ -28,17 +29,18 @@ from east_cache.tools.sampledata import write_sample_dataset
 
 ARMS = ("cache", "fly", "baseline")
 HELD_OUT_SEED = 101   # the held-out pages' generator seed: none of them is a training page
-QUICK = {"train_images": 4, "val_images": 2, "image_size": 192, "input_size": 64, "batch_size": 2, "epochs": 2,
+QUICK = {"train_images": 4, "distinct": 2, "val_images": 2, "image_size": 192, "input_size": 64, "batch_size": 2, "epochs": 2,
          "eval_every": 1, "workers": 1, "words": 20}
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
     p.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} (default all)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (a CPU check that every arm runs)")
     p.add_argument("--train-images", type=int, default=96, help="training pages: samples per epoch (default 96)")
+    p.add_argument("--distinct", type=int, default=48,
+                   help="distinct generated pages among them, each under several names (default 48)")
     p.add_argument("--val-images", type=int, default=16, help="held-out pages scored (default 16)")
     p.add_argument("--words", type=int, default=120, help="words per page (default 120)")
     p.add_argument("--image-size", type=int, default=1024, help="pages' long side, px (default 1024)")
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
     print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
     amp = "fp16" if device.type == "cuda" else "off"
-    data = bench_pages(a.train_images, a.words)
+    data = repeated_pages(a.train_images, a.distinct, a.words)
     held = write_sample_dataset(BENCH_DATA / f"held-out-{a.val_images}-{a.words}", n_images=a.val_images,
                                 words_per_page=a.words, page_size=(1600, 2200), seed=HELD_OUT_SEED)
     config = BuildConfig(image_size=a.image_size, input_size=a.input_size, image_codec=a.codec)
