@@ -34,7 +34,7 @@ from east_cache.store.build import build_cache
 ARMS = ("read", "steady", "predict")
 QUICK = {"images": 4, "distinct": 2, "epochs": 2, "batch_size": 2, "image_size": 192, "input_size": 64,
          "read_epochs": 1, "predict_pages": 2, "predict_image_size": 128, "predict_batch": 2, "profile_steps": 1,
-         "repeat": 1}
+         "repeat": 1, "step_repeats": 2}
 
 
 def cache_of(data, codec: str, image_size: int, input_size: int, jobs: int):
@@ -132,7 +132,8 @@ def read_arm(caches: dict, a, device: torch.device) -> None:
 
 def steady_arm(caches: dict, a, device: torch.device) -> None:
     amp = "fp16" if device.type == "cuda" else "off"   # train.py refuses fp16 off CUDA
-    cfg = Steady(epochs=a.epochs, batch_size=a.batch_size, amp=amp, profile_steps=a.profile_steps)
+    cfg = Steady(epochs=a.epochs, batch_size=a.batch_size, amp=amp, profile_steps=a.profile_steps,
+                 step_repeats=a.step_repeats)
     results = {codec: steady_epochs(cache, cfg, device) for codec, cache in caches.items()}
     per_epoch, where, ops = steady_tables(results)
     crops = len(CacheDataset(caches["raw"]))
@@ -171,7 +172,7 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
     p.add_argument("--arms", default=",".join(ARMS), help=f"which arms, of {', '.join(ARMS)} (default all)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes for every arm (a CPU check run)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes for every arm unless given (a CPU check run)")
     p.add_argument("--images", type=int, default=1000, help="pages in the cache: crops per epoch (default 1000)")
     p.add_argument("--distinct", type=int, default=48, help="distinct generated pages among them (default 48)")
     p.add_argument("--epochs", type=int, default=3, help="steady arm: epochs (default 3)")
@@ -180,6 +181,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--input-size", type=int, default=1024, help="crop side, px (default 1024)")
     p.add_argument("--workers", type=int, help="read arm: loader workers (default: as train.py picks them)")
     p.add_argument("--read-epochs", type=int, default=2, help="read arm: timed epochs (default 2)")
+    p.add_argument("--step-repeats", type=int, default=10,
+                   help="steady arm: timed steps of the step alone (default 10)")
     p.add_argument("--profile-steps", type=int, default=10, help="steady arm: profiled steps (default 10; 0: none)")
     p.add_argument("--predict-pages", type=int, default=24, help="predict arm: pages (default 24)")
     p.add_argument("--predict-image-size", type=int, default=2048, help="predict arm: --image-size (default 2048)")
@@ -187,9 +190,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="predict arm: timed runs per stage (default 3)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
     a = p.parse_args(argv)
-    if a.quick:
-        for k, v in QUICK.items():
-            setattr(a, k, v)
+    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
+        p.set_defaults(**QUICK)
+        a = p.parse_args(argv)
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")

@@ -37,7 +37,7 @@ def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
     p.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} (default all)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes (a CPU check that every arm runs)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes unless given (a CPU check that every arm runs)")
     p.add_argument("--train-images", type=int, default=96, help="training pages: samples per epoch (default 96)")
     p.add_argument("--distinct", type=int, default=48,
                    help="distinct generated pages among them, each under several names (default 48)")
@@ -57,9 +57,9 @@ def parse(argv=None) -> argparse.Namespace:
                    help="s of training per arm, stopping at the evaluation after it (default 0: none)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
     a = p.parse_args(argv)
-    if a.quick:
-        for k, v in QUICK.items():
-            setattr(a, k, v)
+    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
+        p.set_defaults(**QUICK)
+        a = p.parse_args(argv)
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")

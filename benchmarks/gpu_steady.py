@@ -6,6 +6,7 @@ one resident batch, the loader alone, and torch.profiler's busiest host ops over
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +20,7 @@ from east_cache.model.train import training_loader
 from east_cache.reader.loader import Batch
 
 PROFILE_ROWS = 8      # host ops listed from the profile
-STEP_REPEATS = 10     # timed training steps on one resident batch
+STEP_REPEATS = 10     # timed training steps on one resident batch, by default
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Steady:
     batch_size: int        # crops per step
     amp: str               # train.py's --amp: fp16 (GradScaler) on CUDA, off on a CPU
     profile_steps: int     # steps of the last epoch profiled (0: none)
+    step_repeats: int = STEP_REPEATS   # timed training steps on one resident batch
 
 
 def new_run(loader, cfg: Steady, device: torch.device):
@@ -40,13 +42,15 @@ def new_run(loader, cfg: Steady, device: torch.device):
     return model, optimizer, ctx
 
 
-def profiler_for(cfg: Steady, steps_in_epoch: int, device: torch.device):
-    """torch.profiler over the last `profile_steps` steps of an epoch of steps_in_epoch (None: no profile)."""
+def profiler_for(cfg: Steady, steps_in_epoch: int, device: torch.device, top: list):
+    """torch.profiler over the last `profile_steps` steps of an epoch of steps_in_epoch, their busiest host ops
+    put into `top` when they are done (None: no profile)."""
     n = min(cfg.profile_steps, steps_in_epoch - 1)
     if n < 1:
         return None
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    return profile(activities=activities, schedule=schedule(wait=steps_in_epoch - n - 1, warmup=1, active=n))
+    return profile(activities=activities, schedule=schedule(wait=steps_in_epoch - n - 1, warmup=1, active=n, repeat=1),
+                   on_trace_ready=lambda p: top.extend(busiest(p, n)))
 
 
 def steady_epochs(cache, cfg: Steady, device: torch.device) -> dict:
@@ -58,18 +62,14 @@ def steady_epochs(cache, cfg: Steady, device: torch.device) -> dict:
         epochs, top = [], []
         for epoch in range(cfg.epochs):
             last = epoch == cfg.epochs - 1
-            prof = profiler_for(cfg, len(loader), device) if last else None
+            prof = profiler_for(cfg, len(loader), device, top) if last else None
             ctx.on_step = prof.step if prof is not None else None
             loader.set_epoch(epoch)
-            if prof is not None:
-                with prof:
-                    stats, _ = train_one_epoch(model, loader, optimizer, ctx)
-                top = busiest(prof, min(cfg.profile_steps, len(loader) - 1))
-            else:
+            with prof if prof is not None else nullcontext():
                 stats, _ = train_one_epoch(model, loader, optimizer, ctx)
             epochs.append({k: stats[k] for k in ("samples_per_s", "data_wait", "seconds", "loss")})
         alone, batch = loader_alone(loader, device)
-        step = step_alone(model, optimizer, ctx, batch)
+        step = step_alone(model, optimizer, ctx, batch, cfg.step_repeats)
     return {"epochs": epochs, "loader_alone": alone, "step_alone": step, "workers": describe(loader), "top": top}
 
 
@@ -100,7 +100,7 @@ def loader_alone(loader, device: torch.device) -> tuple[float, Batch]:
     return n / (time.perf_counter() - t0), first
 
 
-def step_alone(model, optimizer, ctx, batch: Batch) -> float:
+def step_alone(model, optimizer, ctx, batch: Batch, repeats: int) -> float:
     """Samples/s of the training step (forward, loss, backward, optimiser) on one batch kept on the device."""
     model.train()
 
@@ -111,10 +111,10 @@ def step_alone(model, optimizer, ctx, batch: Batch) -> float:
     step()
     sync(ctx.rt.device)
     t0 = time.perf_counter()
-    for _ in range(STEP_REPEATS):
+    for _ in range(repeats):
         step()
     sync(ctx.rt.device)
-    return STEP_REPEATS * len(batch.image) / (time.perf_counter() - t0)
+    return repeats * len(batch.image) / (time.perf_counter() - t0)
 
 
 def steady_tables(results: dict[str, dict]) -> tuple[list, list, list]:

@@ -47,6 +47,8 @@ QUICK = {
     "rebuild": ["--sizes", "100,1000"],
     "build_memory": ["--sizes", "10,40", "--input-size", "256"],
     "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
+    "gpu": ["--quick"],                 # on a machine without CUDA: a note, nothing measured
+    "time_to_accuracy": ["--quick"],    # the same
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
                "--epochs", "3", "--timed-epochs", "5"],
 }
