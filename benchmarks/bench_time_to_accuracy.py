@@ -97,7 +97,8 @@ def main(argv=None) -> int:
           f"AMP {amp}, random backbone) on {device.type}; rect DetEval on {a.val_images} held-out pages, predicted "
           f"whole; seconds: training wall time so far, evaluations excluded\n")
     print(table(["arm", "samples seen", "hmean", "precision", "recall", "loss", "seconds"], curve_rows(curves)))
-    print("\nAt the sample counts every arm reached: hmean, and training seconds (x the cache's)\n")
+    print("\nAt the cache arm's sample counts: each arm's hmean, and its training seconds (x the cache's); '-': not "
+          "evaluated there (stopped earlier by --time-limit)\n")
     print(table(["samples", *(f"{arm} hmean" for arm in curves), *(f"{arm} s" for arm in curves)],
                 ratio_rows(curves)))
     return 0

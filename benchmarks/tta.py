@@ -142,12 +142,15 @@ def curve_rows(curves: dict[str, list[dict]]) -> list[list[str]]:
 
 
 def ratio_rows(curves: dict[str, list[dict]], reference: str = "cache") -> list[list[str]]:
-    """At each sample count every arm reached: each arm's hmean, and its training wall time over the cache's."""
-    counts = sorted(set.intersection(*(set(p["samples"] for p in points) for points in curves.values())))
+    """At each sample count the reference arm was evaluated at: each arm's hmean, and its training wall time over
+    the reference's ("-" where an arm was not evaluated at that count: stopped earlier by its time limit)."""
     at = {arm: {p["samples"]: p for p in points} for arm, points in curves.items()}
+    counts = sorted(at.get(reference, {}) or set.union(*(set(v) for v in at.values())))
     rows = []
     for n in counts:
-        ref = at[reference][n]["seconds"] if reference in at else math.nan
-        rows.append([str(n), *(f"{at[arm][n]['hmean']:.3f}" for arm in curves),
-                     *(f"{at[arm][n]['seconds']:.1f} ({at[arm][n]['seconds'] / ref:.2f}x)" for arm in curves)])
+        ref = at.get(reference, {}).get(n, {}).get("seconds", math.nan)
+        hmeans = [f"{at[arm][n]['hmean']:.3f}" if n in at[arm] else "-" for arm in curves]
+        times = [f"{at[arm][n]['seconds']:.1f} ({at[arm][n]['seconds'] / ref:.2f}x)" if n in at[arm] else "-"
+                 for arm in curves]
+        rows.append([str(n), *hmeans, *times])
     return rows
