@@ -1,50 +1,92 @@
-"""The CUDA paths, measured on the GPU they run on: reading (raw pages; jpeg pages decoded by the loader workers on
-the CPU and by nvJPEG on the device), train.py's AMP fp16 steps with their share of time waiting for data, and
-full-image prediction. Prints markdown tables; without a CUDA device it prints a note and measures nothing.
+"""Training and prediction on the device they run on (a CUDA GPU; `--device cpu` runs the same code on a CPU, the
+check that CI can afford): reading (raw pages; jpeg pages decoded by the loader workers on the CPU and by nvJPEG
+on the device, with the CPU cores each keeps busy), train.py's steps at steady state with their share of time
+waiting for data per epoch and where that wait goes, and full-image prediction at steady state with where its
+time goes. Prints markdown tables; with --device cuda and no CUDA device it prints a note and measures nothing.
 
-    python benchmarks/bench_gpu.py [--images 48] [--steps 40] [--batch-size 12] [--workers 4]
+    python benchmarks/bench_gpu.py                       # the issue's sizes: 1000 crops per epoch, 3 epochs ...
+    python benchmarks/bench_gpu.py --quick --device cpu  # seconds: that every arm runs, no figure worth keeping
+    python benchmarks/bench_gpu.py --arms steady --images 2000 --epochs 4
 
-Data: the built-in sample pages at benchmark scale (common.bench_pages), built at the default settings (2048-px
-pages, 1024-px crops, map scale 0.5) once per codec. Reading is timed through east_cache.Loader, the public path
-train.py reads by, to the device (torch.cuda.synchronize at the end), after one warm-up epoch; its reference is a
-pinned host-to-device copy of the same bytes per crop.
+Data: generated document pages (1600x2200 px, ~120 words): --distinct pages, listed --images times under names of
+their own (common.repeated_pages), built once per codec at --image-size / --input-size (map scale 0.5). Each arm's
+size is a flag; benchmarks/gpu_session.sh sizes them all for one session on a GPU machine.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
-
-from common import REPO, bench_pages, machine, table
+from contextlib import contextmanager
 
 import torch
+from common import bench_pages, machine, process_tree_cpu_seconds, repeated_pages, table
+from gpu_predict import prediction, prediction_rows
+from gpu_steady import Steady, steady_epochs, steady_tables
 
 from east_cache.config import BuildConfig
-from east_cache.reader import Loader
+from east_cache.reader import CacheDataset, Loader
+from east_cache.reader import jpeg_device
 from east_cache.reader.jpeg_device import nvjpeg
+from east_cache.reader.loader import loader_workers
 from east_cache.store.build import build_cache
 
+ARMS = ("read", "steady", "predict")
+QUICK = {"images": 4, "distinct": 2, "epochs": 2, "batch_size": 2, "image_size": 192, "input_size": 64,
+         "read_epochs": 1, "predict_pages": 2, "predict_image_size": 128, "predict_batch": 2, "profile_steps": 1,
+         "repeat": 1, "step_repeats": 2}
 
-def cache_of(data, codec: str, jobs: int):
-    out = data.parent / f"{data.name}-cache-{codec}"
-    build_cache(BuildConfig(image_codec=codec), [data], out, jobs=jobs, quiet=True)
+
+def cache_of(data, codec: str, image_size: int, input_size: int, jobs: int):
+    out = data.parent / f"{data.name}-cache-{codec}-{image_size}-{input_size}"
+    build_cache(BuildConfig(image_codec=codec, image_size=image_size, input_size=input_size), [data], out, jobs=jobs,
+                quiet=True)
     return out
 
 
-def read_rate(cache, batch_size: int, workers: int, device_decode: bool, epochs: int) -> tuple[float, int]:
-    """(crops/s to the device, crops per epoch) through Loader, after a warm-up epoch."""
-    loader = Loader(cache, batch_size, device="cuda", workers=workers, normalize="imagenet", nvjpeg_decode=device_decode)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def read_rate(cache, batch_size: int, workers: int | None, device: torch.device, device_decode: bool,
+              epochs: int) -> tuple[float, int, float | None]:
+    """(crops/s to the device, crops per epoch, busy CPU cores of this process and its workers) through Loader,
+    after a warm-up epoch."""
+    loader = Loader(cache, batch_size, device=device, workers=workers, normalize="imagenet",
+                    nvjpeg_decode=device_decode)
     with loader:
         n = sum(len(b.image) for b in loader)   # warm-up: workers started, pages mapped in
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        sync(device)
+        cpu0, t0 = process_tree_cpu_seconds(), time.perf_counter()
         for _ in range(epochs):
             for _ in loader:
                 pass
-        torch.cuda.synchronize()
-        return epochs * n / (time.perf_counter() - t0), n
+        sync(device)
+        seconds, cpu1 = time.perf_counter() - t0, process_tree_cpu_seconds()
+    return epochs * n / seconds, n, (cpu1 - cpu0) / seconds if cpu0 is not None else None
+
+
+@contextmanager
+def counted_decoder():
+    """While active, every call of the batched device decoder (jpeg_device.nvjpeg's) is appended to the list it
+    yields (its stream count): a batch's tiles should take one call."""
+    real, calls = jpeg_device.torchvision_decode_jpeg, []
+
+    def counting():
+        decode = real()
+        if decode is None:
+            return None
+
+        def count(data, **kw):
+            calls.append(len(data))
+            return decode(data, **kw)
+        return count
+    jpeg_device.torchvision_decode_jpeg = counting
+    try:
+        yield calls
+    finally:
+        jpeg_device.torchvision_decode_jpeg = real
 
 
 def h2d_rate(nbytes: int, repeat: int = 50) -> float:
@@ -60,78 +102,124 @@ def h2d_rate(nbytes: int, repeat: int = 50) -> float:
     return repeat / (time.perf_counter() - t0)
 
 
-def train_run(cache, out, steps: int, batch_size: int, workers: int) -> dict:
-    """train.py for `steps` AMP fp16 steps; the last epoch record of its log, and its wall time."""
-    cmd = [sys.executable, str(REPO / "train.py"), "--cache", str(cache), "--out", str(out), "--max-steps", str(steps),
-           "--batch-size", str(batch_size), "--workers", str(workers), "--amp", "fp16", "--backbone-weights",
-           "random", "--log-every", "10", "--device", "cuda"]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"train.py failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-    epochs = [r for r in records if "data_wait" in r]
-    return {**epochs[-1], "wall_s": time.perf_counter() - t0, "checkpoint": out / "latest.pt"}
-
-
-def predict_run(checkpoint, data, out) -> tuple[float, int]:
-    """(s per image, images) of east-predict on a data set's full images, the model load excluded as far as a
-    second run of the same command cannot tell: the command's wall time over its image count."""
-    images = len(json.loads((data / "ufo" / "train.json").read_text())["images"])
-    cmd = [sys.executable, str(REPO / "predict.py"), "--checkpoint", str(checkpoint), "--data", str(data),
-           "--split", "train", "--out", str(out), "--device", "cuda", "--quiet"]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"predict failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return (time.perf_counter() - t0) / images, images
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--images", type=int, default=48, help="sample pages (default 48)")
-    p.add_argument("--steps", type=int, default=40, help="train.py steps per codec (default 40)")
-    p.add_argument("--batch-size", type=int, default=12, help="crops per batch (default 12)")
-    p.add_argument("--workers", type=int, default=4, help="loader worker processes (default 4)")
-    p.add_argument("--epochs", type=int, default=3, help="timed read epochs per setting (default 3)")
-    p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
-    a = p.parse_args()
-    if not torch.cuda.is_available():
-        print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU).")
-        return 0
-    print(f"Machine: {machine()}; {torch.cuda.get_device_name()}, torch {torch.__version__}; nvJPEG through "
-          f"torchvision: {'yes' if nvjpeg(torch.device('cuda')) else 'no'}\n")
-    data = bench_pages(a.images)
-    caches = {codec: cache_of(data, codec, a.jobs) for codec in ("raw", "jpeg")}
-
-    crop_bytes = 3 * 1024 * 1024 + 2 * 512 * 512   # the image and packed maps of one 1024-px crop
-    copy = h2d_rate(a.batch_size * crop_bytes) * a.batch_size
+def read_arm(caches: dict, a, device: torch.device) -> None:
+    cuda = device.type == "cuda"
+    side = a.input_size
+    crop_bytes = 3 * side * side + 2 * (side // 2) ** 2   # the image and packed maps of one crop
+    copy = h2d_rate(a.batch_size * crop_bytes) * a.batch_size if cuda else None
+    workers = a.workers if a.workers is not None else loader_workers(CacheDataset(caches["jpeg"], compact=True), device)
     rows = []
     for label, codec, device_decode in (("raw pages", "raw", False), ("jpeg, decoded by the workers", "jpeg", False),
                                         ("jpeg, decoded by nvJPEG", "jpeg", True)):
-        if device_decode and nvjpeg(torch.device("cuda")) is None:
-            rows.append([label, "no torchvision: not measured", "", ""])
+        if device_decode and not cuda:
+            rows.append([label, "skipped: no CUDA", "", "", "", ""])
             continue
-        rate, n = read_rate(caches[codec], a.batch_size, a.workers, device_decode, a.epochs)
-        rows.append([label, f"{rate:.0f}", f"{rate / copy:.3f}", str(n)])
-    print(f"Reading to the GPU through east_cache.Loader ({a.workers} workers, batches of {a.batch_size} 1024-px "
-          f"crops, normalised on the device); reference: pinned host-to-device copies of a crop's bytes, "
-          f"{copy:.0f} crops/s\n")
-    print(table(["reader", "crops/s", "/ pinned copy", "crops per epoch"], rows))
+        if device_decode and nvjpeg(device) is None:
+            rows.append([label, "skipped: no torchvision with batched decode_jpeg", "", "", "", ""])
+            continue
+        with counted_decoder() as calls:
+            rate, n, cores = read_rate(caches[codec], a.batch_size, workers, device, device_decode, a.read_epochs)
+        per_batch = f"{len(calls) / ((a.read_epochs + 1) * (n // a.batch_size)):.2f}" if device_decode else ""
+        rows.append([label, f"{rate:.0f}", f"{rate / copy:.3f}" if copy else "n/a",
+                     f"{cores:.1f}" if cores is not None else "n/a", str(n), per_batch])
+    ref = f"pinned host-to-device copies of a crop's bytes, {copy:.0f} crops/s" if copy else "none on a CPU"
+    print(f"Reading to the {device.type} through east_cache.Loader ({workers} workers, batches of {a.batch_size} "
+          f"{side}-px crops, normalised on the device), {a.read_epochs} epoch(s) after a warm-up one; reference: "
+          f"{ref}; busy CPU cores: CPU seconds of this process and its workers over the wall time\n")
+    print(table(["reader", "crops/s", "/ pinned copy", "busy CPU cores", "crops per epoch", "nvJPEG calls per batch"],
+                rows))
 
-    rows = []
-    for codec in ("raw", "jpeg"):
-        r = train_run(caches[codec], data.parent / f"run-{codec}", a.steps, a.batch_size, a.workers)
-        rows.append([codec, f"{r['samples_per_s']:.1f}", f"{100 * r['data_wait']:.1f}%", f"{r['loss']:.3f}",
-                     f"{r['wall_s']:.0f}"])
-    print(f"\ntrain.py, AMP fp16 with loss scaling, {a.steps} steps of {a.batch_size} crops, {a.workers} workers, "
-          f"random backbone; the last epoch's record of log.jsonl\n")
-    print(table(["codec", "samples/s", "time waiting for data", "loss", "run s (start-up included)"], rows))
 
-    per_image, n = predict_run(r["checkpoint"], data, data.parent / "predictions.json")
-    print(f"\nFull-image prediction (east-predict, {n} pages of {data.name}, fp16 autocast, the command's wall time "
-          f"with its start-up over its images)\n")
-    print(table(["images", "s per image (start-up included)"], [[str(n), f"{per_image:.3f}"]]))
+def steady_arm(caches: dict, a, device: torch.device) -> None:
+    amp = "fp16" if device.type == "cuda" else "off"   # train.py refuses fp16 off CUDA
+    cfg = Steady(epochs=a.epochs, batch_size=a.batch_size, amp=amp, profile_steps=a.profile_steps,
+                 step_repeats=a.step_repeats)
+    results = {codec: steady_epochs(cache, cfg, device) for codec, cache in caches.items()}
+    per_epoch, where, ops = steady_tables(results)
+    crops = len(CacheDataset(caches["raw"]))
+    print(f"\ntrain.py's epochs at steady state: engine.train_one_epoch on train.py's loader (workers as train.py "
+          f"picks them), {a.epochs} epochs of {crops} {a.input_size}-px crops in batches of {a.batch_size}, AMP "
+          f"{amp}{' with loss scaling' if amp == 'fp16' else ''}, random backbone, on {device.type}\n")
+    print(table(["codec", "epoch", "samples/s", "time waiting for data", "seconds", "loss"], per_epoch))
+    print("\nWhere the wait goes, epochs after the first: the training step alone on one batch kept on the device, "
+          "and the loader alone (an epoch read to the device with nothing else running); loader / step below 1 "
+          "means the reader cannot keep up, above 1 with a wait means the two slow each other down\n")
+    print(table(["codec", "reading", "training samples/s", "waiting", "step alone samples/s",
+                 "loader alone samples/s", "loader / step"], where))
+    if ops:
+        print(f"\ntorch.profiler, the last {a.profile_steps} step(s) of the last epoch: the host ops with the most "
+              f"self CPU time\n")
+        print(table(["codec", "op", "self CPU ms per step", "calls per step"], ops))
+
+
+def predict_arm(a, device: torch.device) -> None:
+    data = bench_pages(a.predict_pages)
+    r = prediction(data, a.predict_image_size, a.predict_batch, device, a.repeat)
+    summary, stages = prediction_rows(r)
+    print(f"\nFull-image prediction at steady state (the model loaded, its first batch apart): predict() over "
+          f"{r['pages']} pages of 1600x2200 px at --image-size {a.predict_image_size}, batches of "
+          f"{a.predict_batch}, on {device.type}{', fp16 autocast' if device.type == 'cuda' else ''}. The untrained "
+          f"model's maps are replaced by the pages' ground-truth maps, so that map decoding costs what it does "
+          f"for a trained one\n")
+    print(table(["pages", "s per image", "stages' sum, s per image", "candidate pixels per image",
+                 "merged quads per image"], [summary]))
+    print("\nWhere the time goes, one stage after the other on one thread (predict overlaps loading with the "
+          "model); the decode as it was before it was vectorised, on the same maps, for the ratio\n")
+    print(table(["stage", "ms per image", "share"], stages))
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"which arms, of {', '.join(ARMS)} (default all)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes for every arm unless given (a CPU check run)")
+    p.add_argument("--images", type=int, default=1000, help="pages in the cache: crops per epoch (default 1000)")
+    p.add_argument("--distinct", type=int, default=48, help="distinct generated pages among them (default 48)")
+    p.add_argument("--epochs", type=int, default=3, help="steady arm: epochs (default 3)")
+    p.add_argument("--batch-size", type=int, default=12, help="crops per batch (default 12)")
+    p.add_argument("--image-size", type=int, default=2048, help="cache pages' long side, px (default 2048)")
+    p.add_argument("--input-size", type=int, default=1024, help="crop side, px (default 1024)")
+    p.add_argument("--workers", type=int, help="read arm: loader workers (default: as train.py picks them)")
+    p.add_argument("--read-epochs", type=int, default=2, help="read arm: timed epochs (default 2)")
+    p.add_argument("--step-repeats", type=int, default=10,
+                   help="steady arm: timed steps of the step alone (default 10)")
+    p.add_argument("--profile-steps", type=int, default=10, help="steady arm: profiled steps (default 10; 0: none)")
+    p.add_argument("--predict-pages", type=int, default=24, help="predict arm: pages (default 24)")
+    p.add_argument("--predict-image-size", type=int, default=2048, help="predict arm: --image-size (default 2048)")
+    p.add_argument("--predict-batch", type=int, default=4, help="predict arm: images per batch (default 4)")
+    p.add_argument("--repeat", type=int, default=3, help="predict arm: timed runs per stage (default 3)")
+    p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
+    a = p.parse_args(argv)
+    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
+        p.set_defaults(**QUICK)
+        a = p.parse_args(argv)
+    unknown = set(a.arms.split(",")) - set(ARMS)
+    if unknown:
+        p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU, or pass --device "
+              "cpu for the check run).")
+        return 0
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    jpeg = "yes" if nvjpeg(device) else "no"
+    print(f"Machine: {machine()}; {name}, torch {torch.__version__}; nvJPEG through torchvision: {jpeg}\n")
+    arms = a.arms.split(",")
+    caches = {}
+    if {"read", "steady"} & set(arms):
+        data = repeated_pages(a.images, a.distinct)
+        caches = {codec: cache_of(data, codec, a.image_size, a.input_size, a.jobs) for codec in ("raw", "jpeg")}
+    if "read" in arms:
+        read_arm(caches, a, device)
+    if "steady" in arms:
+        steady_arm(caches, a, device)
+    if "predict" in arms:
+        predict_arm(a, device)
     return 0
 
 

@@ -48,6 +48,56 @@ def bench_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)
     return write_sample_dataset(root, n_images=n_images, words_per_page=words_per_page, page_size=page_size, seed=0)
 
 
+def repeated_pages(n_images: int, distinct: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
+    """n_images entries over `distinct` generated pages (bench_pages), each page file hard-linked under several
+    names: a set as large as a steady-state run needs, generated in the time of a small one. Every name draws
+    its own augmentation, so the cache still holds n_images different pages."""
+    pages = bench_pages(distinct, words_per_page, page_size)
+    root = BENCH_DATA / f"{pages.name}-x{n_images}"
+    marker = root / PHOTO_MARKER
+    args = {"pages": pages.name, "n_images": n_images}
+    if marker.exists() and json.loads(marker.read_text()) == args:
+        return root
+    entries = list(json.loads((pages / "ufo" / "train.json").read_text())["images"].items())
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "ufo").mkdir(exist_ok=True)
+    images = {}
+    for k in range(n_images):
+        name, entry = entries[k % len(entries)]
+        copy = root / "images" / f"r{k:05d}_{name}"
+        if not copy.exists():
+            try:
+                os.link(pages / "images" / name, copy)
+            except OSError:   # another file system: a copy
+                copy.write_bytes((pages / "images" / name).read_bytes())
+        images[copy.name] = entry
+    (root / "ufo" / "train.json").write_text(json.dumps({"images": images}) + "\n")
+    marker.write_text(json.dumps(args))
+    return root
+
+
+def process_tree_cpu_seconds() -> float | None:
+    """CPU seconds (user + system) used so far by this process and every live descendant (loader workers), from
+    /proc; None where there is no /proc. Busy cores over an interval: its difference over the wall time."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    tick, total, todo, seen = os.sysconf("SC_CLK_TCK"), 0.0, [os.getpid()], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+            for task in (proc / str(pid) / "task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):   # a process that left meanwhile
+            continue
+    return total
+
+
 def bench_photos(n_images: int, words_per_page: int = 120) -> Path:
     """Camera-like photos of pages: PHOTO_SIZES in turn, JPEG at PHOTO_QUALITY, a page lying on a textured table
     under uneven light, lens blur and sensor noise, half of them stored turned with an EXIF orientation. Generated

@@ -15,8 +15,8 @@ from plot import load, number
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
-ORDER = ("targets", "sample", "codec", "crops", "gpu", "loader", "peers", "remote", "rebuild", "build_memory", "zarr",
-         "eval", "check", "review")
+ORDER = ("targets", "sample", "codec", "crops", "gpu", "time_to_accuracy", "loader", "peers", "remote", "rebuild",
+         "build_memory", "zarr", "eval", "check", "review")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 
@@ -132,7 +132,13 @@ def goals(results: dict) -> list[list[str]]:
         ["zarr vs npy chunked: size on disk, samples/s", "reported",
          "; ".join([f"npy {d['npy MiB']} MiB, zarr {d['zarr MiB']} MiB" for d in disk]
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
-        ["train.py's share of step time waiting for data, on a GPU", "near zero", gpu_wait(results)],
+        ["train.py's share of step time waiting for data, on a GPU, epochs after the first", "< 2%",
+         gpu_wait(results)],
+        ["nvJPEG batched decoding vs the CPU workers (jpeg pages)", ">= their crops/s, fewer cores busy",
+         nvjpeg_line(results)],
+        ["full-image prediction of 1600x2200 pages at steady state, fp16", "<= 0.05 s/image on a GPU",
+         predict_line(results)],
+        ["time to the same hmean: cache vs on the fly (vs the baseline's way)", "reported", accuracy_line(results)],
         ["review page: build for 500 images, load in a browser", "reported", review_line(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
         ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
@@ -164,14 +170,64 @@ def review_line(results: dict) -> str:
                      f"PNG), loads in {r['load ms']} ms" for r in found) or "not measured"
 
 
+def having(results: dict, name: str, column: str) -> list[dict[str, str]]:
+    """Rows of the first table of a benchmark's output that has `column`; [] when none has."""
+    for t in results.get(name, {}).get("tables", []):
+        if column in t["header"]:
+            return [dict(zip(t["header"], r)) for r in t["rows"]]
+    return []
+
+
+def on_device(results: dict, name: str, text: str) -> str:
+    """text with the machine it was measured on; a figure measured without a GPU says so first."""
+    where = results[name]["machine"]
+    cpu = "no GPU" in where or not any(w in where for w in ("NVIDIA", "GPU", "device"))
+    return f"{'CPU only, not a GPU figure: ' if cpu else ''}{text} ({where})"
+
+
+GPU_RUN = "not measured (needs a CUDA device: bash benchmarks/gpu_session.sh)"
+
+
 def gpu_wait(results: dict) -> str:
-    """bench_gpu's train.py table: samples/s and the share of step time waiting for data, per codec."""
-    found = rows(results, "gpu", 1)
+    """bench_gpu's steady-state table: samples/s and the share of step time waiting for data after the first epoch,
+    per codec."""
+    found = having(results, "gpu", "training samples/s")
+    if not found:   # a record from before the steady-state arm: the last epoch of a short run
+        old = having(results, "gpu", "time waiting for data")
+        return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, "
+                                                   f"{r['time waiting for data']} waiting" for r in old)
+                         + " (a short run's last epoch)") if old else GPU_RUN
+    return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['training samples/s']} samples/s, "
+                                               f"{r['waiting']} waiting" for r in found))
+
+
+def nvjpeg_line(results: dict) -> str:
+    found = {r["reader"]: r for r in having(results, "gpu", "busy CPU cores")}
+    cpu, dev = found.get("jpeg, decoded by the workers"), found.get("jpeg, decoded by nvJPEG")
+    if not cpu or not dev or not dev["crops/s"][:1].isdigit():
+        return GPU_RUN
+    return on_device(results, "gpu", f"nvJPEG {dev['crops/s']} crops/s with {dev['busy CPU cores']} cores busy; "
+                                     f"CPU workers {cpu['crops/s']} crops/s with {cpu['busy CPU cores']}")
+
+
+def predict_line(results: dict) -> str:
+    found = having(results, "gpu", "stages' sum, s per image")
+    stages = {r["stage"]: r for r in having(results, "gpu", "stage")}
     if not found:
-        return "not measured (needs a CUDA device: benchmarks/bench_gpu.py)"
-    where = results["gpu"]["machine"]
-    return "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, {r['time waiting for data']} waiting"
-                     for r in found) + f" ({where})"
+        return GPU_RUN
+    ratio = stages.get("map decoding + NMS, before / now", {}).get("share", "")
+    return on_device(results, "gpu", f"{found[0]['s per image']} s/image; map decoding + NMS "
+                                      f"{ratio or 'not measured'} than before")
+
+
+def accuracy_line(results: dict) -> str:
+    found = having(results, "time_to_accuracy", "samples")
+    if not found:
+        return GPU_RUN
+    last = found[-1]
+    cells = ", ".join(f"{k.removesuffix(' hmean')} {v}" for k, v in last.items() if k.endswith(" hmean"))
+    times = ", ".join(f"{k.removesuffix(' s')} {v}" for k, v in last.items() if k.endswith(" s"))
+    return on_device(results, "time_to_accuracy", f"at {last['samples']} samples: hmean {cells}; seconds {times}")
 
 
 def headline(results: dict) -> list[list[str]]:
@@ -209,6 +265,14 @@ def performance_page(results: dict, table) -> str:
              "against a reference measured in the same run wherever one exists (a memcpy of the same bytes, the "
              "plain implementation, the other codec).", "",
              f"Machines: {'; '.join(machines)}. Dates: {dates[0]} to {dates[-1]}.", "",
+             "The GPU figures (bench_gpu.py, bench_time_to_accuracy.py) come from one script run on a machine "
+             "with an NVIDIA GPU, from the repository root: `bash benchmarks/gpu_session.sh` (about 9 minutes "
+             "on an H200 with 16 cores, each script under a timeout). It prints the machine, records each "
+             "script's output into `benchmarks/results/NAME.json` and rewrites this page (`run_all.py "
+             "--record`), also when a script was cut short; with `OUT=DIR` it copies the outputs there too. "
+             "`GPU_ARGS`, `TTA_ARGS`, `GPU_TIMEOUT` and `TTA_TIMEOUT` resize it; `bash "
+             "benchmarks/gpu_session.sh --quick` is the dry run on a CPU (`--quick --device cpu`), whose "
+             "figures go to `benchmarks/results/session/dry-run`, never here.", "",
              "## Goals", "", table(["what", "goal", "measured"], goals(results)), ""]
     for name in sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         r = results[name]

@@ -172,3 +172,34 @@ def test_decoding_ground_truth_maps_of_a_cached_sample_recovers_its_quads(sample
     result = evaluate(gts, dets)
     assert sum(c.gt_care for c in result["per_image"]) >= 10, "enough legible words to mean something"
     assert result["hmean"] >= 0.95, result
+
+
+def page_maps(rng, noisy: bool):
+    """Maps of a dense generated page (many words per text line, so runs break often), as make_targets draws
+    them; noisy: scores and geometry disturbed per pixel, as a model's are."""
+    words = [(40 + 70 * (k % 7) + rng.uniform(-4, 4), 20 + 34 * (k // 7), rng.uniform(40, 60), rng.uniform(14, 22),
+              rng.uniform(-8, 8)) for k in range(7 * 14)]
+    quads = np.stack([rectangle(*w) for w in words])
+    points, offsets = quads.reshape(-1, 2), np.arange(len(quads) + 1) * 4
+    score, geo, _ = make_targets(points, offsets, np.ones(len(quads), np.uint8), 512, 0.5)
+    score = score.astype(np.float32) * 0.95
+    if noisy:
+        on = score > 0
+        score[on] = rng.uniform(0.75, 1.0, on.sum())
+        geo[:4, on] += rng.normal(0, 1.5, (4, on.sum())).astype(np.float32)
+        geo[4, on] += rng.normal(0, 0.02, on.sum()).astype(np.float32)
+    return score, geo
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_vectorised_decode_equals_the_run_by_run_one(noisy):
+    """decode_maps merges every run at once and tests NMS pairs in bulk: its quads and per-box scores equal those
+    of the decode that walked run by run and kept quad by kept quad (tests/reference_decode.py)."""
+    import reference_decode
+    score, geo = page_maps(np.random.default_rng(5), noisy)
+    quads, scores = decode_maps(score, geo, 0.5)
+    old_quads, old_scores = reference_decode.decode_maps(score, geo, 0.5)
+    assert len(quads) > 50
+    assert quads.shape == old_quads.shape
+    np.testing.assert_allclose(quads, old_quads, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(scores, old_scores, rtol=1e-6)

@@ -18,6 +18,8 @@ import numpy as np
 SCORE_THRESH = 0.8   # a map pixel is a candidate when its score is above this
 NMS_THRESH = 0.2     # IoU above which two quads are one word (merged, then suppressed)
 MIN_AREA = 1e-6      # px^2; quads at most this big overlap nothing (avoids dividing by zero)
+RUN_BLOCK = 64       # candidates a merge run tests in its first round (then twice as many each round)
+MAX_PAIRS = 1 << 18  # quad pairs tested in one array operation: bounds the memory of merging and NMS
 
 
 def restore_quads(xs: np.ndarray, ys: np.ndarray, geo: np.ndarray, map_scale: float) -> np.ndarray:
@@ -97,6 +99,11 @@ def quad_iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(pairwise_iou(np.asarray(a)[None], np.asarray(b)[None])[0])
 
 
+def _corners(op, x: np.ndarray) -> np.ndarray:
+    """op (np.maximum, np.minimum, np.add) folded over axis 1 of x (P, 4, ...)."""
+    return op(op(x[:, 0], x[:, 1]), op(x[:, 2], x[:, 3]))
+
+
 def iou_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper) bounds (P,) of IoU(a[k], b[k]) for convex quads (P, 4, 2), without clipping.
 
@@ -105,9 +112,13 @@ def iou_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     least A - perimeter(a) * delta. Degenerate pairs get (0, 0).
     """
     area_a, area_b = np.abs(_signed_area(a)), np.abs(_signed_area(b))
-    box = np.clip(np.minimum(a.max(axis=1), b.max(axis=1)) - np.maximum(a.min(axis=1), b.min(axis=1)), 0, None)
-    delta = np.sqrt(((a - b) ** 2).sum(axis=-1).max(axis=-1))
-    perimeter = np.sqrt(((a - a[:, _next_index(4)]) ** 2).sum(axis=-1)).sum(axis=-1)
+    # reductions over the 4 corners written out: numpy's reduce over so short an axis costs more than the sums
+    box = np.clip(np.minimum(_corners(np.maximum, a), _corners(np.maximum, b))
+                  - np.maximum(_corners(np.minimum, a), _corners(np.minimum, b)), 0, None)
+    d = a - b
+    delta = np.sqrt(_corners(np.maximum, d[..., 0] ** 2 + d[..., 1] ** 2))
+    e = a - a[:, _next_index(4)]
+    perimeter = _corners(np.add, np.sqrt(e[..., 0] ** 2 + e[..., 1] ** 2))
     ok = (area_a > MIN_AREA) & (area_b > MIN_AREA)
     union = np.where(ok, area_a + area_b, 1.0)
     lo = np.clip(area_a - perimeter * delta, 0, None)
@@ -124,63 +135,128 @@ def iou_above(a: np.ndarray, b: np.ndarray, thresh: float) -> np.ndarray:
     return yes
 
 
-def _run_length(merged_sum: np.ndarray, score_sum: float, quads: np.ndarray, scores: np.ndarray,
-                thresh: float) -> int:
-    """How many of quads (in order) join a run whose score-weighted coordinate sum so far is
-    merged_sum: candidate k joins when its IoU with the run merged up to k - 1 is above thresh.
-    Nothing after the first candidate the bounds already reject is clipped."""
-    sums = merged_sum + np.cumsum(scores[:, None, None] * quads, axis=0)
-    totals = score_sum + np.cumsum(scores)
-    before = np.concatenate([(merged_sum / score_sum)[None], sums[:-1] / totals[:-1, None, None]])
-    lo, hi = iou_bounds(before, quads)
-    rejected = np.flatnonzero(hi <= thresh)
-    stop = int(rejected[0]) if rejected.size else len(quads)
-    joins = lo[:stop] > thresh
-    unsure = np.flatnonzero(~joins)
-    joins[unsure] = pairwise_iou(before[unsure], quads[unsure]) > thresh
-    fails = np.flatnonzero(~joins)
-    return int(fails[0]) if fails.size else stop
+def _run_ends(quads: np.ndarray, scores: np.ndarray, starts: np.ndarray, widths: np.ndarray,
+              thresh: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs begun at each of `starts` (int64), all at once: (end, score-weighted coordinate sum (R, 4, 2), score
+    sum (R,)), a run's end being its first candidate that does not join (or n). A run first tests the next
+    widths[r] candidates, then twice as many while all of them join: the merged quad before each candidate is a
+    prefix sum of the run's, so a round is a few array operations over many runs (those of similar widths
+    together), not a loop over them."""
+    n = len(quads)
+    merged, total = scores[starts, None, None] * quads[starts], scores[starts].copy()
+    end, widths = starts + 1, np.maximum(np.asarray(widths, np.int64), 1)
+    going = np.flatnonzero(end < n)
+    while going.size:
+        still = []
+        bucket = np.ceil(np.log2(widths[going])).astype(np.int64)
+        for b in np.unique(bucket):
+            group = going[bucket == b]
+            size = 1 << int(b)
+            for part in np.array_split(group, -(-group.size * size // MAX_PAIRS)):   # bounded memory per round
+                still.append(_run_round(quads, scores, part, size, merged, total, end, thresh))
+        going = np.concatenate(still)
+        widths[going] *= 2
+    return end, merged, total
+
+
+def _run_round(quads, scores, part, size, merged, total, end, thresh) -> np.ndarray:
+    """One round of _run_ends for the runs `part`: their next `size` candidates tested, their sums and ends
+    updated in place; returns those of them whose every candidate joined (they go on)."""
+    n, e = len(quads), end[part]
+    idx = e[:, None] + np.arange(min(size, int((n - e).max())))
+    valid = idx < n
+    idx = np.minimum(idx, n - 1)
+    q, s = quads[idx], np.where(valid, scores[idx], 0.0)
+    sums = merged[part, None] + np.cumsum(s[..., None, None] * q, axis=1)
+    totals = total[part, None] + np.cumsum(s, axis=1)
+    before = np.concatenate([(merged[part] / total[part, None, None])[:, None],
+                             sums[:, :-1] / totals[:, :-1, None, None]], axis=1)
+    lo, hi = (v.reshape(idx.shape) for v in iou_bounds(before.reshape(-1, 4, 2), q.reshape(-1, 4, 2)))
+    out = (hi <= thresh) | ~valid                    # certainly not joining
+    stop = np.where(out.any(axis=1), np.argmax(out, axis=1), idx.shape[1])
+    joins = lo > thresh
+    unsure = ~joins & (np.arange(idx.shape[1]) < stop[:, None])   # only those before the first certain refusal
+    joins[unsure] = pairwise_iou(before[unsure], q[unsure]) > thresh
+    joins &= np.arange(idx.shape[1]) < stop[:, None]
+    whole = joins.all(axis=1)
+    k = np.where(whole, idx.shape[1], np.argmin(joins, axis=1))   # joined before the first that does not
+    rows = np.flatnonzero(k > 0)
+    merged[part[rows]], total[part[rows]] = sums[rows, k[rows] - 1], totals[rows, k[rows] - 1]
+    end[part] = e + k
+    return part[whole & (end[part] < n)]
+
+
+def stretch_starts(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Indices of the candidates (map pixels in row-major order) that do not follow their left neighbour: where a
+    locality-aware run is likely to begin (and end)."""
+    follows = (ys[1:] == ys[:-1]) & (xs[1:] == xs[:-1] + 1)
+    return np.flatnonzero(np.concatenate([[False], ~follows])).astype(np.int64) if len(xs) else np.zeros(0, np.int64)
 
 
 def merge_runs(quads: np.ndarray, scores: np.ndarray, thresh: float,
-               block: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               hints: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Locality-aware merge: walking the candidates in order (row-major), each one whose IoU with
     the current merged quad is above thresh joins it (coordinates averaged with the scores as
     weights, scores added); any other starts a new merged quad. Returns the merged quads, their
     summed scores and how many candidates each merged.
 
-    Same result as the one-candidate-at-a-time walk, but a run's next candidates are tested
-    together (block of them, doubling while the run goes on), since the merged quad before each
-    one is a prefix sum.
+    The walk's result without walking run by run: runs are begun speculatively at once wherever one may start
+    (hints, e.g. stretch_starts; then the ends of the runs tried, until every end reached has been tried), and
+    the walk follows start -> end through them. A run tried and not reached by the walk is wasted work, in bulk.
     """
-    out_q, out_s, out_n = [], [], []
-    start, n = 0, len(quads)
-    while start < n:
-        merged, total, end, size = scores[start] * quads[start], scores[start], start + 1, block
-        while end < n:
-            stop = min(n, end + size)
-            k = _run_length(merged, total, quads[end:stop], scores[end:stop], thresh)
-            merged = merged + np.sum(scores[end:end + k, None, None] * quads[end:end + k], axis=0)
-            total = total + np.sum(scores[end:end + k])
-            end, size = end + k, 2 * size
-            if end < stop:
-                break
-        out_q.append(merged / total)
-        out_s.append(total)
-        out_n.append(end - start)
-        start = end
-    return np.array(out_q).reshape(-1, 4, 2), np.array(out_s, np.float64), np.array(out_n, np.int64)
+    n = len(quads)
+    if n == 0:
+        return np.zeros((0, 4, 2)), np.zeros(0), np.zeros(0, np.int64)
+    quads, scores = np.asarray(quads, np.float64), np.asarray(scores, np.float64)
+    row_of = np.full(n + 1, -1)   # a start's row in the arrays below; n: past the last candidate
+    ends, sums, totals = [], [], []
+    todo, tried = np.unique(np.concatenate([[0], [] if hints is None else hints])).astype(np.int64), 0
+    while todo.size:
+        # a first window reaching the next hint (where the run likely ends), or RUN_BLOCK past the last hint
+        nxt = np.searchsorted(todo, todo, side="right")
+        widths = np.where(nxt < len(todo), todo[np.minimum(nxt, len(todo) - 1)] - todo, RUN_BLOCK)
+        end, merged, total = _run_ends(quads, scores, todo, widths, thresh)
+        row_of[todo] = np.arange(tried, tried + len(todo))
+        ends.append(end), sums.append(merged), totals.append(total)
+        tried += len(todo)
+        all_ends = np.concatenate(ends)
+        todo = np.unique(all_ends[(all_ends < n) & (row_of[np.minimum(all_ends, n)] < 0)])
+    end, merged, total = np.concatenate(ends), np.concatenate(sums), np.concatenate(totals)
+    rows, starts, at = [], [], 0
+    while at < n:
+        rows.append(row_of[at])
+        starts.append(at)
+        at = int(end[row_of[at]])
+    return merged[rows] / total[rows, None, None], total[rows], end[rows] - np.array(starts, np.int64)
 
 
 def nms(quads: np.ndarray, scores: np.ndarray, thresh: float) -> np.ndarray:
-    """Indices kept by standard NMS: best score first, a quad with IoU > thresh with a kept one goes."""
+    """Indices kept by standard NMS: best score first, a quad with IoU > thresh with a kept one goes.
+    Every pair whose bounding boxes overlap is tested at once (iou_above), in blocks of rows; the greedy pass
+    then only reads which later quads each kept one suppresses."""
     order = np.argsort(-scores, kind="stable")
-    keep = []
-    while order.size:
-        i, rest = order[0], order[1:]
-        keep.append(i)
-        order = rest[~iou_above(np.broadcast_to(quads[i], (len(rest), 4, 2)), quads[rest], thresh)]
-    return np.array(keep, dtype=np.int64)
+    q = np.asarray(quads, np.float64)[order]
+    m = len(q)
+    lo, hi = q.min(axis=1), q.max(axis=1)
+    firsts, seconds = [], []
+    rows_per_block = max(1, MAX_PAIRS // max(m, 1))
+    for r0 in range(0, m, rows_per_block):
+        r = slice(r0, min(m, r0 + rows_per_block))
+        overlap = ((lo[None, :, 0] < hi[r, None, 0]) & (hi[None, :, 0] > lo[r, None, 0])   # boxes share area
+                   & (lo[None, :, 1] < hi[r, None, 1]) & (hi[None, :, 1] > lo[r, None, 1])
+                   & (np.arange(r.start, r.stop)[:, None] < np.arange(m)[None]))   # a later quad than the row's
+        a, b = np.nonzero(overlap)
+        a += r0
+        above = iou_above(q[a], q[b], thresh)
+        firsts.append(a[above]), seconds.append(b[above])
+    a, b = (np.concatenate(v) if v else np.zeros(0, np.int64) for v in (firsts, seconds))
+    bounds = np.searchsorted(a, np.arange(m + 1))   # a is sorted: the pairs of row i are bounds[i]:bounds[i + 1]
+    gone, keep = np.zeros(m, bool), []
+    for i in range(m):
+        if not gone[i]:
+            keep.append(i)
+            gone[b[bounds[i]:bounds[i + 1]]] = True
+    return order[np.array(keep, dtype=np.int64)]
 
 
 def decode_maps(score: np.ndarray, geo: np.ndarray, map_scale: float, score_thresh: float = SCORE_THRESH,
@@ -200,6 +276,6 @@ def decode_maps(score: np.ndarray, geo: np.ndarray, map_scale: float, score_thre
         raise ValueError(f"expected score (m, m) and geo (5, m, m), got {score.shape} and {geo.shape}")
     ys, xs = np.nonzero(score > score_thresh)  # row-major, the order locality-aware NMS walks
     quads = restore_quads(xs, ys, geo[:, ys, xs], map_scale)
-    quads, sums, counts = merge_runs(quads, score[ys, xs].astype(np.float64), nms_thresh)
+    quads, sums, counts = merge_runs(quads, score[ys, xs].astype(np.float64), nms_thresh, stretch_starts(xs, ys))
     keep = nms(quads, sums, nms_thresh)
     return quads[keep].astype(np.float32).reshape(-1, 4, 2), (sums[keep] / counts[keep]).astype(np.float32)

@@ -1,0 +1,108 @@
+"""Time to accuracy: the same EAST, optimiser, schedule, seed and number of samples trained (a) from a cache
+through train.py's loader, (b) on the fly with this project's make_sample in DataLoader workers (a new draw per
+image per epoch) and (c) the slow way a common baseline does it (PIL, per-word Python targets); the full-image rect
+DetEval hmean on held-out generated pages after every --eval-every epochs, and the training wall time to each
+(evaluations excluded). Claim only what the curves show: the hmean per sample seen, and the ratio of wall times.
+benchmarks/tta.py says what each arm does. Prints markdown tables; asserts nothing.
+
+    python benchmarks/bench_time_to_accuracy.py                        # GPU sizes: 96 pages, 512-px crops ...
+    python benchmarks/bench_time_to_accuracy.py --quick --device cpu   # a check that every arm runs
+    python benchmarks/bench_time_to_accuracy.py --arms cache,fly --epochs 12 --time-limit 120
+
+Data: generated document pages (1600x2200 px, ~120 words): --train-images names over --distinct pages to train on
+(common.repeated_pages: each name draws its own augmentation), and --val-images others, from another seed, held
+out. The cache is built at --image-size / --input-size (map scale 0.5).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+from common import BENCH_DATA, machine, repeated_pages, table
+from tta import Schedule, curve_rows, make_loader, ratio_rows, train_arm
+
+from east_cache.config import BuildConfig
+from east_cache.model.validate import val_pages
+from east_cache.store.build import build_cache
+from east_cache.tools.sampledata import write_sample_dataset
+
+ARMS = ("cache", "fly", "baseline")
+HELD_OUT_SEED = 101   # the held-out pages' generator seed: none of them is a training page
+QUICK = {"train_images": 4, "distinct": 2, "val_images": 2, "image_size": 192, "input_size": 64, "batch_size": 2, "epochs": 2,
+         "eval_every": 1, "workers": 1, "words": 20}
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} (default all)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes unless given (a CPU check that every arm runs)")
+    p.add_argument("--train-images", type=int, default=96, help="training pages: samples per epoch (default 96)")
+    p.add_argument("--distinct", type=int, default=48,
+                   help="distinct generated pages among them, each under several names (default 48)")
+    p.add_argument("--val-images", type=int, default=16, help="held-out pages scored (default 16)")
+    p.add_argument("--words", type=int, default=120, help="words per page (default 120)")
+    p.add_argument("--image-size", type=int, default=1024, help="pages' long side, px (default 1024)")
+    p.add_argument("--input-size", type=int, default=512, help="crop side, px (default 512)")
+    p.add_argument("--codec", default="raw", help="the cache's page codec, raw or jpeg (default raw)")
+    p.add_argument("--batch-size", type=int, default=12, help="crops per step (default 12)")
+    p.add_argument("--epochs", type=int, default=12, help="epochs per arm (default 12)")
+    p.add_argument("--eval-every", type=int, default=3, help="epochs between evaluations (default 3)")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default 1e-3, train.py's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every arm (default 0)")
+    p.add_argument("--workers", type=int, help="loader workers (default: the cache as train.py picks, the "
+                                                "others one per core)")
+    p.add_argument("--time-limit", type=float, default=0.0,
+                   help="s of training per arm, stopping at the evaluation after it (default 0: none)")
+    p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
+    a = p.parse_args(argv)
+    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
+        p.set_defaults(**QUICK)
+        a = p.parse_args(argv)
+    unknown = set(a.arms.split(",")) - set(ARMS)
+    if unknown:
+        p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("No CUDA device here: nothing measured (pass --device cpu for the check run).")
+        return 0
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
+    amp = "fp16" if device.type == "cuda" else "off"
+    data = repeated_pages(a.train_images, a.distinct, a.words)
+    held = write_sample_dataset(BENCH_DATA / f"held-out-{a.val_images}-{a.words}", n_images=a.val_images,
+                                words_per_page=a.words, page_size=(1600, 2200), seed=HELD_OUT_SEED)
+    config = BuildConfig(image_size=a.image_size, input_size=a.input_size, image_codec=a.codec)
+    cache = data.parent / f"{data.name}-cache-{a.codec}-{a.image_size}-{a.input_size}"
+    build_cache(config, [data], cache, jobs=a.jobs, quiet=True)
+    pages = val_pages(held, "train", config, a.batch_size)
+    s = Schedule(a.epochs, a.eval_every, a.batch_size, a.lr, a.seed, amp, a.time_limit)
+    curves = {}
+    for arm in a.arms.split(","):
+        print(f"{arm}:", file=sys.stderr, flush=True)
+        loader = make_loader(arm, data, cache, config, s, a.workers, device)
+        try:
+            curves[arm] = train_arm(loader, config.map_scale, s, pages, device,
+                                    say=lambda line: print(line, file=sys.stderr, flush=True))
+        finally:
+            loader.close()
+    print(f"Training {a.train_images} generated pages ({a.input_size}-px crops of pages at {a.image_size} px, "
+          f"batches of {a.batch_size}, Adam lr {a.lr:g} x0.1 after epoch {max(1, a.epochs // 2)}, seed {a.seed}, "
+          f"AMP {amp}, random backbone) on {device.type}; rect DetEval on {a.val_images} held-out pages, predicted "
+          f"whole; seconds: training wall time so far, evaluations excluded\n")
+    print(table(["arm", "samples seen", "hmean", "precision", "recall", "loss", "seconds"], curve_rows(curves)))
+    print("\nAt the cache arm's sample counts: each arm's hmean, and its training seconds (x the cache's); '-': not "
+          "evaluated there (stopped earlier by --time-limit)\n")
+    print(table(["samples", *(f"{arm} hmean" for arm in curves), *(f"{arm} s" for arm in curves)],
+                ratio_rows(curves)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

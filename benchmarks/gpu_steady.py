@@ -1,0 +1,133 @@
+"""bench_gpu.py's steady-state training arm: train.py's epoch function (east_cache.model.engine.train_one_epoch) on
+train.py's loader (east_cache.model.train.training_loader: workers as train.py picks them), several epochs of many
+crops, the share of step time waiting for data per epoch; then where that wait goes: the training step alone on
+one resident batch, the loader alone, and torch.profiler's busiest host ops over steps of the last epoch.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from east_cache.model.config import TrainConfig
+from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
+from east_cache.model.model import EAST
+from east_cache.model.runtime import Runtime
+from east_cache.model.train import training_loader
+from east_cache.reader.loader import Batch
+
+PROFILE_ROWS = 8      # host ops listed from the profile
+STEP_REPEATS = 10     # timed training steps on one resident batch, by default
+
+
+@dataclass(frozen=True)
+class Steady:
+    epochs: int            # epochs in all (the first is start-up: workers, page maps, cuDNN's choice)
+    batch_size: int        # crops per step
+    amp: str               # train.py's --amp: fp16 (GradScaler) on CUDA, off on a CPU
+    profile_steps: int     # steps of the last epoch profiled (0: none)
+    step_repeats: int = STEP_REPEATS   # timed training steps on one resident batch
+
+
+def new_run(loader, cfg: Steady, device: torch.device):
+    """(model, optimizer, ctx) as train.py makes them for this loader's cache, random backbone, seed 0."""
+    torch.manual_seed(0)
+    model = EAST(loader.dataset.config.map_scale).to(device, memory_format=torch.channels_last)
+    ctx = new_context(TrainConfig(batch_size=cfg.batch_size, amp=cfg.amp, epochs=cfg.epochs), Runtime(device))
+    ctx.log = lambda record: None   # log_window's records: the epoch's stats are what this arm reads
+    optimizer = torch.optim.Adam(model.parameters(), lr=ctx.cfg.lr, fused=ctx.fused)
+    return model, optimizer, ctx
+
+
+def profiler_for(cfg: Steady, steps_in_epoch: int, device: torch.device, top: list):
+    """torch.profiler over the last `profile_steps` steps of an epoch of steps_in_epoch, their busiest host ops
+    put into `top` when they are done (None: no profile)."""
+    n = min(cfg.profile_steps, steps_in_epoch - 1)
+    if n < 1:
+        return None
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return profile(activities=activities, schedule=schedule(wait=steps_in_epoch - n - 1, warmup=1, active=n, repeat=1),
+                   on_trace_ready=lambda p: top.extend(busiest(p, n)))
+
+
+def steady_epochs(cache, cfg: Steady, device: torch.device) -> dict:
+    """Per epoch {samples_per_s, data_wait, seconds}; the step alone and the loader alone (samples/s); the
+    profile's busiest host ops [(name, self ms per step, calls per step)]."""
+    loader = training_loader(cache, cfg.batch_size, None, device)
+    with loader:
+        model, optimizer, ctx = new_run(loader, cfg, device)
+        epochs, top = [], []
+        for epoch in range(cfg.epochs):
+            last = epoch == cfg.epochs - 1
+            prof = profiler_for(cfg, len(loader), device, top) if last else None
+            ctx.on_step = prof.step if prof is not None else None
+            loader.set_epoch(epoch)
+            with prof if prof is not None else nullcontext():
+                stats, _ = train_one_epoch(model, loader, optimizer, ctx)
+            epochs.append({k: stats[k] for k in ("samples_per_s", "data_wait", "seconds", "loss")})
+        alone, batch = loader_alone(loader, device)
+        step = step_alone(model, optimizer, ctx, batch, cfg.step_repeats)
+    return {"epochs": epochs, "loader_alone": alone, "step_alone": step, "workers": describe(loader), "top": top}
+
+
+def describe(loader) -> str:
+    n = getattr(loader.source, "num_workers", None)
+    return f"{n} worker(s)" if n is not None else type(loader.source).__name__
+
+
+def busiest(prof, steps: int) -> list[tuple[str, float, float]]:
+    """The profile's host ops with the most self CPU time: (name, ms per step, calls per step)."""
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:PROFILE_ROWS]
+    return [(e.key, e.self_cpu_time_total / 1e3 / steps, e.count / steps) for e in rows]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def loader_alone(loader, device: torch.device) -> tuple[float, Batch]:
+    """(samples/s, a copy of its first batch) of one more epoch of the loader read to the device with nothing else
+    running (normalised and jittered there, as training takes it)."""
+    n, first, t0 = 0, None, time.perf_counter()
+    for batch in loader:
+        n += len(batch.image)
+        first = first or Batch(*(t.clone() for t in batch))   # a worker's slot is reused: keep a copy
+    sync(device)
+    return n / (time.perf_counter() - t0), first
+
+
+def step_alone(model, optimizer, ctx, batch: Batch, repeats: int) -> float:
+    """Samples/s of the training step (forward, loss, backward, optimiser) on one batch kept on the device."""
+    model.train()
+
+    def step() -> None:
+        parts = forward_loss(model, batch, ctx)
+        ctx.scaler.scale(parts["loss"]).backward()
+        optimizer_step(model, optimizer, ctx, parts["loss"])
+    step()
+    sync(ctx.rt.device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        step()
+    sync(ctx.rt.device)
+    return repeats * len(batch.image) / (time.perf_counter() - t0)
+
+
+def steady_tables(results: dict[str, dict]) -> tuple[list, list, list]:
+    """(per-epoch rows, where-the-wait-goes rows, profile rows) of steady_epochs' results by codec."""
+    per_epoch, where, ops = [], [], []
+    for codec, r in results.items():
+        for k, e in enumerate(r["epochs"]):
+            per_epoch.append([codec, str(k + 1) + (" (start-up)" if k == 0 else ""), f"{e['samples_per_s']:.1f}",
+                              f"{100 * e['data_wait']:.1f}%", f"{e['seconds']:.1f}", f"{e['loss']:.3f}"])
+        later = r["epochs"][1:] or r["epochs"]
+        train_rate = sum(e["samples_per_s"] for e in later) / len(later)
+        wait = sum(e["data_wait"] * e["seconds"] for e in later) / sum(e["seconds"] for e in later)
+        where.append([codec, r["workers"], f"{train_rate:.1f}", f"{100 * wait:.1f}%", f"{r['step_alone']:.1f}",
+                      f"{r['loader_alone']:.1f}", f"{r['loader_alone'] / r['step_alone']:.2f}"])
+        ops += [[codec, name, f"{ms:.2f}", f"{calls:.1f}"] for name, ms, calls in r["top"]]
+    return per_epoch, where, ops

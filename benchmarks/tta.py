@@ -1,0 +1,156 @@
+"""bench_time_to_accuracy.py's pieces: the loaders of its three arms, and the one training loop they all run.
+
+Every arm trains the same EAST from the same seed with the same optimiser (Adam), schedule (x0.1 at half the
+epochs), jitter, batch size and number of samples, through train.py's epoch function
+(east_cache.model.engine.train_one_epoch); only where each batch comes from differs:
+  cache     train.py's loader over a --crop read cache (east_cache.model.train.run_loader): a crop cut anew from a
+            cached page every epoch
+  fly       east_cache.reader.onthefly.OnTheFlyDataset(fresh=True) in DataLoader workers: make_sample, this
+            project's own decode -> one warp -> fast targets, a new draw per image per epoch
+  baseline  the slow way a common baseline does it, in DataLoader workers: PIL decode, resize, height jitter,
+            rotate, crop retry loop, per-word Python targets (benchmarks/bench_sample.py baseline_sample)
+After every --eval-every epochs the model predicts the held-out pages whole and they are scored with the
+competition's rect DetEval (east_cache.model.validate.full_page_metrics, as train.py --val-data does).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from bench_sample import baseline_sample
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from east_cache.config import BuildConfig
+from east_cache.ingest.ufo import load_splits
+from east_cache.model.config import TrainConfig
+from east_cache.model.engine import new_context, train_one_epoch
+from east_cache.model.model import EAST
+from east_cache.model.runtime import Runtime
+from east_cache.model.train import open_run_cache, run_loader
+from east_cache.model.validate import full_page_metrics
+from east_cache.reader.collate import collate
+from east_cache.reader.images import prepare_images
+from east_cache.reader.loader import Batch
+from east_cache.reader.onthefly import OnTheFlyDataset
+
+
+@dataclass(frozen=True)
+class Schedule:
+    epochs: int          # epochs of len(train set) samples; the lr drops x0.1 after half of them
+    eval_every: int      # epochs between held-out evaluations (and after the last)
+    batch_size: int
+    lr: float
+    seed: int
+    amp: str             # fp16 on CUDA, off on a CPU (train.py refuses fp16 there)
+    time_limit: float    # s of training per arm; the arm stops after the evaluation that follows it (0: none)
+
+
+class BaselineDataset(Dataset):
+    """bench_sample.baseline_sample per image and epoch, as the fields a crop cache's record has."""
+
+    def __init__(self, root, config: BuildConfig, seed: int):
+        self.records, _ = load_splits([root], "train", config)
+        self.config, self.seed, self.epoch = config, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __getitem__(self, i: int) -> dict:
+        rng = np.random.default_rng([self.seed, self.epoch, i])
+        crop, (score, geo, roi) = baseline_sample(self.records[i], self.config, rng)
+        return {"image": np.ascontiguousarray(crop), "score": score[None], "geo": geo, "roi": roi[None]}
+
+
+class EpochLoader:
+    """Batches of a map-style dataset made in DataLoader workers (started anew every epoch, so that they see its
+    set_epoch), shuffled from (seed, epoch), the short last batch dropped as train.py's loader drops it; on the
+    device as train.py's Loader hands them over: images normalised and jittered there."""
+
+    def __init__(self, ds, batch_size: int, workers: int, device: torch.device, seed: int, jitter: float):
+        self.ds, self.batch_size, self.workers, self.device = ds, batch_size, workers, device
+        self.seed, self.jitter, self.generator = seed, jitter, torch.Generator()
+
+    def __len__(self) -> int:
+        return len(self.ds) // self.batch_size
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        self.ds.set_epoch(epoch)
+        self.generator.manual_seed(self.seed * 100_003 + epoch)
+
+    def __iter__(self):
+        cuda = self.device.type == "cuda"
+        loader = DataLoader(self.ds, self.batch_size, sampler=RandomSampler(self.ds, generator=self.generator),
+                            num_workers=self.workers, collate_fn=collate, pin_memory=cuda, drop_last=True)
+        for b in loader:
+            image = prepare_images(b["image"].to(self.device, non_blocking=True), self.jitter)
+            yield Batch(image, *(b[k].to(self.device, non_blocking=True).float() for k in ("score", "geo", "roi")))
+
+    def close(self) -> None:
+        pass
+
+
+def make_loader(arm: str, data, cache, config: BuildConfig, s: Schedule, workers: int | None,
+                device: torch.device):
+    """The arm's training loader; workers None: as train.py picks them for the cache arm, every core for the
+    others (whose workers make whole samples)."""
+    jitter = TrainConfig().jitter
+    if arm == "cache":
+        cfg, rt = TrainConfig(cache=cache, batch_size=s.batch_size, workers=workers, seed=s.seed), Runtime(device)
+        return run_loader(cfg, rt, open_run_cache(cfg, rt, cache), True)
+    n = workers if workers is not None else max(1, torch.multiprocessing.cpu_count())
+    ds = (OnTheFlyDataset([data], "train", replace(config, crop="build"), fresh=True)
+          if arm == "fly" else BaselineDataset(data, config, s.seed))
+    return EpochLoader(ds, s.batch_size, n, device, s.seed, jitter)
+
+
+def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device, say=print) -> list[dict]:
+    """Train as train.py does (seed, model, Adam, MultiStepLR, train_one_epoch) and evaluate; one point per
+    evaluation: {"samples", "seconds" (training wall time so far, evaluations excluded), "hmean", ...}."""
+    torch.manual_seed(s.seed)
+    model = EAST(map_scale).to(device, memory_format=torch.channels_last)
+    rt = Runtime(device)
+    ctx = new_context(TrainConfig(batch_size=s.batch_size, amp=s.amp, epochs=s.epochs, lr=s.lr, seed=s.seed), rt)
+    ctx.log = lambda record: None
+    optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, fused=ctx.fused)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, s.epochs // 2)], gamma=0.1)
+    points, seconds, samples = [], 0.0, 0
+    for epoch in range(s.epochs):
+        loader.set_epoch(epoch)
+        stats, _ = train_one_epoch(model, loader, optimizer, ctx)
+        scheduler.step()
+        seconds += stats["seconds"]
+        samples += stats["steps"] * s.batch_size
+        over = s.time_limit and seconds >= s.time_limit
+        if (epoch + 1) % s.eval_every == 0 or epoch + 1 == s.epochs or over:
+            m = full_page_metrics(model, pages, rt)
+            points.append({"epoch": epoch + 1, "samples": samples, "seconds": seconds, "loss": stats["loss"],
+                           **{k: m[k] for k in ("precision", "recall", "hmean")}})
+            say(f"  {samples} samples, {seconds:.0f} s: loss {stats['loss']:.3f}, hmean {m['hmean']:.3f}")
+        if over:
+            break
+    return points
+
+
+def curve_rows(curves: dict[str, list[dict]]) -> list[list[str]]:
+    return [[arm, str(p["samples"]), f"{p['hmean']:.3f}", f"{p['precision']:.3f}", f"{p['recall']:.3f}",
+             f"{p['loss']:.3f}", f"{p['seconds']:.1f}"] for arm, points in curves.items() for p in points]
+
+
+def ratio_rows(curves: dict[str, list[dict]], reference: str = "cache") -> list[list[str]]:
+    """At each sample count the reference arm was evaluated at: each arm's hmean, and its training wall time over
+    the reference's ("-" where an arm was not evaluated at that count: stopped earlier by its time limit)."""
+    at = {arm: {p["samples"]: p for p in points} for arm, points in curves.items()}
+    counts = sorted(at.get(reference, {}) or set.union(*(set(v) for v in at.values())))
+    rows = []
+    for n in counts:
+        ref = at.get(reference, {}).get(n, {}).get("seconds", math.nan)
+        hmeans = [f"{at[arm][n]['hmean']:.3f}" if n in at[arm] else "-" for arm in curves]
+        times = [f"{at[arm][n]['seconds']:.1f} ({at[arm][n]['seconds'] / ref:.2f}x)" if n in at[arm] else "-"
+                 for arm in curves]
+        rows.append([str(n), *hmeans, *times])
+    return rows
