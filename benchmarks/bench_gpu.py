@@ -100,7 +100,8 @@ def main() -> int:
         print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU).")
         return 0
     print(f"Machine: {machine()}; {torch.cuda.get_device_name()}, torch {torch.__version__}; nvJPEG through "
-          f"torchvision: {'yes' if nvjpeg(torch.device('cuda')) else 'no'}\n")
+          f"torchvision: {'yes' if nvjpeg(torch.device('cuda')) else 'no'}; pages --geometry "
+          f"{BuildConfig.geometry}\n")
     data = bench_pages(a.images)
     caches = {codec: cache_of(data, codec, a.jobs) for codec in ("raw", "jpeg")}
 
