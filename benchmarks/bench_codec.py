@@ -37,6 +37,7 @@ from common import BENCH_DATA, bench_photos, bench_street_photos, machine, table
 from east_cache.config import GEOMETRY_MODES, BuildConfig
 from east_cache.ingest.ufo import load_splits
 from east_cache.reader import CacheDataset
+from east_cache.reader.expand import batch_len
 from east_cache.sample.page import make_page
 from east_cache.store.build import build_cache
 from east_cache.store.manifest import Manifest, data_path
@@ -122,7 +123,7 @@ def read_rates(cache: Path, workers: int, epochs: int, batch: int) -> tuple[floa
         for e in range(1, epochs + 1):
             sampler.set_epoch(e)
             for b in loader:
-                n += len(b["at"])
+                n += batch_len(b)
         wall = time.perf_counter() - t0
         cpu = (worker_cpu(loader) if workers else time.process_time()) - cpu0
     finally:
