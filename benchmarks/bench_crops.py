@@ -1,6 +1,8 @@
-"""What training sees and what it costs, per crop mode: page mode (--crop read, a new crop every epoch), frozen
-build-time crops (--crop build, K = 1 and 4 variants) and the on-the-fly reference (east_cache/reader/onthefly.py, a
-fresh make_sample every epoch). Prints markdown tables; asserts nothing.
+"""What training sees and what it costs, per crop mode: page mode (--crop read, a new crop every epoch: of a page
+stored resized only, its height and rotation drawn every epoch too, the default; or of a pre-warped page,
+--geometry build, whose height and rotation were drawn once at build time), frozen build-time crops (--crop build,
+K = 1 and 4 variants) and the on-the-fly reference (east_cache/reader/onthefly.py, a fresh make_sample every epoch).
+Prints markdown tables; asserts nothing. benchmarks/bench_geometry.py sets the two page geometries side by side.
 
 - word coverage: the share of legible words seen whole in at least one training crop after N epochs, on the
   built-in sample set (default build settings) and on a camera-photo-like set (1280 x 720 JPEGs, fewer
@@ -33,11 +35,12 @@ from east_cache.reader.expand import batch_len
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, load_splits
 from east_cache.sample.crop_draw import grid_step, word_boxes
+from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
 from east_cache.store.build import build_cache
 from east_cache.store.layout import Layout
-from east_cache.tools.coverage import build_mode, coverage, page_mode
+from east_cache.tools.coverage import build_mode, coverage, page_mode, warped_mode
 from east_cache.tools.info import disk_bytes
 from east_cache.tools.sampledata import DEFAULT_PAGE_SIZE
 
@@ -70,12 +73,15 @@ def offsets(names: list[str], variants: int, seed: int) -> np.ndarray:
 def coverage_rows(data: Path, cfg: BuildConfig, epochs: tuple[int, ...]) -> list[list]:
     recs, _ = load_splits([data], "train", cfg)
     names, legible = [r.name for r in recs], [int((r.reason == CARE).sum()) for r in recs]
-    pages = []
+    resized, warped, prewarped = [], [], dataclasses.replace(cfg, geometry="build")
     for r in recs:
-        p = make_page(r, cfg, 0)
-        pages.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size, p.weight)])
-    modes = {"page mode (--crop read, K=1)": page_mode(names, pages, offsets(names, 1, cfg.seed),
-                                                       cfg.seed, cfg.input_size, grid_step(cfg.map_scale))}
+        p = make_page(r, cfg, 0, maps=False)
+        resized.append([(gather_quads(p.points, p.offsets, p.care > 0), p.size, p.weight)])
+        p = make_page(r, prewarped, 0, maps=False)
+        warped.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size, p.weight)])
+    modes = {"page mode (--crop read, geometry drawn every epoch)": warped_mode(names, resized, cfg),
+             "page mode, pre-warped pages (--crop read --geometry build, K=1)": page_mode(
+                 names, warped, offsets(names, 1, cfg.seed), cfg.seed, cfg.input_size, grid_step(cfg.map_scale))}
     for k in (1, 4):
         crops = [[np.flatnonzero(choose_sample_crop(r, cfg, v).whole) for v in range(k)] for r in recs]
         modes[f"build-time crops (--crop build, K={k})"] = build_mode(crops, offsets(names, k, cfg.seed))
@@ -173,19 +179,21 @@ def cost_rows(data: Path, cfg: BuildConfig, batch_size: int, batches: int, late:
     cache)."""
     rows = []
     with tempfile.TemporaryDirectory(dir=BENCH_DATA) as tmp:
-        for crop in ("read", "build"):
-            c = dataclasses.replace(cfg, crop=crop)
-            out = Path(tmp) / crop
+        for crop, geometry in (("read", "read"), ("read", "build"), ("build", "read")):
+            c = dataclasses.replace(cfg, crop=crop, geometry=geometry)
+            out = Path(tmp) / f"{crop}-{geometry}"
             b = built(data, c, out)
-            for compact, workers in ((True, 0), (True, WORKERS), (False, 0)) if crop == "read" else ((False, 0),):
+            arms = {"read": ((True, 0), (True, WORKERS), (False, 0)), "build": ((True, 0), (True, WORKERS))}
+            for compact, workers in arms[geometry] if crop == "read" else ((False, 0),):
                 first, main, later, item_mb = read_rate(out, batch_size, batches, late, compact, workers)
-                label = f"--crop {crop}" + ((", train.py (targets made on the device)" if compact else
-                                             ", targets made on the CPU") if crop == "read" else "")
+                label = f"--crop {crop}" + (" --geometry build" if crop == "read" and geometry == "build" else "")
+                label += ((", train.py (targets made on the device)" if compact else ", targets made on the CPU")
+                          if crop == "read" else "")
                 label += f", {workers} worker processes" if workers else ""
                 rows.append([label, f"{b['bytes'] / 2**20:.1f}", f"{b['seconds']:.2f}", f"{item_mb:.2f}",
                              f"{first:.1f}", f"{main.rate:.1f}", f"{main.rate * item_mb:.0f}",
                              f"{np.median(main.memcpy):.0f}", main.ratio(), f"{later.rate:.1f}", later.ratio()])
-            if crop == "read":
+            if crop == geometry == "read":
                 together = tuple(max(memcpy_together(out, n) for _ in range(2)) for n in (WORKERS, 1))
     return rows, together
 

@@ -15,10 +15,12 @@ from plot import load, number
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
-ORDER = ("targets", "sample", "codec", "crops", "gpu", "time_to_accuracy", "loader", "peers", "remote", "rebuild",
-         "build_memory", "zarr", "eval", "check", "review")
+ORDER = ("targets", "sample", "codec", "crops", "geometry", "gpu", "time_to_accuracy", "loader", "peers", "remote",
+         "rebuild", "build_memory", "zarr", "eval", "check", "review")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
+# bench_geometry's: the read-time geometry's (issue 32), and its draws and read-speed tables
+GEOMETRY_GOALS, GEOMETRY_DRAWS, GEOMETRY_READS = ("geometry", 5), ("geometry", 0), ("geometry", 3)
 
 
 def rows(results: dict, name: str, table: int) -> list[dict[str, str]]:
@@ -76,9 +78,12 @@ def peers_line(results: dict) -> str:
     return f"{mine} memcpy; fastest streaming reader, {s_name}: {s:.2f}x; fastest of all, {b_name}: {b:.2f}x"
 
 
+PREWARPED = "--crop read --geometry build, train.py"   # bench_crops' rows of slice-only page reads
+
+
 def page_reads(results: dict) -> str:
-    """bench_crops: page-mode reading as train.py does it, x memcpy of the bytes an item delivers, per set: over
-    the first timed epochs, and over the late ones where the table has them."""
+    """bench_crops: page-mode reading of pre-warped pages (slices, no warp) as train.py does it, x memcpy of the
+    bytes an item delivers, per set: over the first timed epochs, and over the late ones where the table has them."""
     cells = []
     for table, where in ((1, "sample set, 1024 px"), (3, "photo-like, 512 px")):
         found = rows(results, "crops", table)
@@ -86,8 +91,8 @@ def page_reads(results: dict) -> str:
 
         def ratio(r: dict) -> str:
             return r["read / memcpy"] + (f" ({late.removesuffix(' read / memcpy')}: {r[late]})" if late else "")
-        reads = {r["mode"]: r for r in found if r["mode"].startswith("--crop read, train.py")}
-        thread = reads.pop("--crop read, train.py (targets made on the device)", None)
+        reads = {r["mode"]: r for r in found if r["mode"].startswith(PREWARPED)}
+        thread = reads.pop(f"{PREWARPED} (targets made on the device)", None)
         if thread:
             cells.append(f"{where}: {ratio(thread)} in this process" +
                          "".join(f", {ratio(r)} with {m.rsplit(', ', 1)[1]}" for m, r in reads.items()))
@@ -120,8 +125,8 @@ def goals(results: dict) -> list[list[str]]:
         ["on-the-fly baseline pipeline vs the build per extra sample, camera photos", ">= 30x",
          photo_ratio(results, "baseline / build")],
         ["camera photos per sample, the decode before OpenCV -> now (same run)", "reported", decode_gain(results)],
-        ["page-mode reading (--crop read), train.py's path, vs memcpy of the bytes an item delivers", ">= 0.7x",
-         page_reads(results)],
+        ["page-mode reading of pre-warped pages (--crop read --geometry build), train.py's path, vs memcpy of the "
+         "bytes an item delivers", ">= 0.7x", page_reads(results)],
         ["train.py's reader vs the tools users would pick (x memcpy, warm)", "ahead of every streaming reader",
          peers_line(results)],
         ["no-op rebuild, 10k source images, process start included", "< 3 s",
@@ -143,6 +148,7 @@ def goals(results: dict) -> list[list[str]]:
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
         ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
          check_line(results)],
+        *([r["what"], r["goal"], r["measured"]] for r in rows(results, *GEOMETRY_GOALS)),
     ]
 
 
@@ -194,9 +200,10 @@ def gpu_wait(results: dict) -> str:
     found = having(results, "gpu", "training samples/s")
     if not found:   # a record from before the steady-state arm: the last epoch of a short run
         old = having(results, "gpu", "time waiting for data")
+        when = f"; pre-warped pages, recorded {results['gpu']['date']}, before --geometry read: not re-measured"
         return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, "
                                                    f"{r['time waiting for data']} waiting" for r in old)
-                         + " (a short run's last epoch)") if old else GPU_RUN
+                         + f" (a short run's last epoch{when})") if old else GPU_RUN
     return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['training samples/s']} samples/s, "
                                                f"{r['waiting']} waiting" for r in found))
 
@@ -237,21 +244,41 @@ def headline(results: dict) -> list[list[str]]:
     size = [v for k, v in codec.items() if k.startswith("jpeg cache of camera")]
     icdar = [v for k, v in codec.items() if k.startswith("jpeg cache of ICDAR")]
     ratio = [list(r.values())[1:] for r in rows(results, "remote", 2) if list(r.values())[0] == "bucket / local disk"]
-    per_core = {r["codec"]: r["workers' crops per CPU s (per core)"].split(" [")[0]
-                for r in rows(results, "codec", 1) if r["data, crop"] == "camera photos, 1024 px"}
     return [
         ["EAST targets vs a plain per-word reference", span(targets, ".0f") + "x faster, equal" if targets
          else "not measured"],
         ["a cache of JPEG pages over the camera photos it came from",
          f"{size[0]}x their bytes (ICDAR-like 1280x720 photos: {icdar[0]}x)" if size and icdar else "not measured"],
-        ["1024-px crops of camera photos per CPU second of a loader worker",
-         f"JPEG pages {per_core['jpeg']} (decoded), raw pages {per_core['raw']}" if {"jpeg", "raw"} <= set(per_core)
-         else "not measured"],
+        ["fresh (height, rotation) draws per image in 20 epochs", fresh_draws(results)],
+        ["1024-px crops of camera photos per CPU second of a loader worker", crops_per_core(results)],
         ["train.py on a GPU, AMP fp16, loader workers, 1024-px crops", gpu_wait(results)],
         ["a cache in a bucket (a local S3 server), items/s of the first / later epochs over a local cache's",
          " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
          else "not measured"],
     ]
+
+
+def fresh_draws(results: dict) -> str:
+    """bench_geometry: the fewest distinct (height, rotation) draws of an image in 20 epochs, per mode."""
+    least = {}
+    for r in rows(results, *GEOMETRY_DRAWS):
+        least.setdefault(r["mode"], []).append(int(r["distinct draws / image (least)"]))
+    if {"--geometry read", "--geometry build"} - set(least):
+        return "not measured"
+    return (f"at least {min(least['--geometry read'])} (pages stored resized, the default; pre-warped pages, "
+            f"--geometry build: {max(least['--geometry build'])})")
+
+
+def crops_per_core(results: dict) -> str:
+    """bench_geometry: camera photos' 1024-px crops per CPU second of one reading process, per mode and codec."""
+    rate = {(r["mode"].split(" (")[0], r["codec"]): r["crops per CPU s (per core)"].split(" [")[0]
+            for r in rows(results, *GEOMETRY_READS)
+            if r["data, crop"].startswith("camera photos") and r["data, crop"].endswith(", 1024 px")}
+    if not {("--geometry read", "raw"), ("--geometry build", "jpeg")} <= set(rate):
+        return "not measured"
+    return (f"raw pages {rate[('--geometry read', 'raw')]}, JPEG pages {rate[('--geometry read', 'jpeg')]}, each crop "
+            f"warped by its epoch's draw (the default); pre-warped pages (--geometry build): raw "
+            f"{rate[('--geometry build', 'raw')]} (slices), JPEG {rate[('--geometry build', 'jpeg')]}")
 
 
 def performance_page(results: dict, table) -> str:
