@@ -133,6 +133,7 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     assert (here / "data" / "receipts" / "ufo" / f"val{FOLDS - 1}.json").is_file()   # the loop's folds
     assert "pseudo_labels" in json.loads((here / "data" / "pseudo" / "ufo" / "train0.json").read_text())
     assert json.loads((here / "check" / "report.json").read_text())["images"]
+    assert (here / "review" / "index.html").is_file()   # the loop's review of fold 0's validation images
     inline = sorted(set(re.findall(r"`(east-cache (?:info|show|verify|bench) CACHE[^`]*)`", README)))
     assert len(inline) == 4, inline
     for command in inline:
