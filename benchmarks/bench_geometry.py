@@ -13,7 +13,7 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
   caches: the reader's own draws replayed, no pixel read);
 - cache MiB / image and build s / image (one job; wall and CPU seconds), both codecs, the modes alternated;
 - read speed: crops per CPU second of one process reading train.py's compact items into a batch slot as a loader
-  worker does (CacheDataset(compact=True), reader/collate.py copy_item into a reader/workers.py Slot: a raw
+  worker does (cv2 on one thread, as there) (CacheDataset(compact=True), reader/collate.py copy_item into a reader/workers.py Slot: a raw
   region read and warped, jpeg tiles decoded and warped; build mode: slices, or tiles decoded), beside make_sample
   from the source image (reader/onthefly.py, a fresh draw per crop); arms alternated --repeat times, each timed over
   at least --cpu-seconds of CPU: median [min-max]; and crops/s of wall time (the machine may be shared);
@@ -43,7 +43,7 @@ from east_cache.ingest.ufo import load_splits
 from east_cache.reader import CacheDataset
 from east_cache.reader.collate import copy_item, field_layouts
 from east_cache.reader.onthefly import OnTheFlyDataset
-from east_cache.reader.workers import Slot
+from east_cache.reader.workers import Slot, cv2_single_threaded
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decode_for, warp
 from east_cache.sample.page import page_geometry, page_params
@@ -273,9 +273,10 @@ def measure_reads(s: DataSet, size: int, work: Path, a, t: Tables) -> None:
     arms = {(m, c): cache_arm(folder(work, s, m, c, size)) for c in CODECS for m in MODES}
     arms[("on the fly", "source")] = on_the_fly_arm(s, size)
     rates = {k: [] for k in arms}
-    for _ in range(a.repeat):
-        for k, arm in arms.items():
-            rates[k].append(arm.turn(a.cpu_seconds))
+    with cv2_single_threaded():   # as in train.py's loader workers (reader/workers.py)
+        for _ in range(a.repeat):
+            for k, arm in arms.items():
+                rates[k].append(arm.turn(a.cpu_seconds))
     fly = rates[("on the fly", "source")]
     for (m, c), r in rates.items():
         base = rates.get(("build", c))
@@ -340,7 +341,8 @@ def main() -> None:
                 measure_reads(s, size, work, a, t)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"Machine: {machine()}; cv2 threads {cv2.getNumThreads()}; timed arms alternated, median [min-max].\n")
+    print(f"Machine: {machine()}; cv2 on 1 thread in the read arms (as in the loader workers), "
+          f"{cv2.getNumThreads()} elsewhere; timed arms alternated, median [min-max].\n")
     print(f"### Draws: (height, rotation) per image over {DRAW_EPOCHS} epochs\n")
     print(table(["data", "mode", "images", "distinct draws / image (least)", "(mean)", "draws n",
                  "height KS D", "angle KS D", "5% critical D", "heights", "angles"], t.draws))

@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 
 from east_cache.sample.epoch_geometry import EpochGeometry, source_rect
-from east_cache.sample.geometry import compose, gather_quads
+from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
 from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
@@ -44,7 +44,8 @@ class WarpedImage(NamedTuple):
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
-        to_crop = compose(self.matrix, np.array([[1.0, 0, x], [0, 1.0, y]]))
+        to_crop = self.matrix.copy()   # the region's px -> crop px: the matrix after a shift by (x, y)
+        to_crop[:, 2] += self.matrix[:, :2] @ (x, y)
         cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
                        borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 

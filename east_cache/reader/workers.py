@@ -24,6 +24,7 @@ says so. Needs the fork start method (Linux, macOS): make_loader falls back to D
 from __future__ import annotations
 
 import collections
+import contextlib
 import mmap
 import multiprocessing as mp
 import os
@@ -35,6 +36,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from multiprocessing import connection
 
+import cv2
 import numpy as np
 import torch
 
@@ -138,6 +140,19 @@ def _work(dataset, slots: list[Slot], conn, parent: int) -> None:
             return
 
 
+@contextlib.contextmanager
+def cv2_single_threaded():
+    """cv2 on one thread in the processes forked meanwhile (a warped crop's cv2.warpAffine: the parallelism is the
+    workers, whose own threads would contend for the same cores), as it was in this one after. Set here, before the
+    fork: a forked child that changes cv2's thread count waits forever on the parent's thread pool."""
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
+
+
 def worker_of(key, workers: int) -> int:
     """The worker that reads item `key`: by its image index (the last element of a tuple key such as
     EpochSampler's (epoch, index)), so that a worker reads the same images every epoch and derives, maps in
@@ -190,14 +205,15 @@ class WorkerLoader:
             fields[WORD_TABLE] = ((max(1, self.dataset.table_rows()), len(TABLE_COLUMNS)), np.dtype(np.float32))
         self._slots = [Slot(fields, self.batch_size) for _ in range(self.num_workers * SLOTS_PER_WORKER + SPARE_SLOTS)]
         ctx = mp.get_context("fork")
-        for w in range(self.num_workers):
-            ours, theirs = ctx.Pipe()
-            p = ctx.Process(target=_work, args=(self.dataset, self._slots, theirs, os.getpid()),
-                            name=f"east-loader-{w}", daemon=True)
-            p.start()
-            theirs.close()
-            self._procs.append(p)
-            self._conns.append(ours)
+        with cv2_single_threaded():
+            for w in range(self.num_workers):
+                ours, theirs = ctx.Pipe()
+                p = ctx.Process(target=_work, args=(self.dataset, self._slots, theirs, os.getpid()),
+                                name=f"east-loader-{w}", daemon=True)
+                p.start()
+                theirs.close()
+                self._procs.append(p)
+                self._conns.append(ours)
         self._finalizer = weakref.finalize(self, _shutdown, self._procs, self._conns)
 
     def close(self) -> None:

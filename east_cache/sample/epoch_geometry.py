@@ -23,7 +23,7 @@ import numpy as np
 
 from east_cache.config import BuildConfig
 from east_cache.sample.crop_draw import crop_rng, draw_crop, grid_step
-from east_cache.sample.geometry import compose, transform_points
+from east_cache.sample.geometry import transform_points
 
 
 class EpochGeometry(NamedTuple):
@@ -39,15 +39,22 @@ def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int
     """(page px -> warped px (2, 3), (W', H')): the height scaled and the page rotated about its centre, the box of
     the warped canvas moved to (0, 0) and its sides rounded up to multiples of step (the crop grid's)."""
     w, h = page_size
-    cx, cy = w / 2, h / 2
+    centre = np.array([w / 2, h / 2])
     t = math.radians(angle)
     c, s = math.cos(t), math.sin(t)
-    warp = compose(np.array([[1.0, 0, cx], [0, 1.0, cy]]), np.array([[c, -s, 0], [s, c, 0]]),
-                   np.array([[1.0, 0, 0], [0, height, 0]]), np.array([[1.0, 0, -cx], [0, 1.0, -cy]]))
+    linear = np.array([[c, -s * height], [s, c * height]])   # rotation after the vertical scale, about the centre
+    warp = np.column_stack([linear, centre - linear @ centre])
     corners = transform_points(warp, np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64))
     lo, hi = np.floor(corners.min(axis=0)), corners.max(axis=0)
     size = (step * math.ceil((hi[0] - lo[0]) / step), step * math.ceil((hi[1] - lo[1]) / step)) if w and h else (0, 0)
-    return compose(np.array([[1.0, 0, -lo[0]], [0, 1.0, -lo[1]]]), warp), size
+    return shifted(warp, -lo), size
+
+
+def shifted(matrix: np.ndarray, by) -> np.ndarray:
+    """matrix (2, 3) followed by a shift of `by` px (x, y): compose(translation, matrix) without its 3 x 3 products."""
+    out = np.array(matrix, np.float64)
+    out[:, 2] += by
+    return out
 
 
 def quad_boxes(quads: np.ndarray) -> np.ndarray:
@@ -66,7 +73,7 @@ def draw_geometry(rng: np.random.Generator, quads: np.ndarray, page_size: tuple[
     warp, size = page_warp(page_size, height, angle, step)
     boxes = quad_boxes(transform_points(warp, quads)) if len(quads) else np.zeros((0, 4))
     origin, cut = draw_crop(rng, boxes, size, cfg.input_size, step, weights if len(quads) else None)
-    matrix = compose(np.array([[1.0, 0, -origin[0]], [0, 1.0, -origin[1]]]), warp)
+    matrix = shifted(warp, -origin)
     return EpochGeometry(height, angle, origin, matrix, cut)
 
 
