@@ -250,3 +250,24 @@ def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeyp
     assert loader.loader_workers(ds, gpu, world=8) == (2 if ds.pages else 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert loader.loader_workers(ds, gpu, world=2) == (1 if ds.pages else 0)
+
+
+@pytest.mark.skipif(not fork_available(), reason="needs the fork start method")
+def test_workers_are_forked_with_cv2_on_one_thread_and_the_parent_keeps_its_own():
+    """A warped crop's cv2.warpAffine runs on the worker's one thread (the workers are the parallelism); the count is
+    set in the parent around the fork, since a forked child that changes it can wait forever on the parent's pool."""
+    import cv2
+    cv2.setNumThreads(2)
+    image = np.zeros((300, 300, 3), np.uint8)
+    cv2.warpAffine(image, np.eye(2, 3), (200, 200))   # the parent's pool in use before the fork
+    read, write = os.pipe()
+    with workers_module.cv2_single_threaded():
+        pid = os.fork()
+        if pid == 0:   # the worker's side: one thread, and a warp that ends
+            cv2.warpAffine(image, np.eye(2, 3), (200, 200))
+            os.write(write, bytes([cv2.getNumThreads()]))
+            os._exit(0)
+    os.close(write)
+    seen = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert seen == bytes([1]) and cv2.getNumThreads() == 2
