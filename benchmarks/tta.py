@@ -150,7 +150,7 @@ def ratio_rows(curves: dict[str, list[dict]], reference: str = "cache") -> list[
     for n in counts:
         ref = at.get(reference, {}).get(n, {}).get("seconds", math.nan)
         hmeans = [f"{at[arm][n]['hmean']:.3f}" if n in at[arm] else "-" for arm in curves]
-        times = [f"{at[arm][n]['seconds']:.1f} ({at[arm][n]['seconds'] / ref:.2f}x)" if n in at[arm] else "-"
-                 for arm in curves]
+        times = [f"{at[arm][n]['seconds']:.1f}" + (f" ({at[arm][n]['seconds'] / ref:.2f}x)" if ref > 0 else "")
+                 if n in at[arm] else "-" for arm in curves]
         rows.append([str(n), *hmeans, *times])
     return rows

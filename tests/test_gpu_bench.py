@@ -35,6 +35,9 @@ def test_ratio_rows_compare_the_arms_at_the_cache_arms_sample_counts():
               "baseline": [point(10, 50.0, 0.11)]}
     assert ratio_rows(curves) == [["10", "0.100", "0.120", "0.110", "2.0 (1.00x)", "6.0 (3.00x)", "50.0 (25.00x)"],
                                   ["20", "0.300", "0.310", "-", "4.0 (1.00x)", "12.0 (3.00x)", "-"]]
+    del curves["cache"]   # no reference arm: every arm's counts, no ratio
+    assert ratio_rows(curves) == [["10", "0.120", "0.110", "6.0", "50.0"], ["20", "0.310", "-", "12.0", "-"],
+                                  ["30", "0.400", "-", "18.0", "-"]]
 
 
 def test_repeated_pages_are_one_set_of_distinct_names_over_few_files(bench_data):
