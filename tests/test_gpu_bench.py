@@ -74,8 +74,8 @@ def test_bench_gpu_runs_every_arm_on_a_cpu(bench_data, capsys):
     out = capsys.readouterr().out
     tables = common_tables(out)
     read, per_epoch, where, ops, summary, stages = tables
-    assert [r[0] for r in read] == ["raw pages", "jpeg, decoded by the workers", "jpeg, decoded by nvJPEG"]
-    assert read[2][1] == "skipped: no CUDA" and float(read[0][1]) > 0
+    assert [r[0] for r in read[:2]] == ["raw pages", "jpeg, decoded by the workers"]
+    assert read[-1][0].endswith("decoded by nvJPEG") and read[-1][1] == "skipped: no CUDA" and float(read[0][1]) > 0
     assert [(r[0], r[1]) for r in per_epoch] == [("raw", "1 (start-up)"), ("raw", "2"), ("jpeg", "1 (start-up)"),
                                                  ("jpeg", "2")]
     assert all(r[3].endswith("%") for r in per_epoch) and len(where) == 2 and ops
