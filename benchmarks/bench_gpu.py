@@ -18,6 +18,7 @@ import argparse
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import fields
 
 import torch
 from common import bench_pages, machine, process_tree_cpu_seconds, repeated_pages, table
@@ -37,10 +38,15 @@ QUICK = {"images": 4, "distinct": 2, "epochs": 2, "batch_size": 2, "image_size":
          "repeat": 1, "step_repeats": 2}
 
 
-def cache_of(data, codec: str, image_size: int, input_size: int, jobs: int):
-    out = data.parent / f"{data.name}-cache-{codec}-{image_size}-{input_size}"
-    build_cache(BuildConfig(image_codec=codec, image_size=image_size, input_size=input_size), [data], out, jobs=jobs,
-                quiet=True)
+# nvJPEG decodes the tiles of pages stored warped (--geometry build) only: a page warped at read time is decoded
+# and warped by the workers. Where the build has the choice, the nvJPEG rows read such a cache.
+STORED_WARPED = {"geometry": "build"} if "geometry" in {f.name for f in fields(BuildConfig)} else {}
+
+
+def cache_of(data, codec: str, image_size: int, input_size: int, jobs: int, **extra):
+    out = data.parent / f"{data.name}-cache-{codec}-{image_size}-{input_size}{''.join(f'-{v}' for v in extra.values())}"
+    build_cache(BuildConfig(image_codec=codec, image_size=image_size, input_size=input_size, **extra), [data], out,
+                jobs=jobs, quiet=True)
     return out
 
 
@@ -109,8 +115,12 @@ def read_arm(caches: dict, a, device: torch.device) -> None:
     copy = h2d_rate(a.batch_size * crop_bytes) * a.batch_size if cuda else None
     workers = a.workers if a.workers is not None else loader_workers(CacheDataset(caches["jpeg"], compact=True), device)
     rows = []
-    for label, codec, device_decode in (("raw pages", "raw", False), ("jpeg, decoded by the workers", "jpeg", False),
-                                        ("jpeg, decoded by nvJPEG", "jpeg", True)):
+    arms = [("raw pages", "raw", False), ("jpeg, decoded by the workers", "jpeg", False)]
+    if STORED_WARPED:
+        arms.append(("jpeg stored warped (--geometry build), decoded by the workers", "jpeg-warped", False))
+    arms.append((("jpeg stored warped (--geometry build), " if STORED_WARPED else "jpeg, ") + "decoded by nvJPEG",
+                 "jpeg-warped" if STORED_WARPED else "jpeg", True))
+    for label, codec, device_decode in arms:
         if device_decode and not cuda:
             rows.append([label, "skipped: no CUDA", "", "", "", ""])
             continue
@@ -134,7 +144,7 @@ def steady_arm(caches: dict, a, device: torch.device) -> None:
     amp = "fp16" if device.type == "cuda" else "off"   # train.py refuses fp16 off CUDA
     cfg = Steady(epochs=a.epochs, batch_size=a.batch_size, amp=amp, profile_steps=a.profile_steps,
                  step_repeats=a.step_repeats)
-    results = {codec: steady_epochs(cache, cfg, device) for codec, cache in caches.items()}
+    results = {codec: steady_epochs(caches[codec], cfg, device) for codec in ("raw", "jpeg")}
     per_epoch, where, ops = steady_tables(results)
     crops = len(CacheDataset(caches["raw"]))
     print(f"\ntrain.py's epochs at steady state: engine.train_one_epoch on train.py's loader (workers as train.py "
@@ -214,6 +224,8 @@ def main(argv=None) -> int:
     if {"read", "steady"} & set(arms):
         data = repeated_pages(a.images, a.distinct)
         caches = {codec: cache_of(data, codec, a.image_size, a.input_size, a.jobs) for codec in ("raw", "jpeg")}
+        if "read" in arms and STORED_WARPED:
+            caches["jpeg-warped"] = cache_of(data, "jpeg", a.image_size, a.input_size, a.jobs, **STORED_WARPED)
     if "read" in arms:
         read_arm(caches, a, device)
     if "steady" in arms:

@@ -54,7 +54,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, help="loader workers (default: the cache as train.py picks, the "
                                                 "others one per core)")
     p.add_argument("--time-limit", type=float, default=0.0,
-                   help="s of training per arm, stopping at the evaluation after it (default 0: none)")
+                   help="s of training per arm: the step that crosses it is the arm's last, then it is evaluated "
+                        "(default 0: none)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
     a = p.parse_args(argv)
     if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
@@ -90,6 +91,9 @@ def main(argv=None) -> int:
         try:
             curves[arm] = train_arm(loader, config.map_scale, s, pages, device,
                                     say=lambda line: print(line, file=sys.stderr, flush=True))
+        except KeyboardInterrupt:   # a session's timeout (SIGINT): the arms done so far are still printed
+            print(f"interrupted during the {arm} arm; the tables hold the arms done before it", file=sys.stderr)
+            break
         finally:
             loader.close()
     print(f"Training {a.train_images} generated pages ({a.input_size}-px crops of pages at {a.image_size} px, "

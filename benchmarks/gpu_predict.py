@@ -128,7 +128,7 @@ def stage_times(net, pages, records, cfg: PredictConfig, device, repeat: int) ->
         stages[f"map decoding: quads, locality-aware merge{name}"] = median_time(restore_merge, repeat) / len(pages)
         stages[f"NMS{name}"] = median_time(nms_all, repeat) / len(pages)
     return {"stages": stages, "candidates": int(np.mean([len(ys) for ys, _ in candidates])),
-            "merged": int(np.mean([len(q) for q, _ in merged]))}
+            "merged": int(np.mean([len(m[0]) for m in merged]))}   # m: (quads, sums, ...)
 
 
 def prediction_rows(r: dict) -> tuple[list, list]:

@@ -22,10 +22,10 @@ if [ "${1:-}" = "--quick" ]; then
     TTA_ARGS=${TTA_ARGS:---quick --device cpu}
 else
     GPU_ARGS=${GPU_ARGS:---images 1000 --distinct 48 --epochs 3 --batch-size 12 --profile-steps 10 --read-epochs 2 --predict-pages 12 --repeat 2 --jobs 14}
-    TTA_ARGS=${TTA_ARGS:---train-images 480 --distinct 48 --val-images 16 --epochs 40 --eval-every 8 --time-limit 60 --jobs 14}
+    TTA_ARGS=${TTA_ARGS:---train-images 480 --distinct 48 --val-images 16 --epochs 40 --eval-every 8 --time-limit 50 --jobs 14}
 fi
-GPU_TIMEOUT=${GPU_TIMEOUT:-270}
-TTA_TIMEOUT=${TTA_TIMEOUT:-270}
+GPU_TIMEOUT=${GPU_TIMEOUT:-300}   # the two add up to 9 minutes: a device run's limit is 10
+TTA_TIMEOUT=${TTA_TIMEOUT:-240}
 LOGS=${OUT:-benchmarks/results/session}
 mkdir -p "$LOGS"
 echo "machine: $(uname -m), $(nproc) cores; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"

@@ -15,6 +15,7 @@ competition's rect DetEval (east_cache.model.validate.full_page_metrics, as trai
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -44,7 +45,7 @@ class Schedule:
     lr: float
     seed: int
     amp: str             # fp16 on CUDA, off on a CPU (train.py refuses fp16 there)
-    time_limit: float    # s of training per arm; the arm stops after the evaluation that follows it (0: none)
+    time_limit: float    # s of training per arm: the step that crosses it is its last, then an evaluation (0: none)
 
 
 class BaselineDataset(Dataset):
@@ -121,11 +122,13 @@ def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device
     points, seconds, samples = [], 0.0, 0
     for epoch in range(s.epochs):
         loader.set_epoch(epoch)
+        if s.time_limit:   # train.py's --time-limit: the step that crosses it ends the epoch, and the arm
+            ctx.state.deadline = time.perf_counter() + s.time_limit - seconds
         stats, _ = train_one_epoch(model, loader, optimizer, ctx)
         scheduler.step()
         seconds += stats["seconds"]
         samples += stats["steps"] * s.batch_size
-        over = s.time_limit and seconds >= s.time_limit
+        over = ctx.state.stopped or (s.time_limit and seconds >= s.time_limit)
         if (epoch + 1) % s.eval_every == 0 or epoch + 1 == s.epochs or over:
             m = full_page_metrics(model, pages, rt)
             points.append({"epoch": epoch + 1, "samples": samples, "seconds": seconds, "loss": stats["loss"],
@@ -150,7 +153,7 @@ def ratio_rows(curves: dict[str, list[dict]], reference: str = "cache") -> list[
     for n in counts:
         ref = at.get(reference, {}).get(n, {}).get("seconds", math.nan)
         hmeans = [f"{at[arm][n]['hmean']:.3f}" if n in at[arm] else "-" for arm in curves]
-        times = [f"{at[arm][n]['seconds']:.1f} ({at[arm][n]['seconds'] / ref:.2f}x)" if n in at[arm] else "-"
-                 for arm in curves]
+        times = [f"{at[arm][n]['seconds']:.1f}" + (f" ({at[arm][n]['seconds'] / ref:.2f}x)" if ref > 0 else "")
+                 if n in at[arm] else "-" for arm in curves]
         rows.append([str(n), *hmeans, *times])
     return rows
