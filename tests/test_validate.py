@@ -90,7 +90,8 @@ def test_validation_figure_is_predict_then_evaluate(sample_root, tmp_path):
 @pytest.mark.slow
 def test_the_validation_batches_of_a_run_are_not_jittered(tiny_cache, tmp_path, monkeypatch):
     """The validation loader train.py makes itself, in a run with --jitter 0.5 (its training loop stubbed out): its
-    batches are the cache's stored crops, normalised, the same at every read."""
+    batches are the cache's unaugmented crops (no colour jitter, no height jitter or rotation), normalised, the same
+    at every read."""
     import numpy as np
     import torch
 
@@ -109,9 +110,11 @@ def test_the_validation_batches_of_a_run_are_not_jittered(tiny_cache, tmp_path, 
         return torch.cat([b.image for b in loader])
 
     stored = CacheDataset(tiny_cache)
+    stored.augment = False   # a validation read: height 1, angle 0, epoch 0's crop
     stored.set_epoch(0)
     plain = prepare_images(torch.from_numpy(np.stack([stored[i]["image"] for i in range(len(stored))])), 0.0)
     first = images(validation)
     assert torch.equal(first, images(validation)), "validation batches differ between reads"
     assert torch.allclose(first, plain, atol=1e-6), "validation batches are not the cache's crops"
     assert training.jitter == 0.5, "the run's training batches are jittered"
+    assert training.dataset.augment and not validation.dataset.augment, "only training draws each epoch's geometry"
