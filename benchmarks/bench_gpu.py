@@ -21,7 +21,16 @@ from contextlib import contextmanager
 from dataclasses import fields
 
 import torch
-from common import bench_pages, machine, process_tree_cpu_seconds, repeated_pages, table
+from common import (
+    arm_parser,
+    bench_pages,
+    machine,
+    measured_device,
+    parse_arms,
+    process_tree_cpu_seconds,
+    repeated_pages,
+    table,
+)
 from gpu_predict import prediction, prediction_rows
 from gpu_steady import Steady, steady_epochs, steady_tables
 
@@ -179,10 +188,7 @@ def predict_arm(a, device: torch.device) -> None:
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"which arms, of {', '.join(ARMS)} (default all)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes for every arm unless given (a CPU check run)")
+    p = arm_parser(__doc__.splitlines()[0], ARMS, "tiny sizes for every arm unless given (a CPU check run)")
     p.add_argument("--images", type=int, default=1000, help="pages in the cache: crops per epoch (default 1000)")
     p.add_argument("--distinct", type=int, default=48, help="distinct generated pages among them (default 48)")
     p.add_argument("--epochs", type=int, default=3, help="steady arm: epochs (default 3)")
@@ -199,24 +205,15 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--predict-batch", type=int, default=4, help="predict arm: images per batch (default 4)")
     p.add_argument("--repeat", type=int, default=3, help="predict arm: timed runs per stage (default 3)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
-    a = p.parse_args(argv)
-    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
-        p.set_defaults(**QUICK)
-        a = p.parse_args(argv)
-    unknown = set(a.arms.split(",")) - set(ARMS)
-    if unknown:
-        p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")
-    return a
+    return parse_arms(p, argv, QUICK, ARMS)
 
 
 def main(argv=None) -> int:
     a = parse(argv)
-    device = torch.device(a.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU, or pass --device "
-              "cpu for the check run).")
+    measured = measured_device(a.device)
+    if measured is None:
         return 0
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    device, name = measured
     jpeg = "yes" if nvjpeg(device) else "no"
     print(f"Machine: {machine()}; {name}, torch {torch.__version__}; nvJPEG through torchvision: {jpeg}\n")
     arms = a.arms.split(",")

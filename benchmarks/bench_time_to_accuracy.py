@@ -19,7 +19,7 @@ import argparse
 import sys
 
 import torch
-from common import BENCH_DATA, machine, repeated_pages, table
+from common import BENCH_DATA, arm_parser, machine, measured_device, parse_arms, repeated_pages, table
 from tta import Schedule, curve_rows, make_loader, ratio_rows, train_arm
 
 from east_cache.config import BuildConfig
@@ -34,10 +34,7 @@ QUICK = {"train_images": 4, "distinct": 2, "val_images": 2, "image_size": 192, "
 
 
 def parse(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)} (default all)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes unless given (a CPU check that every arm runs)")
+    p = arm_parser(__doc__.splitlines()[0], ARMS, "tiny sizes unless given (a CPU check that every arm runs)")
     p.add_argument("--train-images", type=int, default=96, help="training pages: samples per epoch (default 96)")
     p.add_argument("--distinct", type=int, default=48,
                    help="distinct generated pages among them, each under several names (default 48)")
@@ -57,23 +54,15 @@ def parse(argv=None) -> argparse.Namespace:
                    help="s of training per arm: the step that crosses it is the arm's last, then it is evaluated "
                         "(default 0: none)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
-    a = p.parse_args(argv)
-    if a.quick:   # the quick sizes as defaults: a flag given beside --quick still wins
-        p.set_defaults(**QUICK)
-        a = p.parse_args(argv)
-    unknown = set(a.arms.split(",")) - set(ARMS)
-    if unknown:
-        p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(ARMS)}")
-    return a
+    return parse_arms(p, argv, QUICK, ARMS)
 
 
 def main(argv=None) -> int:
     a = parse(argv)
-    device = torch.device(a.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("No CUDA device here: nothing measured (pass --device cpu for the check run).")
+    measured = measured_device(a.device)
+    if measured is None:
         return 0
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    device, name = measured
     print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
     amp = "fp16" if device.type == "cuda" else "off"
     data = repeated_pages(a.train_images, a.distinct, a.words)

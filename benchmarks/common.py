@@ -6,6 +6,7 @@ so that every script runs as `python benchmarks/NAME.py` from anywhere, without 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -21,6 +22,7 @@ from PIL import Image, ImageOps
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(REPO), str(REPO / "tests")) if p not in sys.path]
 
+import torch
 from torch.utils.data import DataLoader
 
 from east_cache.reader import EpochSampler, WorkerLoader, collate, make_sampler
@@ -233,3 +235,35 @@ def train_loader(ds, batch_size: int, workers: int = 0) -> tuple[EpochSampler, o
 
 def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def arm_parser(description: str, arms: tuple[str, ...], quick_help: str) -> argparse.ArgumentParser:
+    """The flags every GPU benchmark with arms takes: --device, --arms (a comma list of `arms`), --quick."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    p.add_argument("--arms", default=",".join(arms), help=f"which arms, of {', '.join(arms)} (default all)")
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    return p
+
+
+def parse_arms(p: argparse.ArgumentParser, argv, quick: dict, arms: tuple[str, ...]) -> argparse.Namespace:
+    """The arguments, with `quick`'s sizes as the defaults under --quick (a flag given beside it still wins), the
+    arms checked."""
+    a = p.parse_args(argv)
+    if a.quick:
+        p.set_defaults(**quick)
+        a = p.parse_args(argv)
+    unknown = set(a.arms.split(",")) - set(arms)
+    if unknown:
+        p.error(f"--arms: no arm named {', '.join(sorted(unknown))}; there are {', '.join(arms)}")
+    return a
+
+
+def measured_device(name: str):
+    """(torch.device, its name) to measure on, or None after a note where it is CUDA and there is none."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU, or pass --device "
+              "cpu for the check run).")
+        return None
+    return device, torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
