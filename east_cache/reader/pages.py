@@ -1,7 +1,9 @@
 """PageCropper: the crops of a page-mode cache (--crop read), made from its records by one reading process.
 
-Item i at epoch e is a crop of page (image i, variant v): its origin is drawn from (seed, e, image name, v)
-alone (crop_draw.epoch_crop), whoever reads it, and it is cut out of the page's record (east_cache/reader/crop.py).
+Item i at epoch e is a crop of page (image i, variant v). A page stored resized only (--geometry read) gets the
+epoch's height, rotation and crop (sample/epoch_geometry.py) and is warped and its targets made by
+east_cache/reader/warped.py; a page stored warped gets the epoch's origin (crop_draw.epoch_crop) and is cut out of
+its record (east_cache/reader/crop.py). Either draw comes from (seed, e, image name, v) alone, whoever reads it.
 Every epoch draws from the same pages, so a process keeps what it derives from each of them, within its
 ByteBudgets: the page's views of its record (they cost nothing; making them again does), its words' boxes,
 polygons, word table and crop draw (crop.PageWords), and the maps patches of the word sets its crops cut. Where
