@@ -13,5 +13,5 @@ from east_cache.reader.sampler import BlockSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
 
 __all__ = ["POOL", "Batch", "BlockSampler", "BufferPool", "CacheDataset", "EpochSampler", "Loader", "OnTheFlyDataset",
-           "SameCropsWarning", "StaleCacheError", "WorkerLoader", "batches", "collate", "fork_available", "make_loader", "make_sampler",
-           "open_cache", "prefetch"]
+           "SameCropsWarning", "StaleCacheError", "WorkerLoader", "batches", "collate", "fork_available", "make_loader",
+           "make_sampler", "open_cache", "prefetch"]

@@ -1,8 +1,8 @@
 """A crop of a page stored resized only (--geometry read): the epoch's warp applied once, its targets made under it.
 
 The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px. The crop's image is
-the page's pixels under the crop's inverse image (a rotated square: only the raw tiles, or the JPEG tiles, that
-its box touches are read or decoded) warped once by that matrix, bilinear, zeros beyond the page; its targets are
+the page's pixels under the crop's inverse image (a rotated square: its box of the raw rows read in place, or the
+JPEG tiles that box touches decoded) warped once by that matrix, bilinear, zeros beyond the page; its targets are
 make_targets of the page's words mapped by the same matrix (make.words_in_crop: the words whose box overlaps the
 crop, the legible ones it cuts made don't-care), so they equal, bit for bit, what make_sample's path gives for
 that draw. A compact item (train.py's) carries the crop's packed maps (owner | don't-care bit, as a page's) and
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.sample.epoch_geometry import EpochGeometry, source_rect
+from east_cache.sample.epoch_geometry import EpochGeometry, shifted, source_rect
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
@@ -44,8 +44,7 @@ class WarpedImage(NamedTuple):
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
-        to_crop = self.matrix.copy()   # the region's px -> crop px: the matrix after a shift by (x, y)
-        to_crop[:, 2] += self.matrix[:, :2] @ (x, y)
+        to_crop = shifted(self.matrix, self.matrix[:, :2] @ (x, y))   # the region's px -> crop px
         cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
                        borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 

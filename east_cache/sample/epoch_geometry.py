@@ -51,7 +51,8 @@ def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int
 
 
 def shifted(matrix: np.ndarray, by) -> np.ndarray:
-    """matrix (2, 3) followed by a shift of `by` px (x, y): compose(translation, matrix) without its 3 x 3 products."""
+    """matrix (2, 3) followed by a shift of `by` px (x, y), a new matrix: compose(translation, matrix) without its
+    3 x 3 products."""
     out = np.array(matrix, np.float64)
     out[:, 2] += by
     return out

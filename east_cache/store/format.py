@@ -121,9 +121,9 @@ class PageShape:
         # sample code (cv2) loads where pages are made or read
         from east_cache.sample.page import max_page_size
         from east_cache.store.page_jpeg import jpeg_values
-        from east_cache.store.page_record import image_values, map_values
+        from east_cache.store.page_record import RAW_ROWS, image_values, map_values
         size = max_page_size(c)
-        return ({"image": image_values(size), "maps": map_values(size, c.map_scale), "rows": 3 * size[0] * size[1],
+        return ({"image": image_values(size), "maps": map_values(size, c.map_scale), "rows": RAW_ROWS.values(size),
                  "jpeg": jpeg_values(size)}[self.what],)
 
 
@@ -153,8 +153,8 @@ JPEG_PAGE = RecordKind("jpeg-page", (
               "packed by jpeg_tiles.pack (shared header, CRC32 per tile)"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ), page_codec="jpeg")
-# A page stored resized only (--geometry read): its raw image tiles and no maps, as a jpeg page has none: a reader
-# draws each crop's maps from the page's words under that epoch's warp.
+# A page stored resized only (--geometry read): its raw pixels row after row and no maps, as a jpeg page has none: a
+# reader draws each crop's maps from the page's words under that epoch's warp.
 RAW_PAGE = RecordKind("raw-page", (
     Field("image", np.dtype(np.uint8), PageShape("rows"),
           doc="RGB page, 0..255, row after row, (H, W, 3) channels last: the first 3 W H values"),

@@ -152,7 +152,7 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
     whose head must say the same size); an empty page (0 x 0, an image --skip-bad blanked) holds nothing else. A
     file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
     from east_cache.store.jpeg_tiles import packed_extent   # page code loads where pages are read
-    from east_cache.store.page_record import image_values, map_values
+    from east_cache.store.page_record import RAW_ROWS, image_values, map_values
     size = fields["size"]
     if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
         return f"its size field holds {size.tolist()}, not a page's width and height"
@@ -166,7 +166,7 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
         want = {"image": extent[2]}
     else:
         rows = spec.kind.field("image").shape.what == "rows"   # a page warped at read time: raw rows, not tiles
-        want = {"image": 3 * w * h if rows else image_values((w, h)), "maps": map_values((w, h), map_scale)}
+        want = {"image": (RAW_ROWS.values if rows else image_values)((w, h)), "maps": map_values((w, h), map_scale)}
     for name, n in want.items():
         if name in fields and fields[name].size != n:
             return f"its {name} field holds {fields[name].size} values, where a {w} x {h} px page takes {n}"
