@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Iterator
 
 from east_cache.errors import DataError
@@ -19,6 +20,18 @@ PREDICTED_BY = "predicted_by"
 # A predicted word's confidence in [0, 1], a member of its word entry beside "points" that east-predict writes
 # and UFO readers ignore (a build reads points, illegibility and tags): `pseudo` keeps words by it.
 WORD_SCORE = "score"
+
+
+def word_score(word, where: str) -> float | None:
+    """A predicted word's WORD_SCORE, None where it has none; a DataError naming `where` (the file, image and word)
+    where it is not a finite number."""
+    value = word.get(WORD_SCORE) if isinstance(word, dict) else None
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise DataError(f"{where}: \"{WORD_SCORE}\" must be a finite number, not {value!r}; fix the prediction or "
+                        f"delete the field")
+    return float(value)
 
 
 def read_entries(json_path, rest: dict | None = None) -> Iterator[tuple[str, dict]]:

@@ -26,7 +26,8 @@ from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
-from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE, read_entries   # PREDICTED_BY: a --gt with it is refused
+# PREDICTED_BY: a --gt with it is refused
+from east_cache.ingest.ufofile import PREDICTED_BY, read_entries, word_score
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
@@ -118,12 +119,12 @@ def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
 def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None = None) -> dict[str, Words]:
     """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
     carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when given, gets
-    each image's float64 (K,) WORD_SCORE of its detections, NaN where a word has none."""
+    each image's float64 (K,) word score of its detections, NaN where a word has none."""
     json_path, out, top = source_path(json_path), {}, {}
     for name, entry in read_entries(json_path, top):
         words, polygons = entry.get("words") or {}, []
         if scores is not None:
-            scores[name] = np.array([word_score(words[k], json_path, name, k)
+            scores[name] = np.array([scored(words[k], json_path, name, k)
                                      for k in sorted(words, key=ufo.word_id_key)], np.float64)
         for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]
@@ -147,15 +148,10 @@ def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None =
     return out
 
 
-def word_score(word, json_path: Path, name: str, word_id: str) -> float:
-    """A predicted word's WORD_SCORE, NaN where it has none."""
-    value = word.get(WORD_SCORE) if isinstance(word, dict) else None
-    if value is None:
-        return float("nan")
-    if type(value) not in (int, float) or not np.isfinite(value):
-        raise DataError(f"{json_path}: image {name!r}, word {word_id!r}: \"{WORD_SCORE}\" must be a finite number, "
-                        f"not {value!r}; fix the prediction or delete the field")
-    return float(value)
+def scored(word, json_path: Path, name: str, word_id: str) -> float:
+    """A predicted word's score (ufofile.word_score), NaN where it has none."""
+    score = word_score(word, f"{json_path}: image {name!r}, word {word_id!r}")
+    return float("nan") if score is None else score
 
 
 def score_image(gt: Words, det: Words, metric: str = "rect") -> deteval.ImageCounts:

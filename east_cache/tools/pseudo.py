@@ -10,7 +10,6 @@ the build's plan and `info` say how many images are pseudo-labels. No torch: pre
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, regular_stat
 from east_cache.ingest.imageio import oriented_size
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG
-from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE, read_entries
+from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE, read_entries, word_score
 from east_cache.progress import Progress
 
 DEFAULT_SPLIT = "train"      # the split a build reads by default: `build --data REAL --data ROOT` mixes them
@@ -78,20 +77,20 @@ def check_request(a: argparse.Namespace) -> None:
     check_output(a.out, a.split, a.force)
 
 
-def word_score(word, where: str) -> float:
-    """A predicted word's score, or a DataError saying to predict again (a file without scores)."""
-    s = word.get(WORD_SCORE) if isinstance(word, dict) else None
-    if type(s) not in (int, float) or not math.isfinite(s):
+def required_score(word, where: str) -> float:
+    """A predicted word's score (ufofile.word_score), or a DataError saying to predict again (a file without scores)."""
+    s = word_score(word, where)
+    if s is None:
         raise DataError(f"{where}: no \"{WORD_SCORE}\" (a number) in the word: these predictions carry no word "
                         f"scores; predict again with this version, `{RERUN}`")
-    return float(s)
+    return s
 
 
 def pseudo_entry(entry: dict, size: tuple[int, int], min_score: float, care_score: float, where: str) -> dict:
     """The UFO entry of one predicted image: its kept words, each legible by its score, the image tagged."""
     words = {}
     for word_id, word in (entry.get("words") or {}).items():
-        s = word_score(word, f"{where}, word {word_id!r}")
+        s = required_score(word, f"{where}, word {word_id!r}")
         if s >= min_score:
             words[word_id] = {**word, "illegibility": s < care_score, "tags": []}
     return {"img_w": size[0], "img_h": size[1], "words": words, "tags": [PSEUDO_TAG]}
