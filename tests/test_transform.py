@@ -4,6 +4,8 @@ draws are seeded by (seed, epoch, image, variant), so batches repeat and a resum
 uninterrupted run would; the normalisation comes after; bad recipes and failing transforms are named."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -11,9 +13,10 @@ import torch
 from east_cache.errors import UsageError
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.loader import Loader
-from east_cache.reader.transform import CropTransform, CropWords, TransformError, crop_seed, load_recipe
+from east_cache.reader.recipe import load_recipe
+from east_cache.reader.transform import CropTransform, CropWords, TransformError, crop_seed
 from east_cache.sample.targets import make_targets
-from helpers import make_tiny_cache
+from helpers import make_tiny_cache, train_run
 
 A = pytest.importorskip("albumentations")
 
@@ -227,7 +230,10 @@ def test_a_transform_that_raises_or_changes_the_crop_is_named_with_the_image(cac
     def boom(image):
         raise ValueError("no")
 
-    ds = CacheDataset(cache, transform=A.Compose([A.GaussNoise(p=1), A.Lambda(image=lambda x, **kw: boom(x))]))
+    with pytest.warns(UserWarning, match="lambda"):   # albumentations' own word on Lambda and processes
+        lam = A.Lambda(image=lambda x, **kw: boom(x))
+    ds = CacheDataset(cache, transform=A.Compose([A.GaussNoise(p=1), lam]))
+    ds.set_epoch(0)
     with pytest.raises(TransformError, match=r"transform Lambda failed on image \S+ \(variant 0, epoch 0\): "
                                              r"ValueError: no"):
         ds[0]
@@ -243,3 +249,56 @@ def test_a_cache_whose_geometry_was_built_refuses_a_transform(sample_root, tmp_p
     built = make_tiny_cache(sample_root, tmp_path / "b", geometry="build", **SIZES)
     with pytest.raises(UsageError, match=r"its pages are stored warped .* --geometry read"):
         CacheDataset(built, transform=A.Compose([A.ToGray(p=1)]))
+
+
+@pytest.mark.slow
+def test_east_train_augment_records_the_recipe_and_a_resume_inside_an_epoch_is_exact(tiny_cache, tmp_path, capsys):
+    recipe = tmp_path / "aug.yaml"
+    A.save(A.Compose([A.Affine(rotate=(-15, 15), p=0.9), A.GaussNoise(p=0.5)]), str(recipe), data_format="yaml")
+    flags = ("--epochs", "2", "--batch-size", "1", "--augment", str(recipe))
+    whole = tmp_path / "whole"
+    log = train_run(tiny_cache, whole, *flags)
+    assert log[0]["augment"]["text"] == recipe.read_text() and log[0]["config"]["augment"] == str(recipe)
+    assert "each training crop through --augment" in capsys.readouterr().out
+    cut = tmp_path / "cut"
+    train_run(tiny_cache, cut, *flags, "--max-steps", "3")   # stops after the first step of epoch 2
+    recipe.write_text("not a recipe any more")   # a resume makes the transform from the checkpoint's text
+    train_run(tiny_cache, cut, "--epochs", "2", "--batch-size", "1", "--resume", str(cut / "latest.pt"))
+    assert "as recorded in" in capsys.readouterr().out
+    a, b = (torch.load(d / "latest.pt", weights_only=True) for d in (whole, cut))
+    assert a["step"] == b["step"] == 4 and b["augment"]["text"] == a["augment"]["text"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+@pytest.mark.slow
+def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_line(tiny_cache, tmp_path, capsys):
+    from east_cache.model import train
+    recipe = tmp_path / "third.py"
+    recipe.write_text("calls = 0\n\n"
+                      "def third(image):\n"
+                      "    global calls\n"
+                      "    calls += 1\n"
+                      "    if calls == 3:\n"
+                      "        raise RuntimeError('the third crop')\n"
+                      "    return image\n")
+    out = tmp_path / "run"
+    status = train.main(["--cache", str(tiny_cache), "--out", str(out), "--workers", "0", "--batch-size", "1",
+                         "--backbone-weights", "random", "--epochs", "3", "--augment", f"{recipe}:third"])
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.lstrip().startswith("epoch ")]
+    assert status == 2 and len(err) == 1
+    assert re.match(rf"error: --augment {re.escape(str(recipe))}:third: transform third failed on image \S+ "
+                    rf"\(variant 0, epoch 1\): RuntimeError: the third crop; saved {re.escape(str(out))}/epoch_2_step_",
+                    err[0]), err[0]
+    assert torch.load(out / "latest.pt", weights_only=True)["augment"]["name"] == "third"
+
+
+def test_east_train_refuses_a_recipe_that_does_not_load_before_the_caches_open(tmp_path, capsys):
+    from east_cache.model import train
+    bad = tmp_path / "aug.json"
+    bad.write_text('{"transform": {"__class_fullname__": "Compose", "transforms": [{"__class_fullname__": "Blurr"}]}}')
+    status = train.main(["--cache", str(tmp_path / "no-cache"), "--augment", str(bad)])
+    assert status == 2
+    assert capsys.readouterr().err.strip() == (f"error: --augment {bad}: unknown transform Blurr (albumentations "
+                                               f"{A.__version__} has no such class); check the name and the "
+                                               f"albumentations version")

@@ -22,7 +22,8 @@ from east_cache.errors import UsageError, cache_command
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
-from east_cache.reader.transform import CropTransform, as_transform
+from east_cache.reader.recipe import as_transform
+from east_cache.reader.transform import CropTransform
 from east_cache.store.format import CROP, record_spec
 from east_cache.store.page_jpeg import JPEG_TILE_PX
 from east_cache.store.page_record import (

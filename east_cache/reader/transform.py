@@ -21,19 +21,16 @@ name, variant) (crop_seed): the pipeline's own generators (albumentations 2's se
 Python's global ones and, for a torch transform, torch's (inside fork_rng: the process's own stream is put back),
 so a crop is the same whichever process or thread makes it, and a resumed run reads the same crops.
 
-A recipe (`east-train --augment RECIPE`) is a file albumentations writes (A.save(pipeline, "aug.yaml",
-data_format="yaml"), or JSON), or `file.py:name`, a pipeline object or callable defined in a Python file. Its text
-(CropTransform.record) goes into the checkpoint, from which --resume makes it again.
+A recipe (`east-train --augment RECIPE`: a file albumentations writes, or `file.py:name`) is read by
+east_cache/reader/recipe.py; its text (CropTransform.record) goes into the checkpoint, from which --resume makes it
+again.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import json
 import random
 import sys
 import warnings
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -41,8 +38,6 @@ import numpy as np
 from east_cache.errors import UsageError, UserError
 
 SEED_SALT = b"east-transform"   # the transform's seeds differ from the crop draw's (crop_draw.CROP_RNG_SALT)
-RECIPE_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}   # albumentations' own file formats
-INSTALL = 'pip install "east-cache[augment]"'
 
 
 class TransformError(UserError, RuntimeError):
@@ -68,7 +63,7 @@ class CropTransform:
     """A transform as the reader applies it. transform: an albumentations transform or Compose, a torch module
     (a torchvision v2 transform: it gets a (3, S, S) uint8 tensor), or a callable (S, S, 3) uint8 -> same.
     recipe: how messages name it (a file, `file.py:name`; default its class name); record: what a checkpoint keeps
-    to make it again ({"recipe", "format", "text", "name"}), None where it cannot be written down."""
+    to make it again ({"recipe", "format", "text", "name"}: reader/recipe.py), None where there is none."""
 
     def __init__(self, transform, recipe: str | None = None, record: dict | None = None):
         self.transform, self.recipe = transform, recipe or type(transform).__name__
@@ -77,22 +72,11 @@ class CropTransform:
             raise UsageError(f"transform {self.recipe}: not a transform: pass an albumentations pipeline, a "
                              f"torchvision v2 transform, or a callable that takes and returns an (S, S, 3) uint8 image")
         self.moves = self.kind == "albumentations" and moves_pixels(transform)
-        self.record = record if record is not None else albumentations_record(transform, self.recipe)
+        self.record = record
         self._pipeline = keypoint_pipeline(transform) if self.kind == "albumentations" else None
 
     def __repr__(self) -> str:
         return f"CropTransform({self.recipe})"
-
-    def __getstate__(self):   # a pickled copy (a spawned DataLoader worker) makes it again from its record
-        if self.record is None:
-            return self.__dict__
-        return {"record": self.record}
-
-    def __setstate__(self, state) -> None:
-        if "transform" in state:
-            self.__dict__.update(state)
-        else:
-            self.__dict__.update(from_record(state["record"]).__dict__)
 
     def __call__(self, image: np.ndarray, words: CropWords, seed: int, where: str) -> tuple[np.ndarray, CropWords]:
         """(the transformed crop, its words) for the crop `image` uint8 (S, S, 3) and its words, drawn from `seed`
@@ -250,131 +234,3 @@ def failing_transform(error: BaseException, transform) -> str:
             name = type(owner).__name__
         tb = tb.tb_next
     return name or describe(transform)
-
-
-# ---------------------------------------------------------------- recipes
-
-def albumentations_record(transform, recipe: str) -> dict | None:
-    """An albumentations pipeline written down as albumentations serialises it (JSON), for a checkpoint; None for
-    other transforms and for pipelines holding a transform that cannot be serialised (a Lambda)."""
-    if kind_of(transform) != "albumentations":
-        return None
-    import albumentations as A
-    try:
-        text = json.dumps(A.to_dict(transform))
-    except Exception:   # noqa: BLE001 - NotImplementedError, a value json cannot write: not recorded
-        return None
-    return {"recipe": recipe, "format": "json", "text": text, "name": None}
-
-
-def load_recipe(spec) -> CropTransform:
-    """The transform a recipe names: PATH.yaml / .yml / .json (albumentations' A.save format) or PATH.py:NAME (an
-    object of a Python file). A recipe that does not load is a UsageError naming it and the transform at fault."""
-    spec = str(spec)
-    path, _, name = spec.rpartition(":") if ".py:" in spec else (spec, "", "")
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"--augment {spec}: no such file; pass an albumentations pipeline file (A.save(pipeline, "
-                         f"'aug.yaml', data_format='yaml'), or .json) or FILE.py:NAME")
-    text = path.read_text(encoding="utf-8")
-    fmt = "python" if name else RECIPE_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise UsageError(f"--augment {spec}: a recipe is a .yaml, .yml or .json file albumentations saved, or "
-                         f"FILE.py:NAME naming a pipeline or callable in a Python file")
-    return from_record({"recipe": spec, "format": fmt, "text": text, "name": name or None})
-
-
-def from_record(record: dict) -> CropTransform:
-    """A transform made again from its record (load_recipe's, or a checkpoint's)."""
-    spec, fmt, text = record["recipe"], record["format"], record["text"]
-    if fmt == "python":
-        return CropTransform(python_object(spec, text, record["name"]), spec, record)
-    return CropTransform(albumentations_pipeline(spec, text, fmt), spec, record)
-
-
-def python_object(spec: str, text: str, name: str):
-    """Object `name` of the Python source `text` (the file `spec` names), run as a module of its own."""
-    module_spec = importlib.util.spec_from_loader(f"east_cache_recipe_{abs(hash(spec))}", loader=None)
-    module = importlib.util.module_from_spec(module_spec)
-    module.__file__ = spec.rpartition(":")[0]
-    try:
-        exec(compile(text, module.__file__, "exec"), module.__dict__)   # noqa: S102 - the user's own recipe file
-    except Exception as e:   # noqa: BLE001 - the user's file failed: named
-        raise UsageError(f"--augment {spec}: the file failed to run: {type(e).__name__}: {e}") from e
-    if name not in module.__dict__:
-        raise UsageError(f"--augment {spec}: the file defines no {name!r}; name a pipeline or callable it defines")
-    return module.__dict__[name]
-
-
-def albumentations_pipeline(spec: str, text: str, fmt: str):
-    """The pipeline an albumentations file (its text, `fmt` yaml or json) describes."""
-    try:
-        import albumentations as A
-    except ImportError:
-        raise UsageError(f"--augment {spec}: albumentations is not installed: {INSTALL}") from None
-    try:
-        if fmt == "yaml":
-            import yaml
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as e:   # noqa: BLE001 - yaml's and json's errors: named
-        raise UsageError(f"--augment {spec}: not a {fmt} file: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("transform"), dict):
-        raise UsageError(f"--augment {spec}: not an albumentations pipeline (no 'transform' entry); write one with "
-                         f"A.save(pipeline, '{Path(spec).name}', data_format='{fmt}')")
-    unknown = unknown_transforms(data["transform"])
-    if unknown:
-        raise UsageError(f"--augment {spec}: unknown transform {', '.join(unknown)} (albumentations "
-                         f"{A.__version__} has no such class); check the name and the albumentations version")
-    try:
-        return A.from_dict(data)
-    except Exception as e:   # noqa: BLE001 - a transform's arguments refused: say which
-        raise UsageError(f"--augment {spec}: transform {bad_arguments(data['transform'])} does not load: "
-                         f"{' '.join(str(e).split())}") from None
-
-
-def leaf_transforms(node: dict) -> list[dict]:
-    """The transforms of a serialised pipeline, depth first (the compositions' members)."""
-    inner = node.get("transforms")
-    if isinstance(inner, list):
-        return [leaf for t in inner if isinstance(t, dict) for leaf in leaf_transforms(t)]
-    return [node]
-
-
-def unknown_transforms(node: dict) -> list[str]:
-    """The class names in a serialised pipeline that albumentations does not know."""
-    from albumentations.core.serialization import SERIALIZABLE_REGISTRY, shorten_class_name
-    names = []
-
-    def walk(n: dict) -> None:
-        name = str(n.get("__class_fullname__"))
-        if shorten_class_name(name) not in SERIALIZABLE_REGISTRY:
-            names.append(name)
-        for t in n.get("transforms", []) if isinstance(n.get("transforms"), list) else []:
-            if isinstance(t, dict):
-                walk(t)
-
-    walk(node)
-    return names
-
-
-def bad_arguments(node: dict) -> str:
-    """The first transform of a serialised pipeline that albumentations refuses to make, by name."""
-    import albumentations as A
-    for leaf in leaf_transforms(node):
-        try:
-            A.from_dict({"transform": leaf})
-        except Exception:   # noqa: BLE001 - the one we look for
-            return str(leaf.get("__class_fullname__"))
-    return str(node.get("__class_fullname__"))
-
-
-def as_transform(transform) -> CropTransform | None:
-    """What Loader and CacheDataset take as transform=: None, a recipe (a path or `file.py:name`), a transform
-    object, or a CropTransform."""
-    if transform is None or isinstance(transform, CropTransform):
-        return transform
-    if isinstance(transform, (str, Path)):
-        return load_recipe(transform)
-    return CropTransform(transform)
