@@ -147,6 +147,7 @@ def batches(loader: Loader, epochs) -> list[list[torch.Tensor]]:
 RECIPE = [A.Affine(rotate=(-10, 10), shear=(-5, 5), p=0.8), A.GaussNoise(p=0.5), A.HueSaturationValue(p=0.5)]
 
 
+@pytest.mark.slow
 def test_one_seed_gives_the_same_batches_twice_with_workers_and_another_seed_others(cache):
     def run(seed: int):
         torch.manual_seed(seed)   # the colour jitter's draws (train.py seeds them so)
@@ -302,3 +303,33 @@ def test_east_train_refuses_a_recipe_that_does_not_load_before_the_caches_open(t
     assert capsys.readouterr().err.strip() == (f"error: --augment {bad}: unknown transform Blurr (albumentations "
                                                f"{A.__version__} has no such class); check the name and the "
                                                f"albumentations version")
+
+
+def test_show_draws_a_contact_sheet_of_the_epochs_through_a_recipe(cache, tmp_path, capsys):
+    from PIL import Image
+    from helpers import cli_run
+    recipe = tmp_path / "aug.yaml"
+    A.save(A.Compose([A.ToGray(p=1), A.Perspective(p=1)]), str(recipe), data_format="yaml")
+    sheet = tmp_path / "sheet.png"
+    status, out, err = cli_run(capsys, "show", cache, "0", "--augment", recipe, "--epochs", "0-5", "-o", sheet)
+    assert status == 0, err
+    pixels = np.asarray(Image.open(sheet).convert("RGB"))
+    size = 128
+    assert pixels.shape[1] == 4 * (size + 8) and pixels.shape[0] > 2 * size   # 6 crops: 4 a row, 2 rows
+    status, _, err = cli_run(capsys, "show", cache, "0", "--augment", tmp_path / "none.yaml", "-o", sheet)
+    assert status == 2 and "none.yaml: no such file" in err
+
+
+def test_bench_augment_prints_a_cores_rate_without_and_with_the_recipe_and_each_transforms_share(cache, tmp_path,
+                                                                                               capsys, monkeypatch):
+    from helpers import cli_run
+    from east_cache.reader import bench_augment
+    recipe = tmp_path / "aug.yaml"
+    A.save(A.Compose([A.GaussNoise(p=1), A.Affine(rotate=(-5, 5), p=1)]), str(recipe), data_format="yaml")
+    monkeypatch.setattr(bench_augment, "REPEAT_S", 0.05)
+    status, out, err = cli_run(capsys, "bench", cache, "--augment", recipe)
+    assert status == 0, err
+    assert re.search(r"without --augment: +[\d.]+ crops/s", out)
+    assert re.search(rf"with {re.escape(str(recipe))}: +[\d.]+ crops/s \([\d.]+x\); words moved as keypoints", out)
+    shares = [float(x) for x in re.findall(r"^  (?:GaussNoise|Affine) +[\d.]+ +([\d.]+)%$", out, re.M)]
+    assert len(shares) == 2 and abs(sum(shares) - 100) < 0.2
