@@ -54,8 +54,8 @@ def from_record(record: dict) -> CropTransform:
     """A transform made again from its record (load_recipe's, or a checkpoint's)."""
     spec, fmt, text = record["recipe"], record["format"], record["text"]
     if fmt == "python":
-        return CropTransform(python_object(spec, text, record["name"]), spec, record)
-    return CropTransform(albumentations_pipeline(spec, text, fmt), spec, record)
+        return CropTransform(python_object(spec, text, record["name"]), spec, record, f"--augment {spec}")
+    return CropTransform(albumentations_pipeline(spec, text, fmt), spec, record, f"--augment {spec}")
 
 
 def python_object(spec: str, text: str, name: str):

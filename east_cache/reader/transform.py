@@ -63,10 +63,12 @@ class CropTransform:
     """A transform as the reader applies it. transform: an albumentations transform or Compose, a torch module
     (a torchvision v2 transform: it gets a (3, S, S) uint8 tensor), or a callable (S, S, 3) uint8 -> same.
     recipe: how messages name it (a file, `file.py:name`; default its class name); record: what a checkpoint keeps
-    to make it again ({"recipe", "format", "text", "name"}: reader/recipe.py), None where there is none."""
+    to make it again ({"recipe", "format", "text", "name"}: reader/recipe.py), None where there is none; label: where
+    an error says it came from ("--augment aug.yaml"; default "transform=NAME")."""
 
-    def __init__(self, transform, recipe: str | None = None, record: dict | None = None):
+    def __init__(self, transform, recipe: str | None = None, record: dict | None = None, label: str | None = None):
         self.transform, self.recipe = transform, recipe or type(transform).__name__
+        self.label = label or f"transform={self.recipe}"   # how errors name where it came from: --augment FILE
         self.kind = kind_of(transform)
         if self.kind is None:
             raise UsageError(f"transform {self.recipe}: not a transform: pass an albumentations pipeline, a "
@@ -98,7 +100,7 @@ class CropTransform:
                 else:
                     result = self.transform(image)
         except Exception as e:   # noqa: BLE001 - any failure of the user's code, named
-            raise TransformError(f"--augment {self.recipe}: transform {failing_transform(e, self.transform)} "
+            raise TransformError(f"{self.label}: transform {failing_transform(e, self.transform)} "
                                  f"failed on {where}: {type(e).__name__}: {e}") from e
         result = self.check(result, image.shape, where)
         if not self.moves:
@@ -109,7 +111,7 @@ class CropTransform:
         """The transform's result as uint8 (S, S, 3), refused (TransformError) when it is anything else."""
         out = np.asarray(result) if not isinstance(result, np.ndarray) else result
         if out.dtype != np.uint8 or out.shape != shape:
-            raise TransformError(f"--augment {self.recipe}: transform {describe(self.transform)} gave {out.dtype} "
+            raise TransformError(f"{self.label}: transform {describe(self.transform)} gave {out.dtype} "
                                  f"{tuple(out.shape)} for {where}, where the crop is uint8 {shape}: a crop transform "
                                  f"must keep the size, the 3 RGB channels and uint8 (the normalisation comes after "
                                  f"it, on the device)")
