@@ -333,3 +333,28 @@ def test_bench_augment_prints_a_cores_rate_without_and_with_the_recipe_and_each_
     assert re.search(rf"with {re.escape(str(recipe))}: +[\d.]+ crops/s \([\d.]+x\); words moved as keypoints", out)
     shares = [float(x) for x in re.findall(r"^  (?:GaussNoise|Affine) +[\d.]+ +([\d.]+)%$", out, re.M)]
     assert len(shares) == 2 and abs(sum(shares) - 100) < 0.2
+
+
+@pytest.mark.parametrize("recipe", ["pixels", "affine"])
+def test_train_pys_compact_batches_hold_the_targets_of_the_plain_items(cache, recipe):
+    """Loader's batches (compact items: packed maps and word table, expanded on the device) equal CacheDataset's
+    plain items under the same transform; a pixel recipe leaves them as they are without it."""
+    user = (A.Compose([A.GaussNoise(p=1), A.Sharpen(p=1)]) if recipe == "pixels"
+            else A.Compose([A.Affine(rotate=(-20, 20), shear=(-8, 8), p=1)]))
+    plain = CacheDataset(cache, transform=user)
+    with Loader(cache, 1, workers=0, seed=plain.config.seed, jitter=0, normalize=None, shuffle=False,
+                transform=user) as loader, Loader(cache, 1, workers=0, jitter=0, normalize=None,
+                                                  shuffle=False) as untransformed:
+        for epoch in (0, 1):
+            plain.set_epoch(epoch)
+            loader.set_epoch(epoch)
+            untransformed.set_epoch(epoch)
+            for i, (batch, before) in enumerate(zip(loader, untransformed)):
+                item = plain[i]
+                assert np.array_equal(batch.image[0].numpy(), item["image"])
+                assert np.array_equal(batch.score[0].numpy(), item["score"].astype(np.float32))
+                assert np.array_equal(batch.roi[0].numpy(), item["roi"].astype(np.float32))
+                assert np.allclose(batch.geo[0].numpy(), item["geo"].astype(np.float32), atol=0.05, rtol=2e-3)
+                if recipe == "pixels":
+                    assert torch.equal(batch.score, before.score) and torch.equal(batch.geo, before.geo)
+                    assert torch.equal(batch.roi, before.roi) and not torch.equal(batch.image, before.image)
