@@ -95,8 +95,13 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
     before = pred.read_bytes()
     (tmp_path / "r" / "ufo").mkdir(parents=True)
     (tmp_path / "r" / "ufo" / "p.json").symlink_to(pred)   # ROOT/ufo/p.json is the predictions file
-    cases = [(["--out", folder], "inside it"), (["--out", folder / "sub"], "inside it"),
+    (tmp_path / "h" / "ufo").mkdir(parents=True)
+    (tmp_path / "h" / "ufo" / "p.json").hardlink_to(pred)   # a hard link to it
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "images").symlink_to(folder)          # ROOT/images is the --images folder
+    cases = [(["--out", tmp_path / "s"], "--images"),
              (["--out", tmp_path / "r", "--split", "p", "--force"], "--pred"),
+             (["--out", tmp_path / "h", "--split", "p", "--force"], "--pred"),
              (["--out", pred], "is a file"), (["--out", tmp_path / "x", "--split", "../pred"], "plain name"),
              (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "min <= care")]
     for flags, said in cases:
@@ -104,7 +109,10 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
                                  *flags)
         assert status == 2 and err.count("error:") == 1 and said in err, (flags, err)
     assert pred.read_bytes() == before and not (folder / "images").exists() and not (tmp_path / "ok").exists()
-    assert not (tmp_path / "r" / "images").exists()
+    assert not (tmp_path / "r" / "images").exists() and not (tmp_path / "h" / "images").exists()
+    beside = folder / "pseudo"   # a root inside the --images folder overwrites nothing there: allowed
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", beside)[0] == 0
+    assert pred.read_bytes() == before and (beside / "ufo" / "train.json").is_file()
     root = tmp_path / "root"
     assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)[0] == 0
     status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)

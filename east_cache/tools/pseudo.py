@@ -68,12 +68,9 @@ def check_request(a: argparse.Namespace) -> None:
         raise UsageError(f"--pred {a.pred}: no such file; give the predictions file east-predict wrote ({RERUN})")
     if not a.images.is_dir():
         raise UsageError(f"--images {a.images}: not a folder; give the folder of the predicted images")
-    images = (a.out / IMAGES_DIR).resolve()
-    source = a.images.resolve()
-    if images == source or source in images.parents:
-        raise UsageError(f"--out {a.out}: its images/ folder would be {images}, which is --images {a.images} or "
-                         f"inside it; write the root elsewhere")
-    refuse_overwrite("--out", ufo_path(a.out, a.split), [Input("the predictions --pred", a.pred)])
+    refuse_overwrite("--out", a.out, [Input("the predictions --pred", a.pred),
+                                      Input("the images --images", a.images, tree=True)],
+                     (ufo_path(".", a.split).as_posix(), IMAGES_DIR))
     check_output(a.out, a.split, a.force)
 
 
