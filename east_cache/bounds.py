@@ -1,7 +1,10 @@
 """The accepted range of every number a user gives, checked in one place before any work starts.
 
 A numeric flag of any command is parsed by `flag_number(Bound(...))` (argparse's type=): a value of the wrong kind
-or out of range ends in one `error:` line naming the flag and its range (exit status 2). A numeric argument of the
+or out of range ends in one `error:` line naming the flag and its range (exit status 2); an integer flag also takes
+no value beyond +-FLAG_INT_LIMIT, which C code (a seed of torch or numpy, a count of threads or processes) cannot hold.
+tests/test_numbers.py walks every command's parser and feeds each numeric flag a negative, a fraction, nan and a huge
+value. A numeric argument of the
 public API (east_cache.Loader, CacheDataset, EpochSampler) goes through `check_number`: a TypeError for a value of
 the wrong kind (a str, a bool, a float where an integer is meant), a ValueError for one out of range or not finite;
 both name the argument and its range.
@@ -67,9 +70,12 @@ def check_number(name: str, value, bound: Bound, none: bool = False):
     return value
 
 
+FLAG_INT_LIMIT = 2**31 - 1   # the largest integer a flag takes (a C int): seeds, counts, sizes
+
+
 def flag_number(bound: Bound) -> Callable[[str], int | float]:
-    """argparse's type= for a numeric flag: the text as an int or float within bound, else argparse's one-line
-    error, "argument --flag: TEXT: must be <range>"."""
+    """argparse's type= for a numeric flag: the text as an int or float within bound (an integer at most
+    FLAG_INT_LIMIT in size), else argparse's one-line error, "argument --flag: TEXT: must be <range>"."""
     def parse(text: str) -> int | float:
         try:
             value = int(text) if bound.integer else float(text)
@@ -77,8 +83,11 @@ def flag_number(bound: Bound) -> Callable[[str], int | float]:
             raise argparse.ArgumentTypeError(f"{text!r}: must be {bound.accepted()}") from None
         if not bound.contains(value):
             raise argparse.ArgumentTypeError(f"{text}: must be {bound.accepted()}")
+        if bound.integer and abs(value) > FLAG_INT_LIMIT:
+            raise argparse.ArgumentTypeError(f"{text}: must be {bound.accepted()}, at most {FLAG_INT_LIMIT}")
         return value
     parse.__name__ = "integer" if bound.integer else "number"   # argparse names the type in some messages
+    parse.bound = bound   # for the test that walks every parser
     return parse
 
 

@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, Bound, flag_number
 from east_cache.config import (
     AUTO,
     CROP_MODES,
@@ -262,11 +262,12 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def _int_list(text: str, least: int = 0) -> list[int]:
+    parse = flag_number(Bound(least=least))
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not values or min(values) < least:
+        values = [parse(v) for v in text.split(",") if v.strip()]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}") from None
+    if not values:
         raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}")
     return values
 

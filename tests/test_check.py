@@ -146,7 +146,7 @@ def test_the_histogram_png_is_written_readable_and_counts_every_kept_word(tmp_pa
     (["--split", "nope"], "ufo/nope.json: UFO file not found"),
     (["--out", "{root}/ufo"], "read as splits"),
     (["--out", "{root}/ufo/reports"], "read as splits"),
-    (["--distance", "64"], "--distance 64"),
+    (["--distance", "64"], "--distance: 64: must be an integer in [0, 63]"),
 ])
 def test_user_mistakes_are_one_error_line_and_status_2(tmp_path, capsys, flags, says):
     root = write_root(tmp_path / "r", {"train": {"i.jpg": scene(0)}})

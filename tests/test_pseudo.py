@@ -103,7 +103,8 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
              (["--out", tmp_path / "r", "--split", "p", "--force"], "--pred"),
              (["--out", tmp_path / "h", "--split", "p", "--force"], "--pred"),
              (["--out", pred], "is a file"), (["--out", tmp_path / "x", "--split", "../pred"], "plain name"),
-             (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "min <= care")]
+             (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "--min-score: nan: must be a finite number in [0, 1]"),
+             (["--care-score", "1.7"], "--care-score: 1.7: must be a finite number in [0, 1]")]
     for flags, said in cases:
         status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ok",
                                  *flags)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.bounds import NON_NEGATIVE, Bound, flag_number
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, open_regular
@@ -76,12 +77,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder to write the page into (made if missing; a previous review there is replaced)")
     p.add_argument("--force", action="store_true",
                    help="write into an existing folder that holds other files (they are kept) (default: off)")
-    p.add_argument("--size", type=int, default=DEFAULT_SIDE,
+    p.add_argument("--size", type=flag_number(Bound(least=1, note="px")), default=DEFAULT_SIDE,
                    help="long side of each image's picture, px (default: %(default)s; smaller images stay as they are)")
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="of each image's picture: png, exact colours and lines; jpg, a few times smaller "
                         "(default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=0, help="images drawn at once (default: one per core)")
+    p.add_argument("--jobs", type=flag_number(Bound(least=0, note="0: one per core")), default=0,
+                   help="images drawn at once (default: 0, one per core)")
     p.add_argument("--skip-bad", action="store_true",
                    help="draw the words of a missing or unreadable image on a grey page instead of stopping "
                         "(default: off)")
@@ -89,9 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # which words are don't-care: the build's rules and defaults, as `evaluate` takes them
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care word (default: %(default)s)")
-    p.add_argument("--min-area", type=float, default=d.min_area,
+    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), default=d.min_area,
                    help="px^2; smaller words are don't-care (default: %(default)s)")
-    p.add_argument("--drop-area", type=float, default=d.drop_area,
+    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), default=d.drop_area,
                    help="px^2; smaller words are dropped (default: %(default)s)")
     p.add_argument("--fit-polygons", action="store_true",
                    help="fit words with 5+ points to a min-area quad instead of making them don't-care (default: off)")
@@ -241,8 +243,6 @@ def prepare(out: Path, own: set[str], items: list[dict]) -> None:
 def run(a: argparse.Namespace) -> int:
     """`review`: check the flags and --out, read and match, list what it writes in the marker, draw every image
     (threads: OpenCV and PIL release the GIL), write the page."""
-    if a.size < 1:
-        raise UsageError(f"--size {a.size}: give the long side of the pictures in px, at least 1")
     own = check_out(a.out, [Input("the ground truth --gt", a.gt), Input("the predictions --pred", a.pred),
                             Input("the images --images", a.images, tree=True)], a.force)
     if not a.images.is_dir():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.bounds import Bound, flag_number
 from east_cache.config import BuildConfig
 from east_cache.errors import UsageError, check_output, refuse_overwrite
 from east_cache.ingest.objects import is_url
@@ -66,7 +67,8 @@ def register(sub) -> None:
     c.add_argument("--out", type=Path, metavar="REPORT_DIR",
                    help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); outside "
                         f"every root (default: none, the summary is printed only)")
-    c.add_argument("--distance", type=int, default=NEAR_DISTANCE, metavar="BITS",
+    c.add_argument("--distance", type=flag_number(Bound(least=0, most=HASH_BITS - 1)), default=NEAR_DISTANCE,
+                   metavar="BITS",
                    help=f"largest Hamming distance (bits of {HASH_BITS}) of a near-duplicate pair "
                         f"(default {NEAR_DISTANCE})")
     c.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
@@ -75,7 +77,7 @@ def register(sub) -> None:
 
 def run(a: argparse.Namespace) -> int:
     roots = [Path(r) for r in a.data]
-    check_flags(roots, a.out, a.distance)
+    check_flags(roots, a.out)
     files = gather(roots, a.split)
     words = sum(len(entry.get("words") or {}) for f in files for entry, frame, _ in f.entries.values() if frame)
     hashed = HashStore().hashes([f.path for f in files], a.quiet, "hashing images")
@@ -90,12 +92,10 @@ def run(a: argparse.Namespace) -> int:
     return EXIT_FOUND if duplicates or anomalies else 0
 
 
-def check_flags(roots: list[Path], out: Path | None, limit: int) -> None:
+def check_flags(roots: list[Path], out: Path | None) -> None:
     """Refuse, before any work, what cannot be checked or written: a URL, a folder that is no root, an --out whose
     files would be an input or a link to one (errors.refuse_overwrite), an --out in a root's ufo/ (its .json files
     are read as splits: report.json would be one)."""
-    if not 0 <= limit < HASH_BITS:
-        raise UsageError(f"--distance {limit}: give a number of bits from 0 to {HASH_BITS - 1}")
     for r in roots:
         if is_url(str(r)):
             raise UsageError(f"--data {r}: check reads local folders; copy the set to a folder first")

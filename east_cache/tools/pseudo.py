@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from east_cache.bounds import Bound, flag_number
 from east_cache.convert.writer import IMAGES_DIR, check_output, ufo_path, write_root
 from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, regular_stat
@@ -22,6 +23,7 @@ from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE, read_entries, wo
 from east_cache.progress import Progress
 
 DEFAULT_SPLIT = "train"      # the split a build reads by default: `build --data REAL --data ROOT` mixes them
+SCORE = Bound(integer=False, least=0, most=1)   # a threshold on a word's score
 MIN_SCORE = 0.8              # east-predict's default --score-thresh: every word it writes is kept
 CARE_SCORE = 0.95            # legible from here; below, a don't-care region
 PROGRAM = "east-cache pseudo"
@@ -47,9 +49,9 @@ def register(sub) -> None:
     p.add_argument("--split", default=DEFAULT_SPLIT,
                    help=f"the split name of the UFO file, as the build's --split will name it (default: "
                         f"{DEFAULT_SPLIT})")
-    p.add_argument("--min-score", type=float, default=MIN_SCORE, metavar="X",
+    p.add_argument("--min-score", type=flag_number(SCORE), default=MIN_SCORE, metavar="X",
                    help=f"words scored below X are dropped (default {MIN_SCORE}, east-predict's --score-thresh)")
-    p.add_argument("--care-score", type=float, default=CARE_SCORE, metavar="Y",
+    p.add_argument("--care-score", type=flag_number(SCORE), default=CARE_SCORE, metavar="Y",
                    help=f"words scored at least Y are legible; those between X and Y illegible, don't-care "
                         f"(default {CARE_SCORE})")
     p.add_argument("--copy", action="store_true", help="copy the images into ROOT/images (default: symbolic links)")
@@ -62,7 +64,7 @@ def check_request(a: argparse.Namespace) -> None:
     """Every refusal before any work: thresholds, inputs, and outputs that would replace or land in an input."""
     if not a.split or any(c in a.split for c in "/\\\0") or a.split.startswith("."):
         raise UsageError(f"--split {a.split!r}: a split is a plain name such as train (it names ufo/SPLIT.json)")
-    if not 0 <= a.min_score <= a.care_score <= 1:
+    if a.min_score > a.care_score:
         raise UsageError(f"--min-score {a.min_score} and --care-score {a.care_score}: give 0 <= min <= care <= 1")
     if not a.pred.is_file():
         raise UsageError(f"--pred {a.pred}: no such file; give the predictions file east-predict wrote ({RERUN})")
