@@ -314,7 +314,10 @@ class InputFiles:
     def _list(self) -> None:
         if self._paths is not None:
             return
-        files = [p for pattern in self.reads for p in self.path.glob(pattern) if p.is_file()] if self.tree else             [self.path] if self.path.is_file() else []
+        if self.tree:
+            files = [p for pattern in self.reads for p in self.path.glob(pattern) if p.is_file()]
+        else:
+            files = [self.path] if self.path.is_file() else []
         self._paths = {p.resolve() for p in files}
         for p in files:
             st = p.stat()

@@ -122,8 +122,8 @@ CASES = {
         ("--out", "the manifest of the cache")),
     "check --out whose report.json is a link to the gt": ("cli", ["check", "--data", "{w}/root", "--out", "{w}/sym"],
                                                           ("--out", "annotations of --data")),
-    "check --out whose duplicates.csv is a hard link to the gt": ("cli", ["check", "--data", "{w}/root", "--out",
-                                                                          "{w}/hard"], ("--out", "annotations of --data")),
+    "check --out whose duplicates.csv is a hard link to the gt": ("cli", [
+        "check", "--data", "{w}/root", "--out", "{w}/hard"], ("--out", "annotations of --data")),
     "review --out whose index.html is a link to the predictions": ("cli", [
         "review", "--gt", "{w}/" + GT, "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/sym",
         "--force"], ("--out", "the predictions --pred")),

@@ -172,3 +172,28 @@ def test_points_outside_the_image_are_clipped_and_degenerate_words_dropped_with_
     width = json.loads((tmp_path / "ps" / "ufo" / "train.json").read_text())["images"][name]["img_w"]
     assert sorted(words) == ["ok", "out"] and words["ok"]["points"] == [[5, 20], [30, 20], [30, 30], [5, 30]]
     assert words["out"]["points"] == [[0, 2], [width, 2], [width, 12], [0, 12]]
+
+
+@pytest.mark.parametrize("where", ["first", "last", "tags only", "member only, last"])
+def test_evaluate_refuses_pseudo_labels_as_ground_truth_wherever_the_mark_sits(predicted, tmp_path, capsys, where):
+    """Scored against the pseudo-labels made of them, predictions would get hmean 1: the file's member (first, as
+    pseudo writes it, or moved after "images") or an image's pseudo tag alone makes evaluate and review refuse it."""
+    folder, pred = predicted
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")[0] == 0
+    ufo_file = tmp_path / "ps" / "ufo" / "train.json"
+    doc = json.loads(ufo_file.read_text())
+    mark = doc.pop(PROVENANCE)
+    if where != "tags only":
+        doc[PROVENANCE] = mark    # after "images" unless first
+        if where == "first":
+            doc = {PROVENANCE: mark, "images": doc["images"]}
+    if where == "member only, last":
+        for entry in doc["images"].values():
+            entry["tags"] = []
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps(doc))
+    status, _, err = cli_run(capsys, "evaluate", "--gt", gt, "--pred", pred)
+    assert status == 2 and err.count("error:") == 1 and "pseudo-labels" in err and "not ground truth" in err, err
+    status, _, err = cli_run(capsys, "review", "--gt", gt, "--pred", pred, "--images", folder, "--out",
+                             tmp_path / "review", "--quiet")
+    assert status == 2 and "pseudo-labels" in err, err

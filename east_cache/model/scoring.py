@@ -26,7 +26,8 @@ from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
-# PREDICTED_BY: a --gt with it is refused
+# PREDICTED_BY, and a pseudo-label file's marks: a --gt with them is refused
+from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, is_pseudo
 from east_cache.ingest.ufofile import PREDICTED_BY, predicted_word, read_entries
 from east_cache.store.atomic import write_atomic
 
@@ -72,13 +73,15 @@ class WordInfo(NamedTuple):
 def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None,
                       info: dict[str, WordInfo] | None = None) -> dict[str, Words]:
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules. A file
-    east-predict wrote is refused. notes, when given, gets a line for what ground truth states and this file
-    does not (image sizes, legibility flags); info, when given, each image's WordInfo."""
+    east-predict wrote is refused, and so is one of pseudo-labels (`pseudo` wrote it, or an image of it carries the
+    pseudo tag): a model scored against its own predictions gets hmean 1. notes, when given, gets a line for what
+    ground truth states and this file does not (image sizes, legibility flags); info, when given, each image's
+    WordInfo."""
     json_path, out, top = source_path(json_path), {}, {}
     summary = ufo.IngestSummary()
     sized = flagged = 0
     for name, entry in read_entries(json_path, top):
-        refuse_predictions(json_path, top)
+        refuse_predictions(json_path, top, name, entry)
         where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
         frame = _stated_frame(entry)
         sized += frame is not None
@@ -97,10 +100,18 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
     return out
 
 
-def refuse_predictions(json_path: Path, top: dict) -> None:
+def refuse_predictions(json_path: Path, top: dict, name: str | None = None, entry: dict | None = None) -> None:
+    """A --gt that is predictions (PREDICTED_BY) or pseudo-labels (their file's PROVENANCE member, wherever the file
+    has it: the check runs at every image and after the last; or an image tagged PSEUDO_TAG) is refused."""
     if PREDICTED_BY in top:
         raise DataError(f"--gt {json_path}: this is a predictions file (east-predict wrote it: it has "
                         f"\"{PREDICTED_BY}\"), not ground truth; the order is {SWAP_HINT}")
+    marked = PROVENANCE in top
+    if marked or (entry is not None and is_pseudo(entry)):
+        why = f"it has \"{PROVENANCE}\"" if marked else f"image {name!r} has the tag \"{PSEUDO_TAG}\""
+        raise DataError(f"--gt {json_path}: these are pseudo-labels ({why}: a model's predictions that `pseudo` kept), "
+                        f"not ground truth: scored against them a model meets its own predictions; pass the "
+                        f"annotated split, e.g. ROOT/ufo/val.json")
 
 
 def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
