@@ -12,6 +12,7 @@ import argparse
 import errno
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -303,30 +304,26 @@ def written(out: Path, name: str) -> list[Path]:
 
 
 class InputFiles:
-    """The files of an input (the file, or the files of a tree its patterns match) by resolved path and by identity
-    (st_dev, st_ino), listed once, when an existing output first asks."""
+    """The files of an input (the file, or the files of a tree its patterns match) by identity (st_dev, st_ino): the
+    same file under any path, a hard link, a link, a bind mount. Listed once, when an existing output first asks."""
 
     def __init__(self, path: Path, tree: bool, reads: tuple[str, ...] = ("**/*",)):
         self.path, self.tree, self.reads = path, tree, reads
-        self._paths: set[Path] | None = None
-        self._ids: set[tuple[int, int]] = set()
+        self._ids: set[tuple[int, int]] | None = None
 
-    def _list(self) -> None:
-        if self._paths is not None:
-            return
-        if self.tree:
-            files = [p for pattern in self.reads for p in self.path.glob(pattern) if p.is_file()]
-        else:
-            files = [self.path] if self.path.is_file() else []
-        self._paths = {p.resolve() for p in files}
-        for p in files:
-            st = p.stat()
-            self._ids.add((st.st_dev, st.st_ino))
-
-    def holds(self, real: Path, st: os.stat_result) -> bool:
-        """Whether the existing file at resolved path real, of status st, is one of the input's files."""
-        self._list()
-        return real in self._paths or (st.st_dev, st.st_ino) in self._ids
+    def holds(self, st: os.stat_result) -> bool:
+        """Whether the existing file of status st is one of the input's files."""
+        if self._ids is None:
+            files = [p for pattern in self.reads for p in self.path.glob(pattern)] if self.tree else [self.path]
+            self._ids = set()
+            for p in files:
+                try:
+                    found = os.stat(p)
+                except OSError:   # gone, or a dangling link: no file to protect
+                    continue
+                if stat.S_ISREG(found.st_mode):
+                    self._ids.add((found.st_dev, found.st_ino))
+        return (st.st_dev, st.st_ino) in self._ids
 
 
 def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
@@ -338,4 +335,4 @@ def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
     if not target.exists() or target.is_dir():
         return False   # a new file can be no input; a folder written into is checked by the files it gets
     every = files.tree and files.reads == ("**/*",)
-    return (every and real_t.is_relative_to(real_in)) or files.holds(real_t, target.stat())
+    return (every and real_t.is_relative_to(real_in)) or files.holds(target.stat())
