@@ -183,6 +183,7 @@ def test_a_file_url_is_read_like_a_bucket(caches, tmp_path):
     assert cache_bytes(local.local_dir) == cache_bytes(caches["crops"]) and not leftovers(local.local_dir)
 
 
+@pytest.mark.slow
 def test_a_sidecar_of_another_data_file_in_the_bucket_is_refused(s3, tiny_data, tmp_path):
     """Data file 0's sidecar object replaced by file 1's (a valid npz, other words) and the manifest's quads
     checksum edited to match: the sidecar's own data checksum names the mix-up, at the reader and in verify."""
