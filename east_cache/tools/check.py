@@ -65,8 +65,9 @@ def register(sub) -> None:
     c.add_argument("--split", action="append", metavar="S",
                    help="a split to check, repeatable (default: every ufo/*.json of each root)")
     c.add_argument("--out", type=Path, metavar="REPORT_DIR",
-                   help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); outside "
-                        f"every root (default: none, the summary is printed only)")
+                   help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); not in a "
+                        f"root's ufo/, and none of them an input or a link to one (default: none, the summary is "
+                        f"printed only)")
     c.add_argument("--distance", type=flag_number(Bound(least=0, most=HASH_BITS - 1)), default=NEAR_DISTANCE,
                    metavar="BITS",
                    help=f"largest Hamming distance (bits of {HASH_BITS}) of a near-duplicate pair "
