@@ -91,9 +91,28 @@ def flag_number(bound: Bound) -> Callable[[str], int | float]:
     return parse
 
 
+def flag_numbers(bound: Bound) -> Callable[[str], list]:
+    """argparse's type= for comma-separated numbers ("4,8"), each within bound (flag_number), at least one."""
+    parse = flag_number(bound)
+
+    def parse_list(text: str) -> list:
+        try:
+            values = [parse(v) for v in text.split(",") if v.strip()]
+        except argparse.ArgumentTypeError:
+            values = []
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more comma-separated values, each "
+                                             f"{bound.accepted()}")
+        return values
+    parse_list.__name__, parse_list.bound = "numbers", bound
+    return parse_list
+
+
 # Ranges that several commands and the API share
 COUNT = Bound(least=1)                              # a count of things that must exist: batches, steps, epochs
 COUNT_OR_ZERO = Bound(least=0)                      # a count where 0 means none
 SEED = Bound(least=0)                               # numpy's seeds are non-negative
 POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
+MAX_PROCESSES = 1024   # worker processes or threads a flag may ask for: more would exhaust the machine, not use it
+WORKERS = Bound(least=0, most=MAX_PROCESSES)        # worker processes where 0 means none (read in this process)
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0

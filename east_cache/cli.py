@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, Bound, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, WORKERS, flag_number, flag_numbers
 from east_cache.config import (
     AUTO,
     CROP_MODES,
@@ -261,21 +261,6 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return run(a.cache)
 
 
-def _int_list(text: str, least: int = 0) -> list[int]:
-    parse = flag_number(Bound(least=least))
-    try:
-        values = [parse(v) for v in text.split(",") if v.strip()]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}")
-    return values
-
-
-def _positive_list(text: str) -> list[int]:
-    return _int_list(text, least=1)
-
-
 def cmd_bench(a: argparse.Namespace) -> int:
     from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
     from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
@@ -337,9 +322,9 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy; "
                                       "then train.py's reading beside a loop of your own through east_cache.Loader")
     bn.add_argument("cache", type=flag_location, help="cache directory or URL")
-    bn.add_argument("--workers", type=_int_list, default=None,
+    bn.add_argument("--workers", type=flag_numbers(WORKERS), default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
-    bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
+    bn.add_argument("--batch-sizes", type=flag_numbers(COUNT), default=[4, 8], help="comma-separated batch sizes (default 4,8)")
     bn.add_argument("--batches", type=flag_number(COUNT), default=None,
                     help="batches timed per setting and pass (default: as many as fit in about 2 s)")
     bn.add_argument("--device", help="where the Loaders of the second table put their batches, as train.py's "

@@ -19,14 +19,13 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from east_cache.bounds import NON_NEGATIVE, Bound, flag_number
+from east_cache.bounds import MAX_PROCESSES, NON_NEGATIVE, Bound, flag_number
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, open_regular
@@ -82,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="of each image's picture: png, exact colours and lines; jpg, a few times smaller "
                         "(default: %(default)s)")
-    p.add_argument("--jobs", type=flag_number(Bound(least=0, note="0: one per core")), default=0,
+    p.add_argument("--jobs", type=flag_number(Bound(least=0, most=MAX_PROCESSES, note="0: one per core")), default=0,
                    help="images drawn at once (default: 0, one per core)")
     p.add_argument("--skip-bad", action="store_true",
                    help="draw the words of a missing or unreadable image on a grey page instead of stopping "
