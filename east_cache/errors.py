@@ -293,7 +293,9 @@ def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = No
             what = f"a file of {inp.what}" if inp.tree and out.resolve() != real_in else inp.what
             raise UsageError(f"{flag} {out}: that is {what} ({inp.path}), or a link to it; writing it would "
                              f"destroy it: pass another {flag}")
-        held = "holds" if real_in.is_relative_to(clash.resolve()) and real_in != clash.resolve() else "is"
+        real_clash = clash.resolve()
+        held = ("holds" if real_in.is_relative_to(real_clash) and real_in != real_clash else
+                "is a file of" if inp.tree and real_clash != real_in else "is")
         raise UsageError(f"{flag} {out}: this command would write {clash}, which {held} {inp.what} ({inp.path}), or "
                          f"a link to it; pass another {flag}")
 
