@@ -49,7 +49,7 @@ def world(dataset, tmp_path) -> Path:
     os.link(tmp_path / "root" / "ufo" / "train.json", tmp_path / "root" / "ufo" / "val1.json")
     links = {"report.json": "root/ufo/train.json", "duplicates.csv": "root/ufo/train.json",
              "manifest.json": "root/ufo/train.json", "log.jsonl": "cache/manifest.json", "index.html": "pred.json",
-             "ufo/train.json": "pred.json"}
+             "ufo/train.json": "pred.json", "hashes/image_hashes.json": "root/ufo/train.json"}
     for name, target in links.items():
         for kind in ("sym", "hard"):
             (tmp_path / kind / name).parent.mkdir(parents=True, exist_ok=True)
@@ -104,6 +104,8 @@ CASES = {
                                                        "--quiet"], ("--out", "the data set --data")),
     "build --out whose data/ holds the data set": ("cli", ["build", "--data", "{w}/cache/data/set", "--out",
                                                           "{w}/cache", "--quiet"], ("--out", "the data set --data")),
+    "build --out whose image_hashes.json is a hard link to the gt": ("cli", [
+        "build", "--data", "{w}/root", "--out", "{w}/hard/hashes", "--quiet"], ("--out", "annotations of --data")),
     "build --staging whose manifest.json is a hard link to the gt": ("cli", [
         "build", "--data", "{w}/root", "--out", "s3://bucket/c", "--staging", "{w}/hard", "--quiet"],
         ("--staging", "annotations of --data")),

@@ -29,6 +29,7 @@ MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
 MAP_CODEC = "zstd:1"         # codec of the target maps, where a format compresses (formats/zarr.py)
+IMAGE_HASHES = "image_hashes.json"   # in CACHE/: the train/val check's image hashes (tools/phash.py)
 
 
 @dataclass(frozen=True)
