@@ -310,7 +310,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
+    from east_cache.evaluate import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)

@@ -10,7 +10,7 @@ from helpers import small_config
 
 from east_cache.reader import CacheDataset
 from east_cache.model.decode import decode_maps, quad_iou
-from east_cache.model.deteval import evaluate, gt_quads
+from east_cache.evaluate.deteval import evaluate, gt_quads
 from east_cache.sample.targets import make_targets
 from east_cache.store.build import build_cache
 

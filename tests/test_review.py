@@ -15,7 +15,7 @@ from helpers import REPO, cli_run, planted_predictions
 from PIL import Image, ImageOps
 
 from east_cache.config import BuildConfig
-from east_cache.model import review, review_draw as rd, review_page, scoring
+from east_cache.evaluate import review, review_draw as rd, review_page, scoring
 from east_cache.tools.sampledata import write_sample_dataset
 
 PAGE = (160, 220)   # (w, h) px of the generated pages: the sample set's image 0 is stored turned, with EXIF 6

@@ -4,8 +4,8 @@ flags (add_arguments) and the command (run).
 Ground-truth words become cared-for or don't-care exactly as a build decides (east_cache.ingest.ufo:
 illegible, an ignore tag, not a quad, smaller than min_area; degenerate or malformed words are dropped).
 None of those rules looks at pixels or at the frame size, so scoring reads the two JSON files only.
-Metric `rect` is the competition scorer (east_cache.model.deteval_rect), `poly` the polygon-area DetEval
-(east_cache.model.deteval); both are totalled the same way (east_cache.model.deteval_rect.totals).
+Metric `rect` is the competition scorer (east_cache.evaluate.deteval_rect), `poly` the polygon-area DetEval
+(east_cache.evaluate.deteval); both are totalled the same way (east_cache.evaluate.deteval_rect.totals).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 from east_cache.bounds import NON_NEGATIVE, flag_number
 from east_cache.ingest.objects import source_path
 from east_cache.location import flag_location
-from east_cache.model import deteval, deteval_rect
+from east_cache.evaluate import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
