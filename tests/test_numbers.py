@@ -76,6 +76,9 @@ CACHE_CMD = [
     (["verify", "{cache}", "--local-cache-limit", "0.5"], "--local-cache-limit: '0.5' is less than a byte"),
     (["evaluate", "--gt", "g.json", "--pred", "p.json", "--min-area", "nan"], "--min-area: nan: must be a finite"),
     (["evaluate", "--gt", "g.json", "--pred", "p.json", "--drop-area", "-1"], "--drop-area: -1: must be a finite"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--iou", "0"], "--iou: 0: must be a finite number in (0, 1)"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--votes", "0"], "--votes: 0: must be an integer >= 1"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--weights", "1,nan"], "--weights: nan: must be a finite"),
 ]
 
 PREDICT = [

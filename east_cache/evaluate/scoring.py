@@ -117,9 +117,9 @@ def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
 
 
 def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None = None) -> dict[str, Words]:
-    """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
-    carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when given, gets
-    each image's float64 (K,) word score of its detections, NaN where a word has none."""
+    """{image name: detections} of a UFO predictions file. Every image must be in gt_names (None: any); a file
+    whose words carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when
+    given, gets each image's float64 (K,) word score of its detections, NaN where a word has none."""
     json_path, out, top = source_path(json_path), {}, {}
     for name, entry in read_entries(json_path, top):
         words, polygons = entry.get("words") or {}, []
@@ -139,7 +139,7 @@ def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None =
             polygons.append(points)
         out[name] = Words(np.array([xy for p in polygons for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p in polygons]).astype(np.int64), np.ones(len(polygons), bool))
-    unknown = sorted(set(out) - set(gt_names))
+    unknown = sorted(set(out) - set(gt_names)) if gt_names is not None else []
     if unknown:
         more = f" and {len(unknown) - SHOW_UNKNOWN} more" if len(unknown) > SHOW_UNKNOWN else ""
         raise DataError(f"{json_path}: predictions for image(s) not in the ground truth: "

@@ -4,7 +4,7 @@ Each image is decoded as the build decodes it (EXIF-aware), resized so that its 
 to a multiple of the backbone's stride, batched with images of the same padded shape, run through the model
 (fp16 autocast on CUDA), decoded to quads (east_cache.model.decode) and mapped back to the image's own pixel
 frame, clipped to it: the frame the UFO annotations use, so that the quads score against them directly. The
-file written is UFO JSON marked as predictions (to_ufo).
+file written is UFO JSON marked as predictions (east_cache.evaluate.predictions.to_ufo).
 
 The resize is the build's convention: a frame point p lands at image_size / long side * p, and the resized
 image is warped with that same map (east_cache.sample.make), so training crops and prediction inputs agree.
@@ -12,7 +12,6 @@ image is warped with that same map (east_cache.sample.make), so training crops a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -35,21 +34,18 @@ from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.runtime import setup_device
 from east_cache.config import BuildConfig
+from east_cache.evaluate.predictions import write_predictions
 from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
-from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE
 from east_cache.progress import Progress
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decoded_to_frame
-from east_cache.store.atomic import write_atomic
 
 STRIDE = 32                   # px; the backbone's total stride: input sides are padded to a multiple of it
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   # what --images DIR picks up
 LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
 PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
-COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
-SCORE_DECIMALS = 4            # digits written per word score (a mean of map pixels' sigmoid outputs)
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
@@ -192,26 +188,6 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
                     results[page.name] = page_quads(score[k], geo[k], page, cfg)
             bar.update(len(batch) + len(bad))
     return dict(sorted(results.items())), skipped
-
-
-def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> dict:
-    """The UFO submission format, marked as predictions: {"predicted_by": {"program": "east-predict", **source},
-    "images": {name: {"words": {"1": {"points": [[x, y] x 4], "score": s}, ...}}}}, s the word's confidence
-    (decode_maps), which UFO readers ignore; the mark comes first, so that a reader streaming the file meets it
-    before the images."""
-    def word(quad, s):
-        return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad],
-                WORD_SCORE: round(float(s), SCORE_DECIMALS)}
-    return {PREDICTED_BY: {"program": "east-predict", **(source or {})},
-            "images": {name: {"words": {str(k + 1): word(q, s) for k, (q, s) in enumerate(zip(quads, scores))}}
-                       for name, (quads, scores) in results.items()}}
-
-
-def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> None:
-    """UFO JSON at path (to_ufo), written atomically: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(to_ufo(results, source)) + "\n")
 
 
 def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
