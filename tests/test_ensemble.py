@@ -166,3 +166,45 @@ def test_out_may_not_be_an_input(tmp_path, capsys):
     write_predictions(a, {"x.jpg": (np.zeros((0, 4, 2)), np.zeros(0))})
     rc, err = ensemble(capsys, "--pred", a, "--pred", a, "--out", a)
     assert rc == EXIT_USER and "--out" in err and "--pred" in err
+
+
+def write_gt(path, gt: dict) -> None:
+    path.write_text(json.dumps({"images": {name: {"img_w": 1000, "img_h": 1000, "words": {
+        str(k + 1): {"points": q.tolist(), "illegibility": False} for k, q in enumerate(quads)}}
+        for name, quads in gt.items()}}))
+
+
+def test_evaluate_compares_several_files_in_one_table(generated, tmp_path, capsys):
+    """Copies and their fusion scored in one command: a row per file, the same figures each alone gets, and
+    per image which file scores best."""
+    gt, copies = generated
+    g, fused = tmp_path / "gt.json", tmp_path / "fused.json"
+    write_gt(g, gt)
+    paths = [tmp_path / f"copy{k}.json" for k in range(3)]
+    for p, c in zip(paths, copies):
+        write_predictions(p, c)
+    assert ensemble(capsys, *[x for p in paths for x in ("--pred", p)], "--out", fused)[0] == 0
+    preds = [x for p in [*paths, fused] for x in ("--pred", str(p))]
+    assert main(["evaluate", "--gt", str(g), *preds, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["files"]
+    assert [r["pred"] for r in rows] == [str(p) for p in [*paths, fused]]
+    for p, r in zip([*paths, fused], rows):
+        assert main(["evaluate", "--gt", str(g), "--pred", str(p), "--json"]) == 0
+        alone = json.loads(capsys.readouterr().out)
+        assert r["hmean"] == alone["hmean"] and r["precision"] == alone["precision"]
+    assert rows[-1]["hmean"] > max(r["hmean"] for r in rows[:-1])
+    assert rows[-1]["best"] >= max(r["best"] for r in rows[:-1]) and sum(r["alone"] for r in rows) <= len(gt)
+    assert main(["evaluate", "--gt", str(g), *preds]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n| ") == 5 and str(fused) in out   # a header and a row per file
+    rc = main(["evaluate", "--gt", str(g), *preds, "--per-image", str(tmp_path / "x.csv")])
+    assert rc == EXIT_USER and "give one --pred" in capsys.readouterr().err
+
+
+def test_best_and_alone_count_images():
+    from east_cache.evaluate.compare import compare
+    from east_cache.evaluate.deteval import ImageCounts
+    def result(*hmeans):   # an image's counts whose hmean is h: one gt, one detection, credit h
+        return {"per_image": {f"{k}.jpg": ImageCounts(1, 1, h, h, ()) for k, h in enumerate(hmeans)}}
+    rows = compare([result(1.0, 0.5, 0.2), result(1.0, 0.7, 0.1), result(0.0, 0.1, 0.2)])
+    assert [(r["best"], r["alone"]) for r in rows] == [(2, 0), (2, 1), (1, 0)]
