@@ -171,8 +171,8 @@ def test_help_shows_an_example(capsys):
 def test_the_page_template_ships_with_the_package():
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     shipped = {f"{pkg.replace('.', '/')}/{pattern}" for pkg, patterns in data.items() for pattern in patterns}
-    assert f"east_cache/model/{review_page.TEMPLATE}" in shipped
-    assert (REPO / "east_cache" / "model" / review_page.TEMPLATE).is_file()
+    assert f"east_cache/evaluate/{review_page.TEMPLATE}" in shipped
+    assert (REPO / "east_cache" / "evaluate" / review_page.TEMPLATE).is_file()
 
 
 # --- the page in a real browser -----------------------------------------------------------------------------------
