@@ -84,6 +84,12 @@ def _links(quads: np.ndarray, files: np.ndarray, group: np.ndarray, iou: float) 
     return a[above], b[above]
 
 
+def _signed(q: np.ndarray) -> np.ndarray:
+    """Shoelace areas with their sign of quads (..., 4, 2)."""
+    nxt = q[..., [1, 2, 3, 0], :]
+    return 0.5 * np.sum(q[..., 0] * nxt[..., 1] - nxt[..., 0] * q[..., 1], axis=-1)
+
+
 def convex(quads: np.ndarray) -> np.ndarray:
     """quads (m, 4, 2) as convex quads: each one that is not (its turns of mixed sign) replaced by its convex hull
     (deteval.hulls), the rest as they are."""
@@ -154,11 +160,8 @@ def clusters_of(quads: np.ndarray, files: np.ndarray, group: np.ndarray, weight:
 def _aligned(quads: np.ndarray, refs: np.ndarray) -> np.ndarray:
     """quads (k, 4, 2) each in the vertex order of its reference quad (k, 4, 2): the same orientation, and the
     cyclic start whose corners lie nearest the reference's."""
-    def signed(q):
-        nxt = q[:, [1, 2, 3, 0]]
-        return np.sum(q[..., 0] * nxt[..., 1] - nxt[..., 0] * q[..., 1], axis=1)
     q = quads.copy()
-    flip = np.sign(signed(q)) * np.sign(signed(refs)) < 0
+    flip = np.sign(_signed(q)) * np.sign(_signed(refs)) < 0
     q[flip] = q[flip][:, ::-1]
     shifts = np.stack([np.roll(q, -s, axis=1) for s in range(4)], axis=1)          # (k, 4 starts, 4, 2)
     cost = ((shifts - refs[:, None]) ** 2).sum(axis=(2, 3))
