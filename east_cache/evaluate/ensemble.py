@@ -224,9 +224,10 @@ def fuse(results: Sequence[dict], weights: Sequence[float] | None = None, votes:
 # The command: `east-cache ensemble`
 
 MISSING = ("refuse", "empty")
-EPILOG = """example (k folds' predictions on the test images, fused, then scored beside each fold):
-  east-cache ensemble --pred fold0.json --pred fold1.json --pred fold2.json --out fused.json
-  east-cache evaluate --gt data/ufo/val.json --pred fold0.json --pred fold1.json --pred fold2.json --pred fused.json"""
+EPILOG = """example (k folds' predictions on a held-out split, fused, then scored beside each fold):
+  east-cache ensemble --pred val_fold0.json --pred val_fold1.json --pred val_fold2.json --out val_fused.json
+  east-cache evaluate --gt data/ufo/val.json --pred val_fold0.json --pred val_fold1.json --pred val_fold2.json \\
+      --pred val_fused.json"""
 DESCRIPTION = """Fuse the words several predictions files found (k folds' models, test-time scales) into one
 predictions file: per image, the words of all files clustered by the IoU of their quads (rotated quads, not
 rectangles), a cluster kept when at least --votes files found it, its corners and score the weighted means of
@@ -242,7 +243,8 @@ def register(sub) -> None:
                    help="a predictions file as east-predict writes it; give --pred once per file")
     p.add_argument("--out", type=Path, required=True, help="the fused predictions file to write (UFO JSON)")
     p.add_argument("--iou", type=flag_number(THRESHOLD), default=IOU,
-                   help=f"IoU of two files' quads above which they are one word (default {IOU})")
+                   help=f"IoU of two files' quads above which they are one word (default {IOU}; "
+                        f"docs/performance.md measures others)")
     p.add_argument("--votes", type=flag_number(COUNT),
                    help="files that must have found a word for it to be kept: 1 keeps the union, the number of "
                         "files the intersection (default: a majority, n // 2 + 1 of n files)")
