@@ -5,7 +5,8 @@ Two ways to combine models (--fuse): `maps` averages their score and geometry ma
 their maps must have one size, so models trained on caches of different map scales are refused), `quads` decodes
 each model's maps alone and fuses the words as `east-cache ensemble` does (east_cache.evaluate.ensemble). Test-time
 scales are always fused as quads: the maps of two input sizes do not overlay. docs/performance.md measures both
-ways on two briefly trained fold models; FUSE_DEFAULT is the one that scored the higher hmean there.
+ways on two fold models trained briefly on the CPU; there they did not separate (each scored 0: one fold had
+learnt nothing yet), so FUSE_DEFAULT stays `maps`, which decodes once, until a longer run measures them apart.
 """
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     p.add_argument("--fuse", choices=FUSE, default=FUSE_DEFAULT,
                    help="several --checkpoint: maps averages their score and geometry maps before one decode (their "
                         "caches' map scales must agree); quads decodes each and fuses the words (default "
-                        f"{FUSE_DEFAULT}, the one that scored higher: docs/performance.md)")
+                        f"{FUSE_DEFAULT}: one decode; docs/performance.md compares them)")
     p.add_argument("--votes", type=flag_number(COUNT),
                    help="where words are fused (--scales, --fuse quads): passes that must have found a word for it "
                         "to be kept (default: a majority of the passes)")
