@@ -6,7 +6,7 @@ float32. Single process: `python train.py --cache cache`; several GPUs:
 `torchrun --nproc_per_node=N train.py --cache cache` (--batch-size is per process).
 
 With --val-cache, every --eval-every epochs the model's maps for the validation crops are decoded into quads
-(east_cache.model.decode) and scored against the words stored in that cache with DetEval (east_cache.model.deteval):
+(east_cache.model.decode) and scored against the words stored in that cache with DetEval (east_cache.evaluate.deteval):
 precision, recall and hmean go into the epoch's line of OUT/log.jsonl and its printed summary.
 `python train.py --eval-only --checkpoint CKPT --val-cache DIR` does that for one checkpoint, appending to
 OUT/eval.jsonl; `python train.py --export-onnx model.onnx --checkpoint CKPT` writes the model for ONNX

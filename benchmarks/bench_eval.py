@@ -17,7 +17,7 @@ import numpy as np
 from common import machine, table
 
 from east_cache.model.decode import decode_maps
-from east_cache.model.scoring import load_ground_truth, load_predictions, score
+from east_cache.evaluate.scoring import load_ground_truth, load_predictions, score
 from east_cache.config import BuildConfig
 from east_cache.sample.targets import make_targets
 

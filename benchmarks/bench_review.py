@@ -24,8 +24,8 @@ from common import bench_pages, bench_photos, machine, table
 from helpers import planted_predictions
 
 from east_cache.cli import main as east_cache
-from east_cache.model.review import DEFAULT_SIDE, THUMB_SIDE
-from east_cache.model.review_draw import THUMB_QUALITY
+from east_cache.evaluate.review import DEFAULT_SIDE, THUMB_SIDE
+from east_cache.evaluate.review_draw import THUMB_QUALITY
 
 PAGE_SIZE = (1200, 1600)   # (w, h) px of the sample pages
 PAGE_WORDS = 60

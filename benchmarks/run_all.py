@@ -56,6 +56,7 @@ QUICK = {
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
                "--epochs", "3", "--timed-epochs", "5"],
     "check": ["--images", "40", "--copies", "12", "--photos", "2", "--build-photos", "4"],
+    "ensemble": ["--images", "40", "--steps", "20", "--pages", "8", "--speed-images", "200"],
 }
 
 

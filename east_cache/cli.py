@@ -1,9 +1,9 @@
 """The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, review,
-split, pseudo, check.
+ensemble, split, pseudo, check.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
-convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
-(evaluate, review). Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
+convert), the predictions' (evaluate, review, ensemble: east_cache/evaluate/) and, imported only inside their
+subcommands, the reader's (bench, show CACHE) and the model's. Fills a BuildConfig from flags; imports no torch (only `bench` and `show CACHE` load it, when they
 run).
 """
 from __future__ import annotations
@@ -300,7 +300,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
+    from east_cache.evaluate import ensemble, review, scoring   # their flags: numpy and DetEval, no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
@@ -369,6 +369,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
     review.register(sub)
+    ensemble.register(sub)
     return p
 
 

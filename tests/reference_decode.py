@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from east_cache.model.decode import MIN_AREA, NMS_THRESH, SCORE_THRESH, pairwise_iou, restore_quads
+from east_cache.evaluate.overlap import MIN_AREA, pairwise_iou
+from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, restore_quads
 
 
 def signed_area(poly):

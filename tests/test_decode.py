@@ -9,8 +9,9 @@ import pytest
 from helpers import small_config
 
 from east_cache.reader import CacheDataset
-from east_cache.model.decode import decode_maps, quad_iou
-from east_cache.model.deteval import evaluate, gt_quads
+from east_cache.evaluate.overlap import quad_iou
+from east_cache.model.decode import decode_maps
+from east_cache.evaluate.deteval import evaluate, gt_quads
 from east_cache.sample.targets import make_targets
 from east_cache.store.build import build_cache
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from east_cache.model.deteval import AREA_PRECISION, MERGE_CREDIT, SPLIT_CREDIT, evaluate, evaluate_image, overlap_areas
+from east_cache.evaluate.deteval import (AREA_PRECISION, MERGE_CREDIT, SPLIT_CREDIT, evaluate, evaluate_image,
+                                         overlap_areas)
 
 
 def box(x0, y0, x1, y1):
@@ -146,6 +147,6 @@ def test_precision_threshold_is_0_4(half_height, matched):
 
 
 def test_the_rect_scorer_shares_the_polygon_scorers_thresholds():
-    from east_cache.model import deteval, deteval_rect
+    from east_cache.evaluate import deteval, deteval_rect
     for name in ("AREA_RECALL", "AREA_PRECISION", "SPLIT_CREDIT", "CENTER_DIFF_THRESH"):
         assert getattr(deteval_rect, name) is getattr(deteval, name), name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from east_cache.model.deteval_rect import (
+from east_cache.evaluate.deteval_rect import (
     enclosing_rects,
     evaluate,
     evaluate_image,

@@ -21,7 +21,7 @@ from east_cache.convert import FORMATS
 from east_cache.model import checkpoint
 from east_cache.model.config import TrainConfig
 from east_cache.model.predict import PredictConfig, pages_from_folder, predict, write_predictions
-from east_cache.model.scoring import PREDICTED_BY
+from east_cache.evaluate.scoring import PREDICTED_BY
 
 CPU = torch.device("cpu")
 SIZE = (120, 80)   # px, the displayed width and height of every test image

@@ -108,8 +108,12 @@ def test_no_module_is_too_long():
 # The data path's layers, in order: a module may import modules of its own layer and of the layers before it
 # (ingest -> sample -> store -> reader -> model). tools (the build side's user commands, with convert and
 # buildrequest) sit between the store and the reader: they import ingest, sample and store only, and the reader
-# may draw with them. base holds what every layer shares.
-LAYERS = ("base", "ingest", "sample", "store", "tools", "reader", "model")
+# may draw with them. evaluate (everything that reads predictions: DetEval, scoring, review, ensembles) imports
+# ingest, sample, store and tools, never the reader or the model: nothing of training, no torch; of the layers
+# after it only the model uses it (test_only_the_model_and_the_command_line_use_evaluate). base holds what every
+# layer shares.
+LAYERS = ("base", "ingest", "sample", "store", "tools", "evaluate", "reader", "model")
+EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
 BASE = ("east_cache", "east_cache.config", "east_cache.errors", "east_cache.progress", "east_cache.budget",
         "east_cache.location", "east_cache.retry", "east_cache.bounds")
 BUILD_SIDE = ("east_cache.tools", "east_cache.convert", "east_cache.buildrequest")
@@ -181,6 +185,30 @@ def test_the_layer_check_finds_an_import_against_the_path():
              "east_cache.model.trainer": {"east_cache.reader.cache"}}
     assert against_the_layers(graph) == ["east_cache.store.build (store) -> east_cache.reader.cache (reader)",
                                          "east_cache.tools.info (tools) -> east_cache.model.cli (model)"]
+
+
+def users_of_evaluate(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for every import of an evaluate module b by a module a outside EVALUATE_USERS."""
+    return [f"{name} -> {t}" for name, targets in sorted(graph.items()) if not name.startswith(EVALUATE_USERS)
+            for t in sorted(targets) if t.startswith("east_cache.evaluate")]
+
+
+def test_only_the_model_and_the_command_line_use_evaluate():
+    """The predictions' room is used by the model side (validation, east-predict) and the command line (evaluate,
+    review, ensemble) only: the build side and the reader read no predictions (pseudo reads a predictions file as
+    a UFO file to build from, through ingest/ufofile.py, as convert and split read theirs)."""
+    graph = {name: imported(name, path) for name, path in MODULES.items()}
+    bad = users_of_evaluate(graph)
+    assert not bad, "evaluate imported outside the model side and the command line:\n" + "\n".join(bad)
+    assert not any(t.startswith(("east_cache.reader", "east_cache.model")) or "torch" in MODULES[name].read_text()
+                   for name, targets in graph.items() if name.startswith("east_cache.evaluate") for t in targets)
+
+
+def test_the_users_check_finds_one():
+    graph = {"east_cache.reader.cache": {"east_cache.evaluate.scoring"}, "east_cache.cli": {"east_cache.evaluate"},
+             "east_cache.model.validate": {"east_cache.evaluate.deteval"}, "preprocess": {"east_cache.evaluate"}}
+    assert users_of_evaluate(graph) == ["east_cache.reader.cache -> east_cache.evaluate.scoring",
+                                        "preprocess -> east_cache.evaluate"]
 
 
 def test_no_module_imports_a_private_name_of_another():

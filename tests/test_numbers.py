@@ -96,12 +96,17 @@ CACHE_CMD = [
     ([*REVIEW, "--min-area", "nan"], "--min-area: nan: must be a finite number >= 0"),
     ([*PSEUDO, "--min-score", "-0.5"], "--min-score: -0.5: must be a finite number in [0, 1]"),
     ([*PSEUDO, "--care-score", "1.7"], "--care-score: 1.7: must be a finite number in [0, 1]"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--iou", "0"], "--iou: 0: must be a finite number in (0, 1)"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--votes", "0"], "--votes: 0: must be an integer >= 1"),
+    (["ensemble", "--pred", "p.json", "--out", "f.json", "--weights", "1,nan"], "--weights: nan: must be a finite"),
 ]
 
 PREDICT = [
     (["--batch-size", "0"], "--batch-size: 0: must be an integer >= 1"),
     (["--batch-size", "x"], "--batch-size: 'x': must be an integer >= 1"),
     (["--image-size", "16"], "--image-size: 16: must be an integer >= 32 (px)"),
+    (["--scales", "1024,16"], "--scales: 16: must be an integer >= 32 (px)"),
+    (["--votes", "0"], "--votes: 0: must be an integer >= 1"),
     (["--score-thresh", "1"], "--score-thresh: 1: must be a finite number in (0, 1)"),
     (["--score-thresh", "nan"], "--score-thresh: nan: must be a finite number in (0, 1)"),
     (["--nms-thresh", "0"], "--nms-thresh: 0: must be a finite number in (0, 1)"),

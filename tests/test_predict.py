@@ -22,7 +22,7 @@ from east_cache.model.predict import (
     predict,
     write_predictions,
 )
-from east_cache.model.scoring import Words, load_ground_truth, load_predictions, score
+from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
 from east_cache.ingest.ufo import CARE, load_ufo

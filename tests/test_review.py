@@ -15,7 +15,7 @@ from helpers import REPO, cli_run, planted_predictions
 from PIL import Image, ImageOps
 
 from east_cache.config import BuildConfig
-from east_cache.model import review, review_draw as rd, review_page, scoring
+from east_cache.evaluate import review, review_draw as rd, review_page, scoring
 from east_cache.tools.sampledata import write_sample_dataset
 
 PAGE = (160, 220)   # (w, h) px of the generated pages: the sample set's image 0 is stored turned, with EXIF 6
@@ -196,8 +196,8 @@ def test_help_shows_an_example(capsys):
 def test_the_page_template_ships_with_the_package():
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     shipped = {f"{pkg.replace('.', '/')}/{pattern}" for pkg, patterns in data.items() for pattern in patterns}
-    assert f"east_cache/model/{review_page.TEMPLATE}" in shipped
-    assert (REPO / "east_cache" / "model" / review_page.TEMPLATE).is_file()
+    assert f"east_cache/evaluate/{review_page.TEMPLATE}" in shipped
+    assert (REPO / "east_cache" / "evaluate" / review_page.TEMPLATE).is_file()
 
 
 # --- the page in a real browser -----------------------------------------------------------------------------------

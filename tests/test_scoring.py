@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import decode_page, page_maps
 
-from east_cache.model.scoring import Words, load_ground_truth, score
+from east_cache.evaluate.scoring import Words, load_ground_truth, score
 from east_cache.cli import main
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, load_ufo

@@ -12,7 +12,7 @@ from east_cache.model import train
 from east_cache.model.model import EAST
 from east_cache.model.predict import Page, predict, write_predictions
 from east_cache.model.runtime import Runtime
-from east_cache.model.scoring import Words, load_ground_truth, load_predictions, score
+from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
 from east_cache.model.validate import full_page_metrics, val_pages
 from east_cache.errors import UsageError
 from east_cache.store.build import build_cache

@@ -9,15 +9,17 @@ of the reading direction, the order the targets were made from.
 
 Every positive pixel predicts a whole quad; locality-aware NMS (EAST, Zhou et al. 2017, sec. 3.5)
 first merges runs of consecutive candidates in row-major order by score-weighted averaging, then
-standard NMS keeps the best of the merged quads. Pure numpy, no I/O.
+standard NMS keeps the best of the merged quads (the quads' IoU: east_cache.evaluate.overlap, which scoring
+and ensembles share). Pure numpy, no I/O.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from east_cache.evaluate.overlap import iou_above, iou_bounds, pairwise_iou
+
 SCORE_THRESH = 0.8   # a map pixel is a candidate when its score is above this
 NMS_THRESH = 0.2     # IoU above which two quads are one word (merged, then suppressed)
-MIN_AREA = 1e-6      # px^2; quads at most this big overlap nothing (avoids dividing by zero)
 RUN_BLOCK = 64       # candidates a merge run tests in its first round (then twice as many each round)
 MAX_PAIRS = 1 << 18  # quad pairs tested in one array operation: bounds the memory of merging and NMS
 
@@ -33,106 +35,6 @@ def restore_quads(xs: np.ndarray, ys: np.ndarray, geo: np.ndarray, map_scale: fl
     c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
     # q - p = R(theta)^T (q' - p'), R(theta)^T = [[c, s], [-s, c]].
     return np.stack([c * u + s * v + px, -s * u + c * v + py], axis=-1)
-
-
-def _next_index(k: int) -> np.ndarray:
-    """Index of each vertex's successor in a k-gon. Indexing, not np.roll: the polygon helpers
-    here run thousands of times on tiny arrays, where np.roll's overhead dominates."""
-    return np.arange(1, k + 1) % k
-
-
-def _signed_area(poly: np.ndarray) -> np.ndarray:
-    """Shoelace area of polygons (..., K, 2) with its sign: positive when each edge has the
-    interior on its left in x-right, y-up axes (the sign is what orients the clip polygons)."""
-    nxt = poly[..., _next_index(poly.shape[-2]), :]
-    return 0.5 * np.sum(poly[..., 0] * nxt[..., 1] - nxt[..., 0] * poly[..., 1], axis=-1)
-
-
-def _fill_gaps(points: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Each invalid vertex becomes a copy of the valid one before it (cyclically): a polygon with
-    repeated vertices has the same shape and area. No valid vertex: all collapse to one point."""
-    idx = np.maximum.accumulate(np.where(valid, np.arange(valid.shape[1]), -1), axis=1)
-    idx = np.where(idx < 0, idx[:, -1:], idx).clip(0)
-    return points[np.arange(len(points))[:, None], idx]
-
-
-def convex_intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(P,) areas (px^2) of the intersections of polygons a (P, K, 2) with convex polygons b (P, L, 2),
-    pair by pair, either orientation.
-
-    Sutherland-Hodgman clipping, vectorised over the pairs: its area stays right for nearly equal
-    polygons, where cv2.intersectConvexConvex can return half the area (seen with OpenCV 5.0).
-    """
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    origin = a[:, :1]              # small coordinates keep the cross products exact enough
-    poly, clip = a - origin, b - origin
-    flip = _signed_area(clip) < 0
-    clip[flip] = clip[flip, ::-1]  # interior on the left of every clip edge
-    n, edges = len(poly), clip.shape[1]
-    for j in range(edges):
-        c0 = clip[:, j, None]
-        e = clip[:, (j + 1) % edges, None] - c0
-        f = e[..., 0] * (poly[..., 1] - c0[..., 1]) - e[..., 1] * (poly[..., 0] - c0[..., 0])  # >= 0: inside
-        k = poly.shape[1]
-        nxt, f_next = poly[:, _next_index(k)], f[:, _next_index(k)]
-        inside_next = f_next >= 0
-        cross = (f >= 0) != inside_next
-        t = f / np.where(cross, f - f_next, 1.0)
-        # Edge v -> next emits the crossing point (if it crosses the line), then next (if inside).
-        points, valid = np.empty((n, 2 * k, 2)), np.empty((n, 2 * k), bool)
-        points[:, 0::2], points[:, 1::2] = poly + t[..., None] * (nxt - poly), nxt
-        valid[:, 0::2], valid[:, 1::2] = cross, inside_next
-        poly = _fill_gaps(points, valid)
-    return np.abs(_signed_area(poly))
-
-
-def pairwise_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(P,) IoU of convex quads a[k] and b[k] (P, 4, 2); 0 where either is degenerate."""
-    area_a, area_b = np.abs(_signed_area(a)), np.abs(_signed_area(b))
-    inter = convex_intersection(a, b)
-    ok = (area_a > MIN_AREA) & (area_b > MIN_AREA)
-    return np.where(ok, inter / np.where(ok, area_a + area_b - inter, 1.0), 0.0)
-
-
-def quad_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """IoU of two convex quads (4, 2)."""
-    return float(pairwise_iou(np.asarray(a)[None], np.asarray(b)[None])[0])
-
-
-def _corners(op, x: np.ndarray) -> np.ndarray:
-    """op (np.maximum, np.minimum, np.add) folded over axis 1 of x (P, 4, ...)."""
-    return op(op(x[:, 0], x[:, 1]), op(x[:, 2], x[:, 3]))
-
-
-def iou_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) bounds (P,) of IoU(a[k], b[k]) for convex quads (P, 4, 2), without clipping.
-
-    IoU = I / (A + B - I) grows with the intersection I. Upper: I <= the boxes' intersection.
-    Lower: b's vertices lie within delta of a's, so b holds a eroded by delta, whose area is at
-    least A - perimeter(a) * delta. Degenerate pairs get (0, 0).
-    """
-    area_a, area_b = np.abs(_signed_area(a)), np.abs(_signed_area(b))
-    # reductions over the 4 corners written out: numpy's reduce over so short an axis costs more than the sums
-    box = np.clip(np.minimum(_corners(np.maximum, a), _corners(np.maximum, b))
-                  - np.maximum(_corners(np.minimum, a), _corners(np.minimum, b)), 0, None)
-    d = a - b
-    delta = np.sqrt(_corners(np.maximum, d[..., 0] ** 2 + d[..., 1] ** 2))
-    e = a - a[:, _next_index(4)]
-    perimeter = _corners(np.add, np.sqrt(e[..., 0] ** 2 + e[..., 1] ** 2))
-    ok = (area_a > MIN_AREA) & (area_b > MIN_AREA)
-    union = np.where(ok, area_a + area_b, 1.0)
-    lo = np.clip(area_a - perimeter * delta, 0, None)
-    hi = np.minimum(np.minimum(box[:, 0] * box[:, 1], area_a), area_b)
-    return np.where(ok, lo / (union - lo), 0.0), np.where(ok, hi / (union - hi), 0.0)
-
-
-def iou_above(a: np.ndarray, b: np.ndarray, thresh: float) -> np.ndarray:
-    """(P,) bool: IoU(a[k], b[k]) > thresh, exactly; the bounds settle most pairs, clipping the rest."""
-    lo, hi = iou_bounds(a, b)
-    yes = lo > thresh
-    unsure = np.flatnonzero(~yes & (hi > thresh))
-    yes[unsure] = pairwise_iou(a[unsure], b[unsure]) > thresh
-    return yes
 
 
 def _run_ends(quads: np.ndarray, scores: np.ndarray, starts: np.ndarray, widths: np.ndarray,

@@ -4,7 +4,7 @@ Each image is decoded as the build decodes it (EXIF-aware), resized so that its 
 to a multiple of the backbone's stride, batched with images of the same padded shape, run through the model
 (fp16 autocast on CUDA), decoded to quads (east_cache.model.decode) and mapped back to the image's own pixel
 frame, clipped to it: the frame the UFO annotations use, so that the quads score against them directly. The
-file written is UFO JSON marked as predictions (to_ufo).
+file written is UFO JSON marked as predictions (east_cache.evaluate.predictions.to_ufo).
 
 The resize is the build's convention: a frame point p lands at image_size / long side * p, and the resized
 image is warped with that same map (east_cache.sample.make), so training crops and prediction inputs agree.
@@ -12,14 +12,13 @@ image is warped with that same map (east_cache.sample.make), so training crops a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby, islice
 from pathlib import Path
 from typing import NamedTuple
@@ -31,25 +30,23 @@ import torch
 from east_cache.bounds import COUNT, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
-from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
+from east_cache.model.fusion import FUSE, FUSE_DEFAULT, load_models, runs
 from east_cache.model.runtime import setup_device
 from east_cache.config import BuildConfig
+from east_cache.evaluate.ensemble import fuse
+from east_cache.evaluate.predictions import write_predictions
 from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
-from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE
 from east_cache.progress import Progress
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decoded_to_frame
-from east_cache.store.atomic import write_atomic
 
 STRIDE = 32                   # px; the backbone's total stride: input sides are padded to a multiple of it
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")   # what --images DIR picks up
 LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
 PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
-COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
-SCORE_DECIMALS = 4            # digits written per word score (a mean of map pixels' sigmoid outputs)
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
@@ -194,32 +191,13 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
     return dict(sorted(results.items())), skipped
 
 
-def to_ufo(results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> dict:
-    """The UFO submission format, marked as predictions: {"predicted_by": {"program": "east-predict", **source},
-    "images": {name: {"words": {"1": {"points": [[x, y] x 4], "score": s}, ...}}}}, s the word's confidence
-    (decode_maps), which UFO readers ignore; the mark comes first, so that a reader streaming the file meets it
-    before the images."""
-    def word(quad, s):
-        return {"points": [[round(float(x), COORD_DECIMALS), round(float(y), COORD_DECIMALS)] for x, y in quad],
-                WORD_SCORE: round(float(s), SCORE_DECIMALS)}
-    return {PREDICTED_BY: {"program": "east-predict", **(source or {})},
-            "images": {name: {"words": {str(k + 1): word(q, s) for k, (q, s) in enumerate(zip(quads, scores))}}
-                       for name, (quads, scores) in results.items()}}
-
-
-def write_predictions(path, results: dict[str, tuple[np.ndarray, np.ndarray]], source: dict | None = None) -> None:
-    """UFO JSON at path (to_ufo), written atomically: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(to_ufo(results, source)) + "\n")
-
-
 def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     d = PredictConfig(image_size=1024, map_scale=0.5)
     p = CommandParser(prog=prog, description="Predict words on full images with a trained "
                                 "checkpoint; write them as a UFO JSON submission file.")
-    p.add_argument("--checkpoint", type=Path, required=True,
-                   help="a checkpoint train.py wrote, e.g. runs/east/latest.pt")
+    p.add_argument("--checkpoint", type=Path, required=True, action="append",
+                   help="a checkpoint train.py wrote, e.g. runs/east/latest.pt; give it once per checkpoint to "
+                        "predict with several (k folds' models): see --fuse")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", type=flag_location, metavar="ROOT",
                      help="dataset root, a folder or a URL (s3://bucket/set): predicts the images of "
@@ -232,6 +210,16 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=flag_number(IMAGE_SIZE),
                    help="px, long side each image is resized to (default: the image_size of the cache the checkpoint "
                         "was trained on)")
+    p.add_argument("--scales", type=scale_list, metavar="SIZES",
+                   help="test-time scales: comma-separated --image-size values, e.g. 1536,2048; the image is predicted "
+                        "at each and the words fused as `ensemble` fuses files (default: none, --image-size alone)")
+    p.add_argument("--fuse", choices=FUSE, default=FUSE_DEFAULT,
+                   help="several --checkpoint: maps averages their score and geometry maps before one decode (their "
+                        "caches' map scales must agree); quads decodes each and fuses the words (default "
+                        f"{FUSE_DEFAULT}: one decode; docs/performance.md compares them)")
+    p.add_argument("--votes", type=flag_number(COUNT),
+                   help="where words are fused (--scales, --fuse quads): passes that must have found a word for it "
+                        "to be kept (default: a majority of the passes)")
     p.add_argument("--batch-size", type=flag_number(COUNT), default=d.batch_size,
                    help=f"images per forward pass; images are batched with others of the same padded shape "
                         f"(default {d.batch_size})")
@@ -246,6 +234,26 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
     return p
 
 
+def scale_list(text: str) -> list[int]:
+    """--scales: comma-separated input sizes (px, the long side), each at least one backbone stride."""
+    return [flag_number(IMAGE_SIZE)(t.strip()) for t in text.split(",")]
+
+
+def predict_fused(passes: list[tuple], pages: list[Page], cfg: PredictConfig, sizes: list[int],
+                  device: torch.device, votes: int | None = None, progress: bool = True):
+    """predict() for each (model, map scale) of passes at each input size, the words of all passes fused
+    (east_cache.evaluate.ensemble.fuse, votes defaulting to a majority); one pass: its words as they are. Returns
+    (results, skipped) as predict() does."""
+    outs, skipped = [], {}
+    for k, (model, map_scale) in enumerate(passes):
+        for size in sizes:
+            desc = "predict" if len(passes) * len(sizes) == 1 else f"predict {k + 1}/{len(passes)} at {size}"
+            r, bad = predict(model, pages, replace(cfg, image_size=size, map_scale=map_scale), device, progress, desc)
+            outs.append(r)
+            skipped.update(bad)
+    return (outs[0] if len(outs) == 1 else fuse(outs, votes=votes)), list(skipped.items())
+
+
 def command_name() -> str:
     """How usage names this command: as `python -m` ran this module, else by the script that ran it."""
     started = Path(sys.argv[0])
@@ -257,31 +265,42 @@ def command_name() -> str:
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
     check_output(a.out, "--out", folder=False)
-    inputs = [Input("the checkpoint --checkpoint", a.checkpoint), Input("the images --images", a.images, tree=True)]
+    if a.scales and a.image_size:
+        raise UsageError(f"--scales {','.join(map(str, a.scales))} and --image-size {a.image_size}: give one (--scales "
+                         f"names every size the images are predicted at)")
+    inputs = [*(Input("the checkpoint --checkpoint", c) for c in a.checkpoint),
+              Input("the images --images", a.images, tree=True)]
     refuse_overwrite("--out", a.out, [*inputs, *dataset_inputs(a.data, "--data")])
     # the images first: a missing one is named before the model is loaded
     pages, skipped = (pages_from_split(a.data, a.split, a.skip_bad) if a.data is not None
                       else pages_from_folder(a.images, a.skip_bad))
-    ck = load_checkpoint(a.checkpoint)
+    device = setup_device(a.device).device
+    models, cks = load_models(a.checkpoint, device, a.fuse)
+    ck = cks[0]
+    sizes = a.scales or [a.image_size or ck["config"]["image_size"]]
     try:
-        cfg = PredictConfig(image_size=a.image_size or ck["config"]["image_size"], map_scale=ck["config"]["map_scale"],
-                            batch_size=a.batch_size, score_thresh=a.score_thresh, nms_thresh=a.nms_thresh,
-                            skip_bad=a.skip_bad)
+        cfg = PredictConfig(image_size=sizes[0], map_scale=ck["config"]["map_scale"], batch_size=a.batch_size,
+                            score_thresh=a.score_thresh, nms_thresh=a.nms_thresh, skip_bad=a.skip_bad)
     except ValueError as e:
         raise UsageError(f"{e}; see --help") from None
-    device = setup_device(a.device).device
-    model = inference_model(ck, a.checkpoint, device)
+    passes = runs(models, cks, a.fuse)
+    if a.votes is not None and a.votes > len(passes) * len(sizes):
+        raise UsageError(f"--votes {a.votes}: more than the {len(passes) * len(sizes)} prediction passes "
+                         f"(checkpoints x scales)")
     t0 = time.perf_counter()
-    results, bad = predict(model, pages, cfg, device, progress=not a.quiet)
+    results, bad = predict_fused(passes, pages, cfg, sizes, device, a.votes, progress=not a.quiet)
     took = time.perf_counter() - t0
-    write_predictions(a.out, results, {"checkpoint": str(a.checkpoint), "epoch": ck["epoch"],
-                                       "image_size": cfg.image_size, "score_thresh": cfg.score_thresh,
-                                       "nms_thresh": cfg.nms_thresh})
+    source = {"checkpoint": str(a.checkpoint[0]), "epoch": ck["epoch"], "image_size": cfg.image_size,
+              "score_thresh": cfg.score_thresh, "nms_thresh": cfg.nms_thresh}
+    if len(a.checkpoint) > 1 or len(sizes) > 1:
+        source.update(checkpoints=[str(c) for c in a.checkpoint], scales=sizes, fuse=a.fuse)
+    write_predictions(a.out, results, source)
     skipped += bad
     if not a.quiet:
         words = sum(len(q) for q, _ in results.values())
+        at = f"--image-size {cfg.image_size}" if len(sizes) == 1 else f"--scales {','.join(map(str, sizes))}"
         print(f"{a.out}: {len(results)} images, {words} words [{took:.1f} s, {len(results) / max(took, 1e-9):.2f} "
-              f"images/s at --image-size {cfg.image_size} on {device}]", file=sys.stderr)
+              f"images/s at {at} on {device}]", file=sys.stderr)
     if skipped:
         shown = "; ".join(f"{name}: {why}" for name, why in skipped[:SHOW_SKIPPED])
         more = f"; and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""

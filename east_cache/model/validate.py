@@ -1,7 +1,7 @@
 """A model's detection metrics: its maps decoded into quads (east_cache.model.decode) and scored with DetEval,
 during training every --eval-every epochs and for one checkpoint with --eval-only.
 
-Two sources of ground truth: the words stored in a cache (its crops, polygon DetEval: east_cache.model.deteval),
+Two sources of ground truth: the words stored in a cache (its crops, polygon DetEval: east_cache.evaluate.deteval),
 and with --val-data ROOT --val-split SPLIT the full validation images, predicted as east-predict does at the
 training cache's image size and scored with the competition's rect DetEval, the number that tracks the
 leaderboard (a text-free crop scores perfectly; a full page does not). The full pages' don't-care words follow the
@@ -21,13 +21,13 @@ from east_cache.reader.expand import batch_images
 from east_cache.model.checkpoint import check_fits_cache, inference_model, load_checkpoint
 from east_cache.model.config import TrainConfig
 from east_cache.model.decode import decode_maps
-from east_cache.model.deteval import dataset_metrics, evaluate_image, gt_quads
+from east_cache.evaluate.deteval import dataset_metrics, evaluate_image, gt_quads
 from east_cache.model.engine import Context, new_context
 from east_cache.model.model import EAST
 from east_cache.reader.images import prepare_images
 from east_cache.model.predict import Page, PredictConfig, predict
 from east_cache.model.runtime import Runtime, jsonl_writer, sum_over_ranks
-from east_cache.model.scoring import Words, score_image
+from east_cache.evaluate.scoring import Words, score_image
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import ImageRecord, find_split, load_splits
 from east_cache.reader.loader import open_cache

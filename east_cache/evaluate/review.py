@@ -30,8 +30,8 @@ from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, open_regular
 from east_cache.ingest.imageio import oriented_size
-from east_cache.model import deteval_rect, review_draw as rd, scoring
-from east_cache.model.review_page import write_page
+from east_cache.evaluate import deteval_rect, review_draw as rd, scoring
+from east_cache.evaluate.review_page import write_page
 from east_cache.progress import Progress
 from east_cache.store.atomic import write_atomic
 

@@ -111,7 +111,7 @@ def write_page(path: Path, items: list[dict], result: dict, has_scores: bool, so
                                              "gt_dont_care", "detections")}, **sources}
     # inside <script>, "</script>" or "<!--" in an image name must not end or change the element
     inline = json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
-    template = resources.files("east_cache.model").joinpath(TEMPLATE).read_text("utf-8")
+    template = resources.files("east_cache.evaluate").joinpath(TEMPLATE).read_text("utf-8")
     values = {"TITLE": html.escape(f"review: {Path(sources['pred']).name}"), "SUMMARY": summary_svg(items),
               "DATA": inline}
     page = PLACEHOLDER.sub(lambda m: values[m[1]], template)   # one pass: no value is searched again

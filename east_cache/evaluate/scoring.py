@@ -4,8 +4,8 @@ flags (add_arguments) and the command (run).
 Ground-truth words become cared-for or don't-care exactly as a build decides (east_cache.ingest.ufo:
 illegible, an ignore tag, not a quad, smaller than min_area; degenerate or malformed words are dropped).
 None of those rules looks at pixels or at the frame size, so scoring reads the two JSON files only.
-Metric `rect` is the competition scorer (east_cache.model.deteval_rect), `poly` the polygon-area DetEval
-(east_cache.model.deteval); both are totalled the same way (east_cache.model.deteval_rect.totals).
+Metric `rect` is the competition scorer (east_cache.evaluate.deteval_rect), `poly` the polygon-area DetEval
+(east_cache.evaluate.deteval); both are totalled the same way (east_cache.evaluate.deteval_rect.totals).
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ import numpy as np
 from east_cache.bounds import NON_NEGATIVE, flag_number
 from east_cache.ingest.objects import source_path
 from east_cache.location import flag_location
-from east_cache.model import deteval, deteval_rect
+from east_cache.evaluate import deteval, deteval_rect
+from east_cache.evaluate.compare import compare, table
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
+from east_cache.errors import CacheHint, DataError, Input, UsageError, check_output, refuse_overwrite
 from east_cache.ingest import ufo
 # PREDICTED_BY, and a pseudo-label file's marks: a --gt with them is refused
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, is_pseudo
@@ -127,9 +128,9 @@ def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
 
 
 def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None = None) -> dict[str, Words]:
-    """{image name: detections} of a UFO predictions file. Every image must be in gt_names; a file whose words
-    carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when given, gets
-    each image's float64 (K,) word score of its detections, NaN where a word has none."""
+    """{image name: detections} of a UFO predictions file. Every image must be in gt_names (None: any); a file
+    whose words carry legibility flags is ground truth, refused unless it is marked as predictions. scores, when
+    given, gets each image's float64 (K,) word score of its detections, NaN where a word has none."""
     json_path, out, top = source_path(json_path), {}, {}
     for name, entry in read_entries(json_path, top):
         words, polygons, found = entry.get("words") or {}, [], []
@@ -146,7 +147,7 @@ def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None =
             scores[name] = np.array(found, np.float64)
         out[name] = Words(np.array([xy for p in polygons for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p in polygons]).astype(np.int64), np.ones(len(polygons), bool))
-    unknown = sorted(set(out) - set(gt_names))
+    unknown = sorted(set(out) - set(gt_names)) if gt_names is not None else []
     if unknown:
         more = f" and {len(unknown) - SHOW_UNKNOWN} more" if len(unknown) > SHOW_UNKNOWN else ""
         raise DataError(f"{json_path}: predictions for image(s) not in the ground truth: "
@@ -215,9 +216,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = BuildConfig()
     p.add_argument("--gt", type=flag_location, required=True,
                    help="ground truth: a UFO file such as ROOT/ufo/val.json (a path or a URL)")
-    p.add_argument("--pred", type=flag_location, required=True,
+    p.add_argument("--pred", type=flag_location, required=True, action="append",
                    help='predictions: UFO JSON {"images": {name: {"words": {"1": {"points": [[x, y], ...]}}}}}; '
-                        "a gt image missing from it has no detections")
+                        "a gt image missing from it has no detections. Give --pred once per file to compare "
+                        "several (folds, an ensemble): one table, a row per file")
     p.add_argument("--metric", choices=METRICS, default="rect",
                    help="rect: DetEval on enclosing axis-aligned rectangles, as the UFO competition scores; "
                         "poly: DetEval on polygon areas (default: rect)")
@@ -240,15 +242,29 @@ def run(a: argparse.Namespace) -> int:
     rules = BuildConfig(ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
                         min_area=a.min_area, drop_area=a.drop_area, fit_polygons=a.fit_polygons)
     if a.per_image:
+        if len(a.pred) > 1:
+            raise UsageError(f"--per-image {a.per_image}: writes one predictions file's rows; give one --pred with it")
         check_output(a.per_image, "--per-image", folder=False)
         refuse_overwrite("--per-image", a.per_image, [Input("the ground truth --gt", a.gt),
-                                                      Input("the predictions --pred", a.pred)])
+                                                      Input("the predictions --pred", a.pred[0])])
     notes = []
     gt = load_ground_truth(a.gt, rules, notes)
-    result = score(gt, load_predictions(a.pred, gt), a.metric)
+    if len(a.pred) > 1:
+        return compare_files(a, gt, notes)
+    result = score(gt, load_predictions(a.pred[0], gt), a.metric)
     for note in notes:
         print(f"warning: {note}", file=sys.stderr)
     if a.per_image:
         write_per_image(a.per_image, result)
     print(json.dumps({k: v for k, v in result.items() if k != "per_image"}) if a.json else report(result))
+    return 0
+
+
+def compare_files(a: argparse.Namespace, gt: dict[str, Words], notes: list[str]) -> int:
+    """`evaluate` with several --pred: one table (or, with --json, one object), a row per file (compare.py)."""
+    rows = compare([score(gt, load_predictions(p, gt), a.metric) for p in a.pred])
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
+    print(json.dumps({"files": [{"pred": str(p), **r} for p, r in zip(a.pred, rows)]}) if a.json
+          else table(rows, a.pred))
     return 0

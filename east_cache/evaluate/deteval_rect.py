@@ -20,7 +20,7 @@ For a cared-for gt G and a kept detection D: recall r = |G n D| / |G|, precision
    credit MERGE_CREDIT per gt, precision credit MERGE_CREDIT (1 and 1 when only one gt qualifies).
 Totals over a data set: recall = recall credits / cared-for gts, precision = precision credits /
 kept detections, each 0 where its denominator is 0 (nothing scores perfectly out of nothing).
-Pure numpy; east_cache.model.deteval is the polygon-area variant.
+Pure numpy; east_cache.evaluate.deteval is the polygon-area variant.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np
 
 # The thresholds and the split credit are DetEval's, the polygon module's; what the competition's script does
 # differently on rectangles is defined here.
-from east_cache.model.deteval import (
+from east_cache.evaluate.deteval import (
     AREA_PRECISION,
     AREA_RECALL,
     CENTER_DIFF_THRESH,
