@@ -408,6 +408,45 @@ def test_a_missing_resume_checkpoint_is_named(tmp_path):
         train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 
 
+def test_a_missing_checkpoint_hint_names_the_runs_own_folder(tmp_path):
+    """east-predict --checkpoint runs/fold0/best.pt where that run wrote no best.pt: the hint lists what runs/fold0
+    holds (not another run's folder) and says when best.pt is written."""
+    run = tmp_path / "runs" / "fold0"
+    run.mkdir(parents=True)
+    for name in ("epoch_1_step_20.pt", "latest.pt"):
+        (run / name).write_bytes(b"")
+    with pytest.raises(UsageError) as e:
+        checkpoint.load_checkpoint(run / "best.pt")
+    assert f"{run} holds latest.pt, epoch_1_step_20.pt: pass one of them" in str(e.value)
+    assert "runs/east" not in str(e.value) and "--val-data" in str(e.value)
+    with pytest.raises(UsageError, match=f"e.g. {tmp_path / 'elsewhere' / 'latest.pt'}"):
+        checkpoint.load_checkpoint(tmp_path / "elsewhere" / "best.pt")
+    with pytest.raises(UsageError, match=r"e.g. .*other/latest\.pt"):
+        train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "other" / "nope.pt")])
+    with pytest.raises(UsageError, match=r"e.g. mine/latest\.pt"):
+        train.run(["--eval-only", "--out", "mine"])
+
+
+def test_a_run_that_promised_best_and_validated_nothing_says_what_to_use(tmp_path):
+    """A signal stops a validating run inside its first epoch: no best.pt, and the last line says what to predict
+    with instead; a run that validated, or validates nothing, says nothing of it."""
+    state = config.RunState(last_checkpoint=tmp_path / "epoch_1_step_3.pt")
+    assert "no best.pt" in train.no_best(TrainConfig(eval_every=1), state)
+    assert str(tmp_path / "epoch_1_step_3.pt") in train.no_best(TrainConfig(eval_every=1), state)
+    assert train.no_best(TrainConfig(), state) == ""
+    state.best = {"metric": "hmean", "value": 0.5, "epoch": 1}
+    assert train.no_best(TrainConfig(eval_every=1), state) == ""
+
+
+@pytest.mark.slow
+def test_a_run_cut_by_its_limit_inside_an_epoch_leaves_best_pt(cache, tmp_path):
+    """The CPU check run (or --max-steps) stops inside the first epoch: that cut epoch is validated and becomes
+    best.pt, which the README's loop predicts with."""
+    train_run(cache, tmp_path, "--max-steps", "1", "--batch-size", "1", "--val-cache", str(cache))
+    assert (tmp_path / "best.pt").samefile(tmp_path / "epoch_1_step_1.pt")
+    assert checkpoint.load_checkpoint(tmp_path / "best.pt")["best"]["epoch"] == 1
+
+
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):

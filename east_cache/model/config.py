@@ -273,7 +273,8 @@ def check_flags(args) -> None:
     Checked before anything slow starts; each number's own range is its flag's type (east_cache/bounds.py)."""
     wants = "--eval-only" if args.eval_only else "--export-onnx" if args.export_onnx else None
     if wants and args.checkpoint is None:
-        raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. runs/east/latest.pt)")
+        raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. "
+                         f"{(args.out or OUT) / 'latest.pt'})")
     if args.checkpoint is not None and not wants:
         raise UsageError("--checkpoint is read by --eval-only and --export-onnx only; to continue training from it, "
                          "pass --resume")
@@ -294,7 +295,7 @@ def check_flags(args) -> None:
     for flag, path in (("--resume", args.resume), ("--init-from", args.init_from)):
         if path is not None and not path.is_file():
             raise UsageError(f"{flag} {path}: no such checkpoint; pass a file that a run wrote into its --out, "
-                             f"e.g. runs/east/latest.pt")
+                             f"e.g. {path.parent / 'latest.pt'}")
 
 
 def check_node_flags(nodes: int | None, node_rank: int | None) -> None:
