@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from helpers import TINY, cli_run
+from helpers import TINY, cli_run, with_flags
 
 from east_cache.config import BuildConfig
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, marked_files
@@ -100,8 +100,8 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
              (["--out", pred], "is a file"), (["--out", tmp_path / "x", "--split", "../pred"], "plain name"),
              (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "min <= care")]
     for flags, said in cases:
-        status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ok",
-                                 *flags)
+        status, _, err = cli_run(capsys, "pseudo", *with_flags(["--pred", pred, "--images", folder, "--out",
+                                                                tmp_path / "ok"], flags))
         assert status == 2 and err.count("error:") == 1 and said in err, (flags, err)
     assert pred.read_bytes() == before and not (folder / "images").exists() and not (tmp_path / "ok").exists()
     assert not (tmp_path / "r" / "images").exists()

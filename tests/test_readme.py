@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import with_flags
 
 from east_cache import cli
 from east_cache.model import predict, train
@@ -66,25 +67,10 @@ def argv(command: str, bucket: str | None = None) -> list[str]:
     if words[0] == "torchrun":   # one process on one machine here: the flags after train.py are the README's
         at = words.index("train.py")
         return [*ENTRY["torchrun"], "--nnodes", "1", "--nproc_per_node", "1", str(REPO / "train.py"),
-                *shortened(words[at + 1:], FAST["east-train"])]
+                *with_flags(words[at + 1:], FAST["east-train"])]
     args = words[1:]
     extra = FAST.get(args[0] if words[0] == "east-cache" else words[0], [])
-    return [*ENTRY[words[0]], *shortened(args, extra)]
-
-
-def shortened(args: list[str], extra: list[str]) -> list[str]:
-    """args with each flag of extra (a flag and its value, or a flag alone) in place of the same flag's value in
-    args, or appended: a flag given twice is refused."""
-    args, i = list(args), 0
-    while i < len(extra):
-        flag, value = extra[i], extra[i + 1:i + 2] if i + 1 < len(extra) and not extra[i + 1].startswith("--") else []
-        if flag in args:
-            at = args.index(flag) + 1
-            args[at:at + len(value)] = value
-        else:
-            args += [flag, *value]
-        i += 1 + len(value)
-    return args
+    return [*ENTRY[words[0]], *with_flags(args, extra)]
 
 
 def run(command: str, cwd: Path, bucket: str | None = None, process: bool = False) -> None:
