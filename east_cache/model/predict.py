@@ -35,7 +35,8 @@ from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.runtime import setup_device
 from east_cache.config import BuildConfig
-from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
+from east_cache.errors import (CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command,
+                               stderr_line)
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
 from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE
@@ -278,10 +279,14 @@ def run(argv: list[str] | None = None) -> None:
                                        "image_size": cfg.image_size, "score_thresh": cfg.score_thresh,
                                        "nms_thresh": cfg.nms_thresh})
     skipped += bad
+    words = sum(len(q) for q, _ in results.values())
     if not a.quiet:
-        words = sum(len(q) for q, _ in results.values())
         print(f"{a.out}: {len(results)} images, {words} words [{took:.1f} s, {len(results) / max(took, 1e-9):.2f} "
               f"images/s at --image-size {cfg.image_size} on {device}]", file=sys.stderr)
+    if results and not words:
+        stderr_line(f"warning: {a.out}: 0 words in all {len(results)} image(s): no map pixel scored above "
+                    f"--score-thresh {cfg.score_thresh} ({a.checkpoint}, epoch {ck['epoch']}); lower --score-thresh "
+                    f"(e.g. --score-thresh {cfg.score_thresh / 2:g}), or predict with a checkpoint trained longer")
     if skipped:
         shown = "; ".join(f"{name}: {why}" for name, why in skipped[:SHOW_SKIPPED])
         more = f"; and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
