@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,3 +89,4 @@ COUNT_OR_ZERO = Bound(least=0)                      # a count where 0 means none
 SEED = Bound(least=0)                               # numpy's seeds are non-negative
 POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
+THREADS = Bound(least=1, most=os.cpu_count() or 1, note="this machine's cores")   # torch's intra-op threads

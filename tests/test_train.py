@@ -573,3 +573,33 @@ def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     firsts = sorted(int(np.argmax([np.array_equal(b[0].numpy(), ds[i]["image"]) for i in range(len(ds))]))
                     for b in seen)
     assert firsts == [0, 2] and len(seen) == 2, "two whole batch files (the odd fifth image is dropped: drop_last)"
+
+
+def test_threads_sets_torchs_intra_op_threads_of_train_and_predict_and_is_bounded(tmp_path, capsys):
+    """--threads N: torch's intra-op threads, set before any work (here, before a missing input is named); not
+    given, torch's own count stays; 0, a fraction or more than the machine's cores are one error line."""
+    from east_cache.bounds import THREADS
+    from east_cache.model import predict
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2 if THREADS.most >= 2 else 1)
+        kept = torch.get_num_threads()
+        assert predict.main(["--checkpoint", str(tmp_path / "none.pt"), "--images", str(tmp_path)]) == 2
+        assert train.main(["--cache", str(tmp_path / "none")]) == 2
+        assert torch.get_num_threads() == kept, "the default leaves torch's count"
+        assert predict.main(["--checkpoint", str(tmp_path / "none.pt"), "--images", str(tmp_path), "--threads",
+                             "1"]) == 2
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(kept)
+        assert train.main(["--cache", str(tmp_path / "none"), "--threads", "1"]) == 2
+        assert torch.get_num_threads() == 1
+        capsys.readouterr()
+        for bad in ("0", "1.5", str(THREADS.most + 1), "nan"):
+            for main in (train.main, predict.main):
+                with pytest.raises(SystemExit) as e:
+                    main(["--checkpoint", "x.pt", "--images", str(tmp_path), "--threads", bad])
+                assert e.value.code == 2
+                err = capsys.readouterr().err
+                assert err.count("\n") == 1 and "--threads" in err and f"[1, {THREADS.most}]" in err, err
+    finally:
+        torch.set_num_threads(before)

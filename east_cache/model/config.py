@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, flag_number
 from east_cache.model.model import check_backbone_file
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
@@ -72,6 +72,7 @@ class TrainConfig:
     node_rank: int | None = None           # this machine's place among them; None: torchrun's environment says
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
+    threads: int | None = None             # torch intra-op threads of each process; None: torch's default
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -246,6 +247,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     out.add_argument("--log-every", type=flag_number(COUNT), metavar="N",
                      help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
     out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
+    out.add_argument("--threads", type=flag_number(THREADS), metavar="N",
+                     help="torch's intra-op threads in each process, for the model's work on a CPU (default: torch's, "
+                          "one per core)")
     out.add_argument("--profile", type=flag_number(COUNT), metavar="N",
                      help="profile N steps after a warm-up one, write OUT/profile_trace.json and stop (default: off)")
     other = p.add_argument_group("other modes")

@@ -28,12 +28,12 @@ import cv2
 import numpy as np
 import torch
 
-from east_cache.bounds import COUNT, Bound, check_number, flag_number
+from east_cache.bounds import COUNT, THREADS, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.checkpoint import inference_model, load_checkpoint
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
-from east_cache.model.runtime import setup_device
+from east_cache.model.runtime import setup_device, setup_threads
 from east_cache.config import BuildConfig
 from east_cache.errors import (CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command,
                                stderr_line)
@@ -237,6 +237,8 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
                    help=f"images per forward pass; images are batched with others of the same padded shape "
                         f"(default {d.batch_size})")
     p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--threads", type=flag_number(THREADS), metavar="N",
+                   help="torch's intra-op threads, for the model's work on a CPU (default: torch's, one per core)")
     p.add_argument("--score-thresh", type=flag_number(THRESHOLD), default=SCORE_THRESH,
                    help=f"a map pixel is a word candidate when its score is above this (default {SCORE_THRESH})")
     p.add_argument("--nms-thresh", type=flag_number(THRESHOLD), default=NMS_THRESH,
@@ -257,6 +259,7 @@ def command_name() -> str:
 
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
+    setup_threads(a.threads)
     check_output(a.out, "--out", folder=False)
     inputs = [Input("the checkpoint --checkpoint", a.checkpoint), Input("the images --images", a.images, tree=True)]
     refuse_overwrite("--out", a.out, [*inputs, *dataset_inputs(a.data, "--data")])

@@ -47,6 +47,7 @@ from east_cache.model.runtime import (
     profiler,
     run_header,
     setup_device,
+    setup_threads,
     stop_on_signals,
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
@@ -88,6 +89,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
+    setup_threads(args.threads)
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
         refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])
@@ -312,6 +314,7 @@ def no_best(cfg: TrainConfig, state: RunState) -> str:
 def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
                   steps_per_epoch: int, disk: str) -> list[str]:
     c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
+    procs += f", {cfg.threads} torch thread(s) each" if cfg.threads else ""
     val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
     if cfg.val_data:
         val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"
