@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
@@ -52,6 +52,7 @@ class TrainConfig:
     amp: str = "off"                       # autocast: "fp16" (with GradScaler), "bf16" or "off" (float32)
     compile: bool = False                  # torch.compile the model
     jitter: float = BASELINE_JITTER        # colour jitter strength (0: off), see east_cache.reader.images.color_jitter
+    augment: str | None = None             # a recipe of per-crop transforms (east_cache/reader/transform.py); None: none
     workers: int | None = None             # loader worker processes; 0: a prefetch thread in this process; None: auto
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file
@@ -176,7 +177,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="update a stale cache (train or val) before training, or rebuild one that other sample code "
                            "or another cache format version made (default: off; such a cache stops the run with the "
                            "command that updates it)")
-    data.add_argument("--workers", type=flag_number(COUNT_OR_ZERO),
+    data.add_argument("--workers", type=flag_number(WORKERS),
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            f"ahead in a thread, enough for a --crop build cache (`{cache_command('bench CACHE')}` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
@@ -218,6 +219,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     opt.add_argument("--jitter", type=flag_number(JITTER),
                      help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
                           f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
+    opt.add_argument("--augment", metavar="RECIPE",
+                     help="your own transforms of each training crop, run by the loader workers before the jitter and "
+                          "the normalisation: an albumentations pipeline file (A.save(pipeline, 'aug.yaml', "
+                          "data_format='yaml'), or .json; its geometric transforms move the words too) or FILE.py:NAME "
+                          "(a pipeline or callable image -> image in a Python file); recorded in the checkpoint, "
+                          "which --resume reuses; never on validation (default: none; needs pip install -e "
+                          "\".[augment]\")")
     opt.add_argument("--seed", type=flag_number(SEED),
                      help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",
