@@ -6,7 +6,10 @@ Prints markdown tables; asserts nothing. benchmarks/bench_geometry.py sets the t
 
 - word coverage: the share of legible words seen whole in at least one training crop after N epochs, on the
   built-in sample set (default build settings) and on a camera-photo-like set (1280 x 720 JPEGs, fewer
-  words, --image-size 1280 --input-size 512, the ICDAR 2015 setting);
+  words, --image-size 1280 --input-size 512, the ICDAR 2015 setting); coverage alone, also on dense photo-like
+  pages (DENSE_WORDS words) and on camera photos (common.bench_photos, default settings). Page mode's draw weights
+  are weighed in the page's warped frames too (sample/page.py warped_frames); the row "upright weights only"
+  replays the same draws with weights of the upright page alone, as builds made them before;
 - distinct crops per image over 10 epochs, and the share of text-free crops;
 - bytes per image per variant and build time per image, both modes (a real build of each set);
 - read speed through train.py's feeding path (DataLoader + collate + the prefetch thread; page mode also with
@@ -14,7 +17,8 @@ Prints markdown tables; asserts nothing. benchmarks/bench_geometry.py sets the t
   timed right after each epoch (this machine's speed drifts between minutes); and what memcpy by as many
   processes as the workers reaches at once, the most those workers could deliver.
 
-    python benchmarks/bench_crops.py [--images 12] [--photos 10] [--epochs 1,5,20,50] [--batch-size 8] [--batches 20]
+    python benchmarks/bench_crops.py [--images 12] [--photos 10] [--dense 20] [--cameras 4] [--epochs 1,5,20,50]
+        [--batch-size 8] [--batches 20]
 """
 from __future__ import annotations
 
@@ -28,13 +32,13 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from common import BENCH_DATA, machine, memcpy_rate, table, train_loader, write_sample_dataset
+from common import BENCH_DATA, bench_photos, machine, memcpy_rate, table, train_loader, write_sample_dataset
 
 from east_cache.reader import CacheDataset, batches
 from east_cache.reader.expand import batch_len
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, load_splits
-from east_cache.sample.crop_draw import grid_step, word_boxes
+from east_cache.sample.crop_draw import grid_step, word_boxes, word_weights
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
@@ -48,6 +52,7 @@ DISTINCT_EPOCHS = 10   # "distinct crops per image over 10 epochs"
 WORKERS = 2            # train.py --workers of the worker-process rows
 LATE = "41,60"         # default epochs (first, last) of the late read-speed columns
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting of the issue's measurement
+DENSE_WORDS = 100      # words per dense photo-like page (the photo-like set has 15)
 
 
 def data_sets(images: int, photos: int, read: int) -> list[tuple[str, Path, Path, BuildConfig]]:
@@ -65,6 +70,19 @@ def data_sets(images: int, photos: int, read: int) -> list[tuple[str, Path, Path
             (f"photo-like ({photos} x 1280x720)", photo(photos), photo(read), BuildConfig(**PHOTO))]
 
 
+def coverage_sets(dense: int, cameras: int) -> list[tuple[str, Path, BuildConfig]]:
+    """(label, set, settings) of the sets whose coverage alone is measured: dense photo-like pages, camera photos."""
+    out = []
+    if dense:
+        out.append((f"dense photo-like ({dense} x 1280x720, {DENSE_WORDS} words)",
+                    write_sample_dataset(BENCH_DATA / f"crops-dense-{dense}-{DENSE_WORDS}", n_images=dense,
+                                         words_per_page=DENSE_WORDS, page_size=(1280, 720), seed=13),
+                    BuildConfig(**PHOTO)))
+    if cameras:
+        out.append((f"camera photos ({cameras} x 8.7-12 MP)", bench_photos(cameras), BuildConfig()))
+    return out
+
+
 def offsets(names: list[str], variants: int, seed: int) -> np.ndarray:
     """Per-image variant offsets, as a cache of any strategy but batch draws them."""
     return Layout("image", len(names), variants, 1, 1).variant_offsets(names, seed)
@@ -73,13 +91,17 @@ def offsets(names: list[str], variants: int, seed: int) -> np.ndarray:
 def coverage_rows(data: Path, cfg: BuildConfig, epochs: tuple[int, ...]) -> list[list]:
     recs, _ = load_splits([data], "train", cfg)
     names, legible = [r.name for r in recs], [int((r.reason == CARE).sum()) for r in recs]
-    resized, warped, prewarped = [], [], dataclasses.replace(cfg, geometry="build")
+    resized, upright, warped, prewarped = [], [], [], dataclasses.replace(cfg, geometry="build")
     for r in recs:
         p = make_page(r, cfg, 0, maps=False)
         resized.append([(gather_quads(p.points, p.offsets, p.care > 0), p.size, p.weight)])
+        upright.append([(resized[-1][0][0], p.size, word_weights(word_boxes(p.points, p.offsets)[p.care > 0], p.size,
+                                                                  cfg.input_size, grid_step(cfg.map_scale)))])
         p = make_page(r, prewarped, 0, maps=False)
         warped.append([(word_boxes(p.points, p.offsets)[p.care > 0], p.size, p.weight)])
     modes = {"page mode (--crop read, geometry drawn every epoch)": warped_mode(names, resized, cfg),
+             "the same, upright weights only (the draw weights of builds before the warped frames)":
+                 warped_mode(names, upright, cfg),
              "page mode, pre-warped pages (--crop read --geometry build, K=1)": page_mode(
                  names, warped, offsets(names, 1, cfg.seed), cfg.seed, cfg.input_size, grid_step(cfg.map_scale))}
     for k in (1, 4):
@@ -203,6 +225,9 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=12,
                     help="pages of the sample set (default 12, as the built-in set, and of its size)")
     ap.add_argument("--photos", type=int, default=10, help="photo-like images (default 10)")
+    ap.add_argument("--dense", type=int, default=20,
+                    help=f"dense photo-like pages ({DENSE_WORDS} words), coverage only (default 20; 0: none)")
+    ap.add_argument("--cameras", type=int, default=4, help="camera photos, coverage only (default 4; 0: none)")
     ap.add_argument("--epochs", default="1,5,20,50", help="epoch counts of the coverage table")
     ap.add_argument("--batch-size", type=int, default=8, help="batch size of the read-speed pass (default 8)")
     ap.add_argument("--batches", type=int, default=160,
@@ -235,6 +260,11 @@ def main() -> None:
         print(f"memcpy of a page-mode item's bytes by {WORKERS} processes at once: {together:.0f} samples/s, "
               f"{together / one:.2f}x one process's ({one:.0f}; best of 2 each): the most {WORKERS} reading "
               f"processes could deliver here.\n")
+    for label, data, cfg in coverage_sets(a.dense, a.cameras):
+        print(f"## Word coverage: {label}, --image-size {cfg.image_size} --input-size {cfg.input_size}\n")
+        header = ["mode", *(f"{e} epoch{'s' * (e > 1)}" for e in epochs), f"distinct crops / image ({DISTINCT_EPOCHS} ep.)",
+                  "text-free crops"]
+        print(table(header, coverage_rows(data, cfg, epochs)), "\n")
 
 
 if __name__ == "__main__":

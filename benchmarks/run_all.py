@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 QUICK = {
     "targets": ["--pages", "1", "--repeat", "1"],
     "sample": ["--pages", "3", "--photos", "2", "--repeat", "1"],
-    "crops": ["--images", "4", "--photos", "4", "--batches", "4", "--late", "3,4"],
+    "crops": ["--images", "4", "--photos", "4", "--dense", "4", "--cameras", "2", "--batches", "4", "--late", "3,4"],
     "geometry": ["--images", "2", "--photos", "2", "--cameras", "2", "--repeat", "1", "--build-repeat", "1",
                  "--cpu-seconds", "0.3", "--psnr-epochs", "1"],
     "augment": ["--photos", "2", "--crops", "8", "--repeat", "2", "--cpu-seconds", "0.5"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
 MAX_PROCESSES = 1024   # worker processes or threads a flag may ask for: more would exhaust the machine, not use it
 WORKERS = Bound(least=0, most=MAX_PROCESSES)        # worker processes where 0 means none (read in this process)
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
+THREADS = Bound(least=1, most=os.cpu_count() or 1, note="this machine's cores")   # torch's intra-op threads
 LIST_MOST = 64                                      # values a list flag takes at most (show --epochs: a sheet's crops)
 
 

@@ -192,8 +192,11 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
         r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
                         file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file)
-    if not a.quiet:   # a validation split that shares images with the training data
+    if not a.quiet:   # a validation split that shares images with the training data; a root that adds nothing
         warn_build(data, req.split, a.out, say)
+        from east_cache.tools.advice import empty_root_warning
+        for warning in filter(None, (empty_root_warning(root, req.split) for root in data)):
+            say(f"warning: {warning}")
     if r.up_to_date:
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
             f"to do [{r.seconds:.2f} s]")

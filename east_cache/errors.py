@@ -144,14 +144,37 @@ class BuildStopped(KeyboardInterrupt):
                          f"{samples - kept}")
 
 
+# actions a flag may be given several times for: each occurrence adds (append, extend, append_const) or counts
+REPEATABLE = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction)
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse's parser with --debug, whose usage errors are one `error:` line (exit status 2) instead of the
-    whole usage followed by the message. Subcommands' parsers are of this class too."""
+    whole usage followed by the message. Subcommands' parsers are of this class too.
+
+    An option that holds one value (store, store_true, a BooleanOptionalAction...) given twice is refused, naming
+    both occurrences: argparse would keep the last one silently (`--pred A --pred B` scoring B only). Options whose
+    every occurrence counts (action="append", "extend", "count") may repeat."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._given: dict[argparse.Action, list[str]] = {}
         self.add_argument(DEBUG_FLAG, action="store_true",
                           help=f"on a failure, show the traceback as well (default: off; also {DEBUG_ENV}=1)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = {}   # the options met in this parse (a subcommand's parser counts its own)
+        return super().parse_known_args(args, namespace)
+
+    def _get_values(self, action, arg_strings):
+        # argparse calls this once per occurrence of an option, before its action stores the value
+        if action.option_strings and not isinstance(action, REPEATABLE):
+            if action in self._given:
+                first, now = (" ".join(v) for v in (self._given[action], arg_strings))
+                both = f" ({first} and {now})" if first or now else ""
+                raise argparse.ArgumentError(action, f"given twice{both}; it takes one value: pass it once")
+            self._given[action] = list(arg_strings)
+        return super()._get_values(action, arg_strings)
 
     def error(self, message: str):
         stderr_line(f"error: {message}; see `{self.prog} --help`")

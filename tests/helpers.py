@@ -84,9 +84,31 @@ def make_tiny_cache(data: Path, out: Path, **over) -> Path:
 
 
 def train_run(cache_dir: Path, out: Path, *flags: str) -> list[dict]:
-    """The training command in this process (errors raised) with QUIET_RUN before `flags`; returns the log."""
-    train.run(["--cache", str(cache_dir), "--out", str(out), *QUIET_RUN, *flags])
+    """The training command in this process (errors raised) with run_args; returns the log."""
+    train.run(run_args(cache_dir, out, *flags))
     return read_log(out)
+
+
+def run_args(cache_dir: Path, out: Path, *flags: str) -> list[str]:
+    """A training run's arguments: --cache, --out, QUIET_RUN, then `flags`, each in place of QUIET_RUN's flag of the
+    same name (a flag given twice is refused)."""
+    return with_flags(["--cache", str(cache_dir), "--out", str(out), *QUIET_RUN], flags)
+
+
+def with_flags(args, extra) -> list[str]:
+    """args with each flag of extra (a flag and its value, or a flag alone) in place of the same flag and its value
+    in args, or appended where args lacks it."""
+    args, extra, i = list(args), list(extra), 0
+    while i < len(extra):
+        valued = i + 1 < len(extra) and not str(extra[i + 1]).startswith("--")
+        flag, value = extra[i], extra[i + 1:i + 2] if valued else []
+        if flag in args:
+            at = args.index(flag) + 1
+            args[at:at + len(value)] = value
+        else:
+            args += [flag, *value]
+        i += 1 + len(value)
+    return args
 
 
 def read_log(out: Path) -> list[dict]:

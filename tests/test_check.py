@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 import pytest
 from helpers import cli_run, train_run
-from PIL import Image
+from PIL import Image, ImageOps
 
 from east_cache.config import BuildConfig
 from east_cache.store.manifest import Manifest
@@ -19,6 +19,7 @@ from east_cache.tools import phash
 from east_cache.tools.anomalies import KINDS, self_crossing
 from east_cache.tools.leak import warn_run
 from east_cache.tools.phash import NEAR_DISTANCE, dct_hash
+from east_cache.tools.sampledata import write_sample_dataset
 
 SIZE = (240, 180)   # px (width, height) of the test images
 BUILD = ["--image-size", "96", "--input-size", "64", "--variants", "1", "--jobs", "1"]
@@ -241,7 +242,8 @@ def test_a_train_split_without_a_validation_partner_is_not_compared(tmp_path):
 def test_a_copy_leaks_only_across_a_fold_s_own_train_val_boundary():
     from east_cache.tools.check import leak
     folds = lambda k, n=3: [f"val{k}"] + [f"train{j}" for j in range(n) if j != k]   # noqa: E731  split's lists
-    assert leak(folds(0), folds(1)) == "train1/val1"   # a copy in val0 and one in val1: each trains the other's fold
+    # a copy in val0 and one in val1: each trains the other's fold, a leak in both
+    assert leak(folds(0), folds(1)) == "train0/val0, train1/val1"
     assert leak(folds(0), folds(0)) == ""              # both in val0: neither trains fold 0
     assert leak(["train"], ["val"]) == "train/val" and leak(["train", "val"], ["train", "val"]) == "train/val"
     assert leak(["train0"], ["val1"]) == "" and leak(["test"], ["val"]) == ""
@@ -262,3 +264,52 @@ def test_east_train_warns_about_its_validation_split(tmp_path, capsys):
               "--epochs", "1", "--device", "cpu")
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: validation split")]
     assert "val0 shares 3 image(s) with training split train0" in line and "v_copy.jpg = t1.jpg" in line
+
+
+def test_a_near_pair_that_leaks_in_two_folds_is_named_under_each_with_real_paths(tmp_path, capsys):
+    """Two folds: a.jpg validates fold 0 and trains fold 1, its re-encoded copy b.jpg the other way round: the pair
+    leaks in both folds and the summary says so for each; every printed image path is the file itself (images/
+    included), as report.json has it."""
+    root = write_root(tmp_path / "d", {"val0": {"a.jpg": scene(1)}, "train1": {"a.jpg": scene(1)},
+                                       "val1": {"b.jpg": jpeg_bytes(scene(1), 60)},
+                                       "train0": {"b.jpg": jpeg_bytes(scene(1), 60)}})
+    status, out, err = cli_run(capsys, "check", "--data", root, "--out", tmp_path / "rep")
+    assert status == 1, err
+    (p,) = json.loads((tmp_path / "rep" / "report.json").read_text())["duplicates"]
+    assert p["leak"] == "train0/val0, train1/val1", p
+    assert "1 LEAK(S) across a train/val split (train0/val0: 1, train1/val1: 1)" in out, out
+    (line,) = [x for x in out.splitlines() if "LEAK train0/val0, train1/val1 " in x]
+    printed = [w for w in line.split() if w.endswith(".jpg")]
+    assert printed == [p["a"]["path"], p["b"]["path"]] and all(Path(w).is_file() for w in printed), line
+    assert all("/images/" in w for w in printed), line
+
+
+def test_check_finds_resized_reencoded_and_cropped_copies_at_its_default_distance_and_no_distinct_pages(
+        tmp_path, capsys):
+    """Distinct document pages are never paired; a half-size copy, a JPEG re-encoding at quality 40 and copies
+    cropped by 2% on every side (several bits away from their originals) are all found at the default --distance:
+    a default much lower (2 bits) would miss the crops."""
+    pages = write_sample_dataset(tmp_path / "pages", n_images=8, words_per_page=30, page_size=(300, 400), seed=3)
+    names = sorted(json.loads((pages / "ufo" / "train.json").read_text())["images"])
+    image = {n: np.asarray(ImageOps.exif_transpose(Image.open(pages / "images" / n)).convert("RGB")) for n in names}
+
+    def cropped(x, f=0.02):
+        h, w = x.shape[:2]
+        return x[int(h * f):h - int(h * f), int(w * f):w - int(w * f)]
+    h, w = image[names[2]].shape[:2]
+    copies = {"resized.jpg": (names[2], jpeg_bytes(cv2.resize(image[names[2]], (w // 2, h // 2),
+                                                              interpolation=cv2.INTER_AREA), 90)),
+              "reencoded.jpg": (names[3], jpeg_bytes(image[names[3]], 40)),
+              "cropped1.jpg": (names[1], jpeg_bytes(cropped(image[names[1]]), 90)),
+              "cropped4.jpg": (names[4], jpeg_bytes(cropped(image[names[4]]), 90))}
+    root = write_root(tmp_path / "copies", {"val": {name: data for name, (_, data) in copies.items()}})
+    status, _, err = cli_run(capsys, "check", "--data", pages, "--data", root, "--out", tmp_path / "rep")
+    assert status == 1, err
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["distance"] == NEAR_DISTANCE
+    found = {(p["a"]["name"], p["b"]["name"]) for p in report["duplicates"]}
+    assert found == {(original, copy) for copy, (original, _) in copies.items()}, found
+    crops = [p["distance"] for p in report["duplicates"] if p["b"]["name"].startswith("cropped")]
+    assert min(crops) > 2, crops   # what makes the default matter
+    status, _, err = cli_run(capsys, "check", "--data", pages, "--out", tmp_path / "alone")
+    assert not json.loads((tmp_path / "alone" / "report.json").read_text())["duplicates"], "distinct pages paired"

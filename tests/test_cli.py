@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import cli_run, edit_ufo, nudge_first_word
 
-from east_cache import progress
+from east_cache import errors, progress
 from east_cache.buildrequest import plan_lines
 from east_cache.cli import get_parser
 from east_cache.errors import skipped_reason
@@ -265,3 +265,52 @@ def test_plan_warnings_come_after_the_plan():
     lines = plan_lines(plan)
     assert lines[0] == "cache c: a new cache" and lines[-2] == "  estimated size on disk: 1.00 MiB"
     assert lines[-1] == "warning: --image-size 2048 enlarges 100% of the images by more than 1.25x"
+
+
+def accepted(action: argparse.Action) -> str:
+    """A value the option's type takes (a number in its range)."""
+    for text in ("1", "64", "0.5", "0", "a"):
+        try:
+            (action.type or str)(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        return text
+    raise AssertionError(f"{action.option_strings}: no value found")
+
+
+def test_an_option_that_holds_one_value_given_twice_is_refused(capsys):
+    """Every option of every command (east-cache's subcommands, east-train, east-predict) that keeps one value is
+    refused when given twice, naming both values, before any work: argparse alone keeps the last one silently
+    (`evaluate --pred A --pred B` would score B only). Options whose occurrences add up (append, count) repeat."""
+    from east_cache.model import predict
+    from east_cache.model.config import get_args_parser
+    parsers = {"east-cache": get_parser(), "east-train": get_args_parser(), "east-predict": predict.get_parser()}
+    checked, repeatable = 0, []
+    for command, parser in parsers.items():
+        for where, action in _options(parser):
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            flag, takes = action.option_strings[-1], action.nargs != 0
+            value = [str(next(iter(action.choices))) if action.choices else accepted(action)] if takes else []
+            argv = [*where.split(), flag, *value, flag, *value]
+            sub = parser._subparsers._group_actions[0].choices[where.split()[0]] if where else parser
+            if isinstance(action, errors.REPEATABLE):
+                repeatable.append(flag)
+                sub._given = {}
+                sub._get_values(action, value)
+                sub._get_values(action, value)   # no error
+                continue
+            with pytest.raises(SystemExit) as e:
+                parser.parse_args(argv)
+            err = capsys.readouterr().err
+            assert e.value.code == errors.EXIT_USER and f"{flag}: given twice" in err, (command, argv, err)
+            assert err.count("\n") == 1 and (not takes or f"({value[0]} and {value[0]})" in err), err
+            checked += 1
+    assert checked > 100 and "--data" in repeatable, (checked, repeatable)
+    with pytest.raises(SystemExit):
+        get_parser().parse_args(["evaluate", "--gt", "A", "--pred", "p.json", "--gt=B"])
+    assert "--gt: given twice (A and B)" in capsys.readouterr().err
+    again = get_parser()
+    assert str(again.parse_args(["evaluate", "--gt", "A", "--pred", "p.json"]).gt) == "A"
+    assert str(again.parse_args(["evaluate", "--gt", "B", "--pred", "p.json"]).gt) == "B", "each parse counts anew"
+    assert [str(p) for p in again.parse_args(["evaluate", "--gt", "g", "--pred", "A", "--pred=B"]).pred] == ["A", "B"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import QUIET_RUN, REPO, edit_ufo, first_image, make_tiny_cache, train_run
+from helpers import REPO, edit_ufo, first_image, make_tiny_cache, run_args, train_run
 
 from east_cache import cli, errors
 from east_cache.model import checkpoint, predict, train
@@ -239,8 +239,8 @@ def children(pid: int) -> list[int]:
 def test_a_killed_loader_worker_ends_the_run_in_one_line(tiny_data, tmp_path):
     cache = make_tiny_cache(tiny_data, tmp_path / "c")
     out = tmp_path / "run"
-    proc = subprocess.Popen([*COMMANDS["east-train"], "--cache", str(cache), "--out", str(out), *QUIET_RUN,
-                             "--workers", "2", "--batch-size", "1", "--epochs", "100000"], cwd=tmp_path,
+    proc = subprocess.Popen([*COMMANDS["east-train"], *run_args(cache, out, "--workers", "2", "--batch-size", "1",
+                                                                   "--epochs", "100000")], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         end = time.monotonic() + TIMEOUT_S

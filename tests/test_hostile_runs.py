@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import QUIET_RUN, REPO, epochs_of, train_run
+from helpers import REPO, epochs_of, run_args, train_run
 from PIL import Image
 
 from east_cache import cli
@@ -209,7 +209,7 @@ train.run(sys.argv[2:])
 @pytest.mark.parametrize("moment", ["inside torch.save", "after the rename"])
 def test_latest_loads_and_resumes_after_a_kill_while_saving(moment, tiny_cache, tmp_path):
     out = tmp_path / "run"
-    flags = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--epochs", "3", "--batch-size", "1"]
+    flags = run_args(tiny_cache, out, "--epochs", "3", "--batch-size", "1")
     r = subprocess.run([sys.executable, "-c", KILLED, moment, *flags], cwd=REPO, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == -9, r.stderr

@@ -7,7 +7,7 @@ import argparse
 import math
 
 import pytest
-from helpers import QUIET_RUN
+from helpers import run_args
 
 from east_cache import CacheDataset, EpochSampler, Loader
 from east_cache.bounds import FLAG_INT_LIMIT
@@ -209,7 +209,7 @@ def test_train_flags_out_of_range_are_one_line(flags, words, tiny_cache, tmp_pat
     for launcher in ("GROUP_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(launcher, raising=False)
     out = tmp_path / "run"
-    status = exit_status(train.main, ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, *flags])
+    status = exit_status(train.main, run_args(tiny_cache, out, *flags))
     one_error_line(status, capsys.readouterr().err, words)
     assert not out.exists(), "work started"
 

@@ -13,6 +13,7 @@ from east_cache.errors import DataError
 from east_cache.ingest.ufo import CARE, ILLEGIBLE, ImageRecord
 from east_cache.sample.geometry import (
     compose,
+    gather_quads,
     rotation_matrix,
     sample_params,
     transform_points,
@@ -271,3 +272,59 @@ def test_crop_choice_is_deterministic_per_key():
     np.testing.assert_array_equal(a[0], b[0])
     others = {tuple(crop(e)[0]) for e in range(20)}
     assert len(others) > 10, "epochs should draw different crops"
+
+
+def dense_records(tmp_path, n: int, words: int, seed: int, size=(640, 360)):
+    from east_cache.ingest.ufo import load_splits
+    from east_cache.tools.sampledata import write_sample_dataset
+    root = write_sample_dataset(tmp_path / f"dense-{seed}", n_images=n, words_per_page=words, page_size=size, seed=seed)
+    return load_splits([root], "train", BuildConfig())[0]
+
+
+def test_a_page_warped_at_read_time_weighs_its_words_in_its_warped_frames_too(tmp_path):
+    """--geometry read: the draw weights are word_weights over the upright page and the four corner warps of the
+    reader's draw (height 1 -/+ jitter, angle -/+ rotation); a pre-warped page (--geometry build), which the reader
+    does not warp again, or a reader that draws no warp, keeps the upright page's weights."""
+    from east_cache.sample.crop_draw import word_boxes, word_weights
+    from east_cache.sample.page import warped_frames
+    (rec,) = dense_records(tmp_path, 1, 40, seed=5)
+    cfg = BuildConfig(image_size=640, input_size=256)
+    page = make_page(rec, cfg, 0, maps=False)
+    boxes, step = word_boxes(page.points, page.offsets)[page.care > 0], grid_step(cfg.map_scale)
+    quads = gather_quads(page.points, page.offsets, page.care > 0)
+    frames = warped_frames(quads, page.size, cfg)
+    assert len(frames) == 4 and all(b.shape == boxes.shape for b, _ in frames)
+    assert {size for _, size in frames} != {page.size}, "the rotated canvas is larger than the page"
+    np.testing.assert_allclose(page.weight, word_weights(boxes, page.size, cfg.input_size, step, frames))
+    upright = word_weights(boxes, page.size, cfg.input_size, step)
+    assert not np.allclose(page.weight, upright)
+    still = BuildConfig(image_size=640, input_size=256, height_jitter=0, max_rotation=0)
+    np.testing.assert_allclose(make_page(rec, still, 0, maps=False).weight, upright)
+    prewarped = make_page(rec, BuildConfig(image_size=640, input_size=256, geometry="build"), 0, maps=False)
+    np.testing.assert_allclose(prewarped.weight, word_weights(word_boxes(prewarped.points, prewarped.offsets)[
+        prewarped.care > 0], prewarped.size, cfg.input_size, step))
+
+
+@pytest.mark.slow
+def test_warped_frame_weights_show_dense_pages_words_more_often_than_upright_ones(tmp_path):
+    """The reader's own draws (epoch_geometry) on dense pages, 40 epochs replayed: the expected share of legible
+    words seen whole within 20 epochs (from each word's rate over those epochs) is higher with the stored weights,
+    weighed in the warped frames too, than with the upright page's weights alone."""
+    from east_cache.sample.crop_draw import word_boxes, word_weights
+    from east_cache.sample.epoch_geometry import epoch_geometry, quad_boxes
+    from east_cache.tools.coverage import whole_in
+    cfg = BuildConfig(image_size=640, input_size=256)
+    shares = {"stored": [], "upright": []}
+    for seed in (2, 5, 13):
+        for rec in dense_records(tmp_path, 6, 50, seed):
+            page = make_page(rec, cfg, 0, maps=False)
+            quads = gather_quads(page.points, page.offsets, page.care > 0)
+            upright = word_weights(word_boxes(page.points, page.offsets)[page.care > 0], page.size, cfg.input_size,
+                                   grid_step(cfg.map_scale))
+            for kind, weights in (("stored", page.weight), ("upright", upright)):
+                hits = np.zeros(len(quads))
+                for epoch in range(40):
+                    g = epoch_geometry(cfg, epoch, rec.name, 0, quads, page.size, weights)
+                    hits[whole_in(quad_boxes(transform_points(g.matrix, quads)), (0, 0), cfg.input_size)] += 1
+                shares[kind] += list(1 - (1 - hits / 40) ** 20)
+    assert np.mean(shares["stored"]) > np.mean(shares["upright"]), {k: np.mean(v) for k, v in shares.items()}

@@ -160,3 +160,29 @@ def test_cli_errors_are_one_line_naming_the_path(case, sample_root, tmp_path, ca
     expect = {"checkpoint": "none.pt: no such checkpoint", "folder": "nowhere: not a folder",
               "split": "nosuch.json: UFO file not found"}[case]
     assert rc == 2 and err.count("\n") == 1 and expect in err, err
+
+
+def test_predictions_with_no_word_in_any_image_say_so_and_which_threshold_to_lower(sample_root, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """A model whose score map stays below --score-thresh everywhere (a briefly trained one): the file is written
+    with 0 words, and a warning line says so, naming --score-thresh and the checkpoint; a model that finds words
+    gets no such line."""
+    import torch
+
+    from east_cache.model.model import EAST
+    ck = tmp_path / "run" / "latest.pt"
+    ck.parent.mkdir()
+    torch.save({"model": EAST(0.5).state_dict(), "config": {"image_size": 128, "map_scale": 0.5}, "epoch": 1}, ck)
+    low = 0.3   # every map pixel's score: below the default threshold, above a lowered one
+    monkeypatch.setattr(EAST, "forward", lambda self, x: (torch.full((len(x), 1, x.shape[2] // 2, x.shape[3] // 2),
+                                                                     low), torch.full((len(x), 5, x.shape[2] // 2,
+                                                                                       x.shape[3] // 2), 4.0)))
+    rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out", tmp_path / "p.json",
+                      "--device", "cpu", "--quiet")
+    (line,) = err.splitlines()
+    assert rc == 0 and line.startswith(f"warning: {tmp_path / 'p.json'}: 0 words in all 5 image(s)"), err
+    assert "--score-thresh 0.8" in line and "lower --score-thresh" in line and str(ck) in line, line
+    assert json.loads((tmp_path / "p.json").read_text())["images"]
+    rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out", tmp_path / "q.json",
+                      "--device", "cpu", "--quiet", "--score-thresh", "0.2")
+    assert rc == 0 and "warning" not in err, err

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from helpers import TINY, cli_run
+from helpers import TINY, cli_run, with_flags
 
 from east_cache.config import BuildConfig
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, marked_files
@@ -108,8 +108,8 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
              (["--min-score", "nan"], "--min-score: nan: must be a finite number in [0, 1]"),
              (["--care-score", "1.7"], "--care-score: 1.7: must be a finite number in [0, 1]")]
     for flags, said in cases:
-        status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ok",
-                                 *flags)
+        status, _, err = cli_run(capsys, "pseudo", *with_flags(["--pred", pred, "--images", folder, "--out",
+                                                                tmp_path / "ok"], flags))
         assert status == 2 and err.count("error:") == 1 and said in err, (flags, err)
     assert pred.read_bytes() == before and not (folder / "images").exists() and not (tmp_path / "ok").exists()
     assert not (tmp_path / "r" / "images").exists() and not (tmp_path / "h" / "images").exists()
@@ -121,6 +121,36 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
     status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)
     assert status == 2 and "--force" in err
     assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root, "--force")[0] == 0
+
+
+def test_an_empty_result_is_said_by_pseudo_and_by_the_build_that_mixes_it_in(sample_root, predicted, tmp_path,
+                                                                              capsys):
+    """pseudo keeping no image says why (no predicted word, or none scored at least --min-score) and what to run;
+    the build given that empty root beside the real one says the root adds nothing and why, not only that the
+    cache is up to date."""
+    folder, pred = predicted
+    predicted_words = sum(len(e["words"]) for e in json.loads(pred.read_text())["images"].values())
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "high",
+                             "--min-score", "0.999", "--care-score", "1")
+    (line,) = [x for x in err.splitlines() if x.startswith("warning:")]
+    assert status == 0 and "0 images of pseudo-labels" in line, err
+    assert f"none of its {predicted_words} predicted word(s) scored at least --min-score 0.999" in line, line
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({"images": {name: {"words": {}} for name in json.loads(pred.read_text())["images"]}}))
+    status, _, err = cli_run(capsys, "pseudo", "--pred", none, "--images", folder, "--out", tmp_path / "ps",
+                             "--quiet")
+    assert status == 0 and err.startswith(f"warning: {tmp_path / 'ps' / 'ufo' / 'train.json'}: 0 images"), err
+    assert "holds no predicted word" in err and "--score-thresh" in err, err
+
+    build = ["build", "--image-size", "96", "--input-size", "64", "--jobs", "1", "--out", tmp_path / "cache"]
+    assert cli_run(capsys, *build, "--data", sample_root)[0] == 0
+    status, _, err = cli_run(capsys, *build, "--data", sample_root, "--data", tmp_path / "ps")
+    assert status == 0 and "up to date" in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith("warning:")]
+    assert f"--data {tmp_path / 'ps'}: " in line and "lists no image" in line and "pseudo-labels" in line, line
+    assert "--min-score" in line and "--score-thresh" in line, line
+    status, _, err = cli_run(capsys, *build, "--data", sample_root)
+    assert status == 0 and "warning" not in err, err
 
 
 @pytest.mark.parametrize("word, said, polygon", [

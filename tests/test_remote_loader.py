@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, TINY, edit_ufo, epochs_of, first_image, make_tiny_cache, read_log, train_run
+from helpers import REPO, TINY, edit_ufo, epochs_of, first_image, make_tiny_cache, read_log, train_run, with_flags
 from s3 import free_port
 
 from east_cache import config
@@ -262,7 +262,8 @@ def test_torchrun_on_two_nodes_trains_from_a_url_each_downloading_its_share(s3, 
 def test_train_py_says_what_is_wrong_with_a_url_in_one_line(s3, caches, tmp_path, capsys, flags, says):
     from east_cache.model.train import main as train_main
     url = s3.put_cache(caches["crops"]) if flags else s3.url("nothing")
-    assert train_main(["--cache", url, "--out", str(tmp_path / "run"), "--local-cache", str(tmp_path / "lc"),
-                       "--max-steps", "1", "--workers", "0", "--backbone-weights", "random", *flags]) == 2
+    args = ["--cache", url, "--out", str(tmp_path / "run"), "--local-cache", str(tmp_path / "lc"), "--max-steps", "1",
+            "--workers", "0", "--backbone-weights", "random"]
+    assert train_main(with_flags(args, flags)) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and says in err, err

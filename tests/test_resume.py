@@ -9,7 +9,7 @@ import signal
 
 import pytest
 import torch
-from helpers import QUIET_RUN, epochs_of, read_log, train_run
+from helpers import epochs_of, read_log, run_args, train_run
 
 from east_cache.model import engine, train
 from east_cache.model.train import INTERRUPTED
@@ -36,7 +36,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_exactly(tiny_cache, tmp_path, monkeypat
     monkeypatch.setattr(engine, "east_loss", ctrl_c_in_step_3)
     cut = tmp_path / "cut"
     before = signal.getsignal(signal.SIGINT)
-    assert train.run(["--cache", str(tiny_cache), "--out", str(cut), *QUIET_RUN, *FLAGS]) == INTERRUPTED
+    assert train.run(run_args(tiny_cache, cut, *FLAGS)) == INTERRUPTED
     assert signal.getsignal(signal.SIGINT) is before, "the run's handler is removed after the run"
     log = read_log(cut)
     assert log[-1] == {"event": "interrupted", "signal": signal.SIGINT, "epoch": 2, "step": 3,

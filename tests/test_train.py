@@ -408,6 +408,45 @@ def test_a_missing_resume_checkpoint_is_named(tmp_path):
         train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "nope.pt")])
 
 
+def test_a_missing_checkpoint_hint_names_the_runs_own_folder(tmp_path):
+    """east-predict --checkpoint runs/fold0/best.pt where that run wrote no best.pt: the hint lists what runs/fold0
+    holds (not another run's folder) and says when best.pt is written."""
+    run = tmp_path / "runs" / "fold0"
+    run.mkdir(parents=True)
+    for name in ("epoch_1_step_20.pt", "latest.pt"):
+        (run / name).write_bytes(b"")
+    with pytest.raises(UsageError) as e:
+        checkpoint.load_checkpoint(run / "best.pt")
+    assert f"{run} holds latest.pt, epoch_1_step_20.pt: pass one of them" in str(e.value)
+    assert "runs/east" not in str(e.value) and "--val-data" in str(e.value)
+    with pytest.raises(UsageError, match=f"e.g. {tmp_path / 'elsewhere' / 'latest.pt'}"):
+        checkpoint.load_checkpoint(tmp_path / "elsewhere" / "best.pt")
+    with pytest.raises(UsageError, match=r"e.g. .*other/latest\.pt"):
+        train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "other" / "nope.pt")])
+    with pytest.raises(UsageError, match=r"e.g. mine/latest\.pt"):
+        train.run(["--eval-only", "--out", "mine"])
+
+
+def test_a_run_that_promised_best_and_validated_nothing_says_what_to_use(tmp_path):
+    """A signal stops a validating run inside its first epoch: no best.pt, and the last line says what to predict
+    with instead; a run that validated, or validates nothing, says nothing of it."""
+    state = config.RunState(last_checkpoint=tmp_path / "epoch_1_step_3.pt")
+    assert "no best.pt" in train.no_best(TrainConfig(eval_every=1), state)
+    assert str(tmp_path / "epoch_1_step_3.pt") in train.no_best(TrainConfig(eval_every=1), state)
+    assert train.no_best(TrainConfig(), state) == ""
+    state.best = {"metric": "hmean", "value": 0.5, "epoch": 1}
+    assert train.no_best(TrainConfig(eval_every=1), state) == ""
+
+
+@pytest.mark.slow
+def test_a_run_cut_by_its_limit_inside_an_epoch_leaves_best_pt(cache, tmp_path):
+    """The CPU check run (or --max-steps) stops inside the first epoch: that cut epoch is validated and becomes
+    best.pt, which the README's loop predicts with."""
+    train_run(cache, tmp_path, "--max-steps", "1", "--batch-size", "1", "--val-cache", str(cache))
+    assert (tmp_path / "best.pt").samefile(tmp_path / "epoch_1_step_1.pt")
+    assert checkpoint.load_checkpoint(tmp_path / "best.pt")["best"]["epoch"] == 1
+
+
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):
@@ -534,3 +573,33 @@ def test_a_batch_strategy_cache_is_read_a_file_per_batch(sample_root, tmp_path):
     firsts = sorted(int(np.argmax([np.array_equal(b[0].numpy(), ds[i]["image"]) for i in range(len(ds))]))
                     for b in seen)
     assert firsts == [0, 2] and len(seen) == 2, "two whole batch files (the odd fifth image is dropped: drop_last)"
+
+
+def test_threads_sets_torchs_intra_op_threads_of_train_and_predict_and_is_bounded(tmp_path, capsys):
+    """--threads N: torch's intra-op threads, set before any work (here, before a missing input is named); not
+    given, torch's own count stays; 0, a fraction or more than the machine's cores are one error line."""
+    from east_cache.bounds import THREADS
+    from east_cache.model import predict
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2 if THREADS.most >= 2 else 1)
+        kept = torch.get_num_threads()
+        assert predict.main(["--checkpoint", str(tmp_path / "none.pt"), "--images", str(tmp_path)]) == 2
+        assert train.main(["--cache", str(tmp_path / "none")]) == 2
+        assert torch.get_num_threads() == kept, "the default leaves torch's count"
+        assert predict.main(["--checkpoint", str(tmp_path / "none.pt"), "--images", str(tmp_path), "--threads",
+                             "1"]) == 2
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(kept)
+        assert train.main(["--cache", str(tmp_path / "none"), "--threads", "1"]) == 2
+        assert torch.get_num_threads() == 1
+        capsys.readouterr()
+        for bad in ("0", "1.5", str(THREADS.most + 1), "nan"):
+            for main in (train.main, predict.main):
+                with pytest.raises(SystemExit) as e:
+                    main(["--checkpoint", "x.pt", "--images", str(tmp_path), "--threads", bad])
+                assert e.value.code == 2
+                err = capsys.readouterr().err
+                assert err.count("\n") == 1 and "--threads" in err and f"[1, {THREADS.most}]" in err, err
+    finally:
+        torch.set_num_threads(before)

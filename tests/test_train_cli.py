@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import QUIET_RUN, REPO, read_log, train_run
+from helpers import REPO, read_log, run_args, train_run
 
 from east_cache.reader import CacheDataset
 from east_cache.model.config import get_args_parser
@@ -75,7 +75,7 @@ def test_on_a_terminal_progress_is_a_bar(tiny_cache, tmp_path):
     """stderr on a pseudo-terminal: tqdm redraws its bar with carriage returns instead of printing lines."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty is 0 columns wide
-    proc = subprocess.Popen([*TRAIN, "--cache", str(tiny_cache), "--out", str(tmp_path), *QUIET_RUN, "--epochs", "1"],
+    proc = subprocess.Popen([*TRAIN, *run_args(tiny_cache, tmp_path, "--epochs", "1")],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=slave)
     os.close(slave)
     seen = b""
@@ -105,8 +105,8 @@ def wait_for_a_step(log: Path, proc: subprocess.Popen, timeout: float = 120) -> 
 @pytest.mark.slow
 def test_ctrl_c_saves_and_prints_the_command_that_goes_on(tiny_cache, tmp_path):
     out = tmp_path / "run"
-    args = ["--cache", str(tiny_cache), "--out", str(out), *QUIET_RUN, "--batch-size", "1", "--epochs", "1000",
-            "--save-every", "1000", "--save-every-steps", "1"]
+    args = run_args(tiny_cache, out, "--batch-size", "1", "--epochs", "1000", "--save-every", "1000",
+                    "--save-every-steps", "1")
     proc = subprocess.Popen([*TRAIN, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_a_step(out / "log.jsonl", proc)
     proc.send_signal(signal.SIGINT)

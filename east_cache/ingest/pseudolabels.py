@@ -39,14 +39,22 @@ def pseudo_line(counts: list, images: int) -> str | None:
 def carries_mark(json_path) -> bool:
     """Whether a UFO file begins with the PROVENANCE member; a file that cannot be read does not (ingest names
     what is wrong with it)."""
-    rest = {}
+    head = file_head(json_path)
+    return head is not None and PROVENANCE in head[0]
+
+
+def file_head(json_path) -> tuple[dict, bool] | None:
+    """(the top-level members before the first image, whether the file lists an image) of a UFO file, read up to
+    its first image only; None when it cannot be read (ingest names what is wrong with it)."""
+    rest, listed = {}, False
     try:
         with io.TextIOWrapper(open_regular(source_path(json_path)), encoding="utf-8-sig") as f:
             for _ in jsonstream.members(f, "images", rest=rest):
+                listed = True
                 break   # the first image: every member before it is in rest
     except (ValueError, OSError):
-        return False
-    return PROVENANCE in rest
+        return None
+    return rest, listed
 
 
 def marked_files(records) -> list[list]:

@@ -155,16 +155,30 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
 def load_checkpoint(path: Path) -> dict:
     """A checkpoint written by train.py, or a UsageError that names the file and says what to pass."""
     if not path.is_file():
-        raise UsageError(f"{path}: no such checkpoint; pass a file that train.py wrote, e.g. runs/east/latest.pt")
+        raise UsageError(f"{path}: no such checkpoint; {checkpoint_advice(path)}")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, not a torch file, foreign pickle: all unreadable alike
         raise UsageError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {str(e)[:200]}); "
-                         f"pass a file that train.py wrote, e.g. runs/east/latest.pt") from None
+                         f"{checkpoint_advice(path)}") from None
     if not isinstance(ck, dict) or not {"model", "config", "epoch"} <= ck.keys():
         raise UsageError(f"{path}: not a train.py checkpoint (no model, config and epoch entries); a torchvision "
                          f"backbone goes to --backbone-weights")
     return ck
+
+
+def checkpoint_advice(path: Path) -> str:
+    """What to pass instead of path, a checkpoint that is missing or unreadable, in the run's own folder (path's):
+    the checkpoints that folder holds, or its latest.pt; why a best.pt may be missing."""
+    path = Path(path)
+    run = path.parent
+    held = sorted((p.name for p in run.glob("*.pt") if p != path), key=lambda n: (n not in (BEST, LATEST), n)) \
+        if run.is_dir() else []
+    why = (f" ({BEST} is written once validation has scored an epoch: a run given --val-data or --val-cache that "
+           f"was not stopped by a signal)" if path.name == BEST else "")
+    if held:
+        return f"{run} holds {', '.join(held)}: pass one of them, e.g. {run / held[0]}{why}"
+    return f"pass a file that train.py wrote into its --out, e.g. {run / LATEST}{why}"
 
 
 def inference_model(ck: dict, path: Path, device: torch.device) -> EAST:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, WORKERS, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
@@ -73,6 +73,7 @@ class TrainConfig:
     node_rank: int | None = None           # this machine's place among them; None: torchrun's environment says
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
+    threads: int | None = None             # torch intra-op threads of each process; None: torch's default
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -254,6 +255,9 @@ def get_args_parser() -> argparse.ArgumentParser:
     out.add_argument("--log-every", type=flag_number(COUNT), metavar="N",
                      help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
     out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
+    out.add_argument("--threads", type=flag_number(THREADS), metavar="N",
+                     help="torch's intra-op threads in each process, for the model's work on a CPU (default: torch's, "
+                          "one per core)")
     out.add_argument("--profile", type=flag_number(COUNT), metavar="N",
                      help="profile N steps after a warm-up one, write OUT/profile_trace.json and stop (default: off)")
     other = p.add_argument_group("other modes")
@@ -281,7 +285,8 @@ def check_flags(args) -> None:
     Checked before anything slow starts; each number's own range is its flag's type (east_cache/bounds.py)."""
     wants = "--eval-only" if args.eval_only else "--export-onnx" if args.export_onnx else None
     if wants and args.checkpoint is None:
-        raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. runs/east/latest.pt)")
+        raise UsageError(f"{wants} needs --checkpoint CKPT, a file that train.py wrote (e.g. "
+                         f"{(args.out or OUT) / 'latest.pt'})")
     if args.checkpoint is not None and not wants:
         raise UsageError("--checkpoint is read by --eval-only and --export-onnx only; to continue training from it, "
                          "pass --resume")
@@ -302,7 +307,7 @@ def check_flags(args) -> None:
     for flag, path in (("--resume", args.resume), ("--init-from", args.init_from)):
         if path is not None and not path.is_file():
             raise UsageError(f"{flag} {path}: no such checkpoint; pass a file that a run wrote into its --out, "
-                             f"e.g. runs/east/latest.pt")
+                             f"e.g. {path.parent / 'latest.pt'}")
 
 
 def check_node_flags(nodes: int | None, node_rank: int | None) -> None:

@@ -27,16 +27,17 @@ import cv2
 import numpy as np
 import torch
 
-from east_cache.bounds import COUNT, Bound, check_number, flag_number
+from east_cache.bounds import COUNT, THREADS, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
 from east_cache.model.fusion import FUSE, FUSE_DEFAULT, load_models, runs
-from east_cache.model.runtime import setup_device
+from east_cache.model.runtime import setup_device, setup_threads
 from east_cache.config import BuildConfig
 from east_cache.evaluate.ensemble import fuse
 from east_cache.evaluate.predictions import write_predictions
-from east_cache.errors import CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command
+from east_cache.errors import (CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command,
+                               stderr_line)
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo
 from east_cache.progress import Progress
@@ -224,6 +225,8 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
                    help=f"images per forward pass; images are batched with others of the same padded shape "
                         f"(default {d.batch_size})")
     p.add_argument("--device", help="cuda, cuda:1, cpu (default: cuda when available)")
+    p.add_argument("--threads", type=flag_number(THREADS), metavar="N",
+                   help="torch's intra-op threads, for the model's work on a CPU (default: torch's, one per core)")
     p.add_argument("--score-thresh", type=flag_number(THRESHOLD), default=SCORE_THRESH,
                    help=f"a map pixel is a word candidate when its score is above this (default {SCORE_THRESH})")
     p.add_argument("--nms-thresh", type=flag_number(THRESHOLD), default=NMS_THRESH,
@@ -264,6 +267,7 @@ def command_name() -> str:
 
 def run(argv: list[str] | None = None) -> None:
     a = get_parser(command_name() if argv is None else SCRIPT).parse_args(argv)
+    setup_threads(a.threads)
     check_output(a.out, "--out", folder=False)
     if a.scales and a.image_size:
         raise UsageError(f"--scales {','.join(map(str, a.scales))} and --image-size {a.image_size}: give one (--scales "
@@ -296,11 +300,16 @@ def run(argv: list[str] | None = None) -> None:
         source.update(checkpoints=[str(c) for c in a.checkpoint], scales=sizes, fuse=a.fuse)
     write_predictions(a.out, results, source)
     skipped += bad
+    words = sum(len(q) for q, _ in results.values())
     if not a.quiet:
-        words = sum(len(q) for q, _ in results.values())
         at = f"--image-size {cfg.image_size}" if len(sizes) == 1 else f"--scales {','.join(map(str, sizes))}"
         print(f"{a.out}: {len(results)} images, {words} words [{took:.1f} s, {len(results) / max(took, 1e-9):.2f} "
               f"images/s at {at} on {device}]", file=sys.stderr)
+    if results and not words:
+        stderr_line(f"warning: {a.out}: 0 words in all {len(results)} image(s): no map pixel scored above "
+                    f"--score-thresh {cfg.score_thresh} ({', '.join(map(str, a.checkpoint))}, epoch {ck['epoch']}); "
+                    f"lower --score-thresh (e.g. --score-thresh {cfg.score_thresh / 2:g}), or predict with a "
+                    f"checkpoint trained longer")
     if skipped:
         shown = "; ".join(f"{name}: {why}" for name, why in skipped[:SHOW_SKIPPED])
         more = f"; and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""

@@ -38,6 +38,13 @@ class Runtime:
             print(msg, flush=True)
 
 
+def setup_threads(threads: int | None) -> None:
+    """--threads N: torch's intra-op threads in this process (the model's CPU work; loader workers use one each).
+    None leaves torch's default, one per core, which a machine shared with other jobs may want fewer of."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 def setup_device(name: str | None) -> Runtime:
     """Device, rank and world size; joins the process group when torchrun started several processes."""
     world = int(os.environ.get("WORLD_SIZE", "1"))

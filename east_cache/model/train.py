@@ -48,6 +48,7 @@ from east_cache.model.runtime import (
     profiler,
     run_header,
     setup_device,
+    setup_threads,
     stop_on_signals,
 )
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
@@ -91,6 +92,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
+    setup_threads(args.threads)
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
         refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])
@@ -256,8 +258,10 @@ def end_epoch(stats: dict, complete: bool, lr: float, model, optimizer, schedule
         ctx.rt.say(f"epoch {number}/{cfg.epochs}{cut}: loss {stats['loss']:.4f} (dice {stats['cls']:.4f}, "
                    f"iou {stats['iou']:.4f}, angle {stats['angle']:.4f}){val}; {stats['samples_per_s']:.3g} "
                    f"samples/s, {100 * stats['data_wait']:.0f}% of the time waiting for data")
+    # An epoch cut by a limit that ends the run (the check run on a CPU, --max-steps) was validated above: its
+    # checkpoint can become best.pt, so a run that validates always leaves one (not after a signal: no validation)
     if not cfg.profile and ((complete and number % cfg.save_every == 0) or last_epoch(state.epoch, ctx)):
-        save(model, optimizer, scheduler, ctx, ds, complete, validation_score(stats, cfg) if complete else None)
+        save(model, optimizer, scheduler, ctx, ds, complete, validation_score(stats, cfg))
 
 
 def save(model, optimizer, scheduler, ctx: Context, ds: CacheDataset, complete: bool, score=None) -> None:
@@ -300,7 +304,7 @@ def finish(ctx: Context, argv: list[str]) -> int:
             ctx.log({"event": "interrupted", "signal": state.signal, "epoch": epoch, "step": state.step,
                      "checkpoint": str(saved) if saved else None})
         where = f"inside epoch {epoch}" if inside else f"after epoch {epoch}"
-        rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}")
+        rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}{no_best(cfg, state)}")
         return INTERRUPTED
     note = ""
     if state.stopped and saved and not cfg.check_run and not cfg.profile:
@@ -309,13 +313,24 @@ def finish(ctx: Context, argv: list[str]) -> int:
             note = f"; stopped at --max-steps {cfg.max_steps}; to go on: {go_on} --max-steps N (N > {state.step})"
         else:
             note = f"; stopped at --time-limit{again}"
-    rt.say(f"done: {state.step} steps, {int(state.bad_total)} skipped as non-finite; outputs in {cfg.out}{note}")
+    rt.say(f"done: {state.step} steps, {int(state.bad_total)} skipped as non-finite; outputs in {cfg.out}{note}"
+           f"{no_best(cfg, state)}")
     return 0
+
+
+def no_best(cfg: TrainConfig, state: RunState) -> str:
+    """Where the first lines promised best.pt and no epoch was validated (a signal stopped the first one): what to
+    predict with instead."""
+    if not (cfg.eval_every or cfg.val_cache) or state.best is not None or state.last_checkpoint is None:
+        return ""
+    return (f"; no {BEST} (no epoch was validated before the stop): predict with {state.last_checkpoint}, or "
+            f"resume to finish an epoch")
 
 
 def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
                   steps_per_epoch: int, disk: str) -> list[str]:
     c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
+    procs += f", {cfg.threads} torch thread(s) each" if cfg.threads else ""
     val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
     if cfg.val_data:
         val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"

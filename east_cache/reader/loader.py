@@ -248,10 +248,15 @@ class Loader:
     processes into shared batch slots (page-mode caches: their score and geometry rebuilt on the device), or
     copied in this process a batch ahead; each pass over it is one epoch, its crops drawn anew.
 
-        loader = Loader("cache/train", batch_size=12, device="cuda")
-        for epoch in range(epochs):
+        from east_cache import Loader
+        from east_cache.model.loss import east_loss
+        from east_cache.model.model import EAST
+        loader = Loader("cache/train", batch_size=12, device="cpu")   # or "cuda"
+        model = EAST(loader.dataset.config.map_scale).to(loader.device)
+        for epoch in range(2):
             for image, score, geo, roi in loader:    # a Batch; the next pass reads the next epoch
-                loss = east_loss(model(image), score, geo, roi)
+                loss = east_loss(*model(image), score, geo, roi)["loss"]   # model(image) is (score, geo)
+                loss.backward()
 
     cache: a cache directory (or an open CacheDataset). train=True (the default) gives the baseline's augmentation:
     each epoch every page's height factor, rotation and crop drawn anew (--geometry read caches; others hold the

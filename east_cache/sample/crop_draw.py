@@ -222,17 +222,20 @@ def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: 
     return seen
 
 
-def word_weights(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
+def word_weights(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int,
+                 frames: list[tuple[np.ndarray, tuple[int, int]]] | None = None) -> np.ndarray:
     """float64 (L,) draw probabilities of a page's legible words that raise the chance of its least-seen word.
 
     A word that no crop holds without cutting a neighbour is only shown whole when it is drawn itself, so
     a uniform draw shows it once in L epochs. The weights solve max_p min_u (p @ P)[u] (P = seen_matrix) by
     multiplicative weights, a zero-sum game between the draw and the least-seen word: the average of
-    WEIGHT_ROUNDS rounds."""
+    WEIGHT_ROUNDS rounds. frames: the same words' boxes (L, 4) and page sizes in other frames the reader draws
+    crops in (a page warped at read time: page.py WARPED_FRAMES); P is then the mean of every frame's, so that the
+    weights hold for the warped page, where rotated boxes overlap their neighbours more than upright ones."""
     n = len(boxes)
     if n == 0:
         return np.zeros(0)
-    seen = seen_matrix(boxes, page_size, size, step)
+    seen = np.mean([seen_matrix(b, frame, size, step) for b, frame in [(boxes, page_size), *(frames or [])]], axis=0)
     p, q, total = np.full(n, 1 / n), np.full(n, 1 / n), np.zeros(n)
     for _ in range(WEIGHT_ROUNDS):
         q *= np.exp(-WEIGHT_RATE * (p @ seen))

@@ -12,7 +12,7 @@ scale s in a form that any crop of the page can be cut from exactly (east_cache/
   (targets.fill_geometry), never stored;
 - roi: 0 inside every don't-care word (whole polygon), as make_targets draws it;
 - every word's points in page px, its care flag, each legible quad's angle (min_rect_angles) and
-  its draw weight (crop_draw.word_weights).
+  its draw weight (crop_draw.word_weights; for a page warped at read time, weighed in its warped frames too).
 The canvas sides are multiples of crop_draw.grid_step(s) px, so map side = page side x s is an integer.
 The canvas also holds words that stick out of the image, up to WORD_REACH_PX beyond it; beyond the
 canvas a crop is background: zero pixels, score 0, ROI 1.
@@ -31,6 +31,7 @@ from east_cache.errors import DataError
 from east_cache.ingest.imageio import Decoded
 from east_cache.ingest.ufo import CARE, ImageRecord
 from east_cache.sample.crop_draw import grid_step, word_boxes, word_weights
+from east_cache.sample.epoch_geometry import page_warp, quad_boxes
 from east_cache.sample.geometry import (
     AugParams,
     compose,
@@ -124,6 +125,21 @@ def page_geometry(rec: ImageRecord, cfg: BuildConfig, variant: int) -> tuple[Dec
     return d, compose(np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0]]), rotate), (w, h)
 
 
+def warped_frames(quads: np.ndarray, page_size: tuple[int, int], cfg: BuildConfig) -> list:
+    """[(the legible quads' boxes (L, 4), the warped page's size)] of a page stored resized only, under the four
+    corners of the reader's draw (height 1 -/+ height_jitter, angle -/+ max_rotation; epoch_geometry.page_warp):
+    the frames word_weights weighs the words in beside the upright page. Upright weights alone left the words that a
+    rotation packs against their neighbours rarely seen on dense pages (docs/performance.md, bench_geometry)."""
+    if not len(quads) or (cfg.height_jitter == 0 and cfg.max_rotation == 0):
+        return []
+    step, j, r = grid_step(cfg.map_scale), cfg.height_jitter, cfg.max_rotation
+    frames = []
+    for height, angle in ((1 - j, -r), (1 + j, r), (1 - j, r), (1 + j, -r)):
+        warp_to, size = page_warp(page_size, height, angle, step)
+        frames.append((quad_boxes(transform_points(warp_to, quads)), size))
+    return frames
+
+
 def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = True) -> PageContent:
     """Page `variant` of image `rec` under `cfg`; maps=False: without its owner and ROI maps (a record that does not
     store them: a reader draws a crop's from the words)."""
@@ -139,6 +155,7 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = Tru
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
     owner = owner_map(quads, cfg.map_scale, shape) if maps else None
     roi = roi_map(points, offsets, care, cfg.map_scale, shape) if maps else None
-    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
+    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale),
+                          warped_frames(quads, (w, h), cfg) if cfg.warps_at_read else None)
     return PageContent(image.transpose(2, 0, 1), owner, roi, points, offsets, care, min_rect_angles(quads), weight,
                        d.warning, d.exif_applied)

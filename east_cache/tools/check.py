@@ -158,14 +158,15 @@ def pair(kind: str, d: int, a: ImageFile, b: ImageFile) -> dict:
     return {"kind": kind, "distance": d, "leak": leak(a.splits, b.splits), "a": side(a), "b": side(b)}
 
 
+LEAK_JOIN = ", "   # between the folds of one pair that leaks in several
+
+
 def leak(splits_a, splits_b) -> str:
-    """"train{X}/val{X}" when one side is listed in a training split and the other in its validation split."""
-    for s in sorted(set(splits_a)):
-        for t in sorted(set(splits_b)):
-            for train, val in ((s, t), (t, s)):
-                if validation_split(train) == val:
-                    return f"{train}/{val}"
-    return ""
+    """Every fold the pair leaks in, "train{X}/val{X}" each (LEAK_JOIN between them, in order): one side listed in
+    a training split and the other in its validation split; "" when there is none."""
+    folds = {f"{train}/{val}" for s in set(splits_a) for t in set(splits_b) for train, val in ((s, t), (t, s))
+             if validation_split(train) == val}
+    return LEAK_JOIN.join(sorted(folds))
 
 
 def find_anomalies(files: list[ImageFile], hashed: list) -> tuple[list[dict], WordShapes]:
@@ -179,8 +180,8 @@ def find_anomalies(files: list[ImageFile], hashed: list) -> tuple[list[dict], Wo
             else:
                 problem = frame_problem(entry, h.stored, h.size)
                 found = ([problem] if problem else []) + entry_anomalies(entry, frame, cfg, shapes)
-            rows += [{"kind": x.kind, "root": f.root, "image": f.name, "word": x.word, "detail": x.detail,
-                      "splits": sorted(set(splits))} for x in found]
+            rows += [{"kind": x.kind, "root": f.root, "image": f.name, "path": f.path, "word": x.word,
+                      "detail": x.detail, "splits": sorted(set(splits))} for x in found]
     order = list(KINDS)
     return sorted(rows, key=lambda r: (order.index(r["kind"]), r["root"], r["image"])), shapes
 
@@ -211,23 +212,26 @@ def summary(report: dict, out: Path | None) -> str:
     dup, bad = report["duplicates"], report["anomalies"]
     kinds = Counter(p["kind"] for p in dup)
     leaks = sum(1 for p in dup if p["leak"])
+    folds = Counter(fold for p in dup if p["leak"] for fold in p["leak"].split(LEAK_JOIN))
     lines = [f"checked {report['images']} image(s), {report['words']} word(s) in {len(report['roots'])} root(s)"]
     lines.append(f"duplicates: {len(dup)} pair(s)" + (f" ({', '.join(f'{k} {n}' for k, n in kinds.items())}; near: "
                                                       f"distance <= {report['distance']} of {HASH_BITS} bits)"
                                                       if dup else ""))
     if leaks:
-        lines[-1] += f"; {leaks} LEAK(S) across a train/val split"
+        lines[-1] += (f"; {leaks} LEAK(S) across a train/val split ("
+                      f"{', '.join(f'{fold}: {n}' for fold, n in sorted(folds.items()))})")
     for p in dup[:SHOWN]:
         a, b = p["a"], p["b"]
         tag = f"LEAK {p['leak']} " if p["leak"] else ""
-        other = "" if p["kind"] == "same file" else f" ~ {b['root']}/{b['name']} [{' '.join(b['splits'])}]"
-        lines.append(f"  {tag}{p['kind']} ({p['distance']}): {a['root']}/{a['name']} [{' '.join(a['splits'])}]{other}")
+        other = "" if p["kind"] == "same file" else f" ~ {b['path']} [{' '.join(b['splits'])}]"
+        lines.append(f"  {tag}{p['kind']} ({p['distance']}): {a['path']} [{' '.join(a['splits'])}]{other}")
     lines += more(len(dup), out, DUPLICATES)
     per_kind = Counter(r["kind"] for r in bad)
     lines.append(f"anomalies: {len(bad)}" + (f" ({', '.join(f'{k} {n}' for k, n in per_kind.items())})" if bad else ""))
     for r in bad[:SHOWN]:
         word = f" word {r['word']}" if r["word"] else ""
-        lines.append(f"  {r['kind']}: {r['root']}/{r['image']}{word}: {r['detail']} [{' '.join(r['splits'])}]")
+        where = r.get("path") or f"{r['image']} of {r['root']}"   # an entry ingest refused has no file
+        lines.append(f"  {r['kind']}: {where}{word}: {r['detail']} [{' '.join(r['splits'])}]")
     lines += more(len(bad), out, ANOMALIES)
     lines.append(shape_line(report["histograms"]))
     if out is not None:

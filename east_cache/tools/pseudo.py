@@ -22,7 +22,7 @@ from pathlib import Path
 
 from east_cache.bounds import Bound, flag_number
 from east_cache.convert.writer import IMAGES_DIR, check_output, ufo_path, write_root
-from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
+from east_cache.errors import DataError, Input, UsageError, refuse_overwrite, stderr_line
 from east_cache.ingest.files import NotAllowed, contained, regular_stat
 from east_cache.ingest.imageio import oriented_size
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG
@@ -124,13 +124,14 @@ def image_file(folder: Path, name: str, where: str) -> Path:
 
 def run(a: argparse.Namespace) -> int:
     check_request(a)
-    top, entries, sources, empty, counts, fixed = {}, {}, {}, 0, [0, 0], Counter()
+    top, entries, sources, empty, counts, fixed, predicted = {}, {}, {}, 0, [0, 0], Counter(), 0
     with Progress(None, "img", quiet=a.quiet, desc="pseudo-labels") as bar:
         for name, entry in read_entries(a.pred, top):
             where = f"{a.pred}: image {name!r}"
             path = image_file(a.images, name, where)
             w, h, _ = oriented_size(path)   # the EXIF-upright frame east-predict's points are in
             e = pseudo_entry(entry, (w, h), a.min_score, a.care_score, where, fixed)
+            predicted += len(entry.get("words") or {})
             bar.update()
             if not e["words"]:
                 empty += 1
@@ -148,4 +149,15 @@ def run(a: argparse.Namespace) -> int:
               f"{BuildConfig().drop_area:g} px^2 inside the image) dropped; {empty} image(s) without a kept word left "
               f"out; images {'copied' if a.copy else 'linked'} into {a.out / IMAGES_DIR}; mix them "
               f"in with `build --data ROOT --data {a.out} --split {a.split}`", file=sys.stderr)
+    if not entries:
+        stderr_line(f"warning: {ufo_path(a.out, a.split)}: 0 images of pseudo-labels: {no_word(a, predicted)}")
     return 0
+
+
+def no_word(a: argparse.Namespace, predicted: int) -> str:
+    """Why pseudo kept no image, and what to run instead, from the count of predicted words."""
+    if not predicted:
+        return (f"{a.pred} holds no predicted word; predict again with a lower --score-thresh (east-predict's), or "
+                f"with a checkpoint trained longer")
+    return (f"none of its {predicted} predicted word(s) scored at least --min-score {a.min_score}; run pseudo again "
+            f"with a lower --min-score")
