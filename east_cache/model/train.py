@@ -40,10 +40,12 @@ from east_cache.model.checkpoint import (
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
+from east_cache.model.report import check_installed, chosen, records_to, start_reporting
 from east_cache.model.runtime import (
     Runtime,
     jsonl_writer,
     leave_group,
+    now,
     profiler,
     run_header,
     setup_device,
@@ -88,6 +90,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
+    check_installed(chosen(args.report_to))
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
         refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])
@@ -160,16 +163,30 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if cfg.val_data and rt.rank == 0:   # a validation split that shares images with the training data
         warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
     cfg.out.mkdir(parents=True, exist_ok=True)
-    ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
+    report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
+    ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
         ctx.log(run_header(cfg, rt, argv, ds, val, origin))
+    for line in report.where() if report else ():
+        rt.say(line)
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
     pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
-    with stop_on_signals(ctx.state, rt):
-        run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
-    return finish(ctx, argv)
+    try:
+        with stop_on_signals(ctx.state, rt):
+            run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
+        status = finish(ctx, argv)
+    except BaseException as e:   # the run's last record says it failed; the error itself goes up
+        if ctx.log:
+            ctx.log({"event": "end", "reason": "failed", "error": type(e).__name__, "step": ctx.state.step,
+                     "time": now()})
+        if report:
+            report.finish(failed=True)
+        raise
+    if report:
+        report.finish(failed=False)
+    return status
 
 
 def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
@@ -214,8 +231,11 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
                 stats.update(validation_loss(net, loaders[1], ctx))
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
-                stats.update(full_page_metrics(model, pages, rt) if pages is not None
+                worst = ctx.report.worst_pages() if ctx.report and pages is not None else None
+                stats.update(full_page_metrics(model, pages, rt, worst) if pages is not None
                              else detection_metrics(model, loaders[1].dataset, ctx))
+                if worst is not None:
+                    ctx.report.show_worst(worst, state.step)
             end_epoch(stats, complete, lr, model, optimizer, scheduler, ctx, ds)
             if complete:
                 state.epoch, state.epoch_micro, state.epoch_sums = epoch + 1, 0, None
@@ -232,7 +252,7 @@ def end_epoch(stats: dict, complete: bool, lr: float, model, optimizer, schedule
     cfg, state, number = ctx.cfg, ctx.state, ctx.state.epoch + 1
     if ctx.rt.rank == 0:
         ctx.log({"event": "epoch", "epoch": number, "complete": complete, "step": state.step, "lr": lr, **stats,
-                 "bad_steps": int(state.bad_total)})
+                 "bad_steps": int(state.bad_total), "time": now()})
         val = f", val loss {stats['val_loss']:.4f}" if "val_loss" in stats else ""
         if "hmean" in stats:
             val += f", precision {stats['precision']:.4f}, recall {stats['recall']:.4f}, hmean {stats['hmean']:.4f}"
@@ -282,7 +302,7 @@ def finish(ctx: Context, argv: list[str]) -> int:
         epoch = state.epoch + 1 if inside else state.epoch
         if ctx.log:
             ctx.log({"event": "interrupted", "signal": state.signal, "epoch": epoch, "step": state.step,
-                     "checkpoint": str(saved) if saved else None})
+                     "checkpoint": str(saved) if saved else None, "time": now()})
         where = f"inside epoch {epoch}" if inside else f"after epoch {epoch}"
         rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}")
         return INTERRUPTED
@@ -293,6 +313,10 @@ def finish(ctx: Context, argv: list[str]) -> int:
             note = f"; stopped at --max-steps {cfg.max_steps}; to go on: {go_on} --max-steps N (N > {state.step})"
         else:
             note = f"; stopped at --time-limit{again}"
+    if ctx.log:
+        reason = "finished" if not state.stopped else "max-steps" if reached(state.step, state.step_limit) \
+            else "time-limit"
+        ctx.log({"event": "end", "reason": reason, "epoch": state.epoch, "step": state.step, "time": now()})
     rt.say(f"done: {state.step} steps, {int(state.bad_total)} skipped as non-finite; outputs in {cfg.out}{note}")
     return 0
 
