@@ -1,5 +1,5 @@
 """The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, review,
-split, pseudo, check.
+split, pseudo, check, runs.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
 convert) and, imported only inside their subcommands, the reader's (bench, show CACHE) and the model's
@@ -310,7 +310,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
-    from east_cache.model import review, scoring   # evaluate's and review's flags: numpy and DetEval, no torch
+    from east_cache.model import review, runs, scoring   # evaluate's, review's and runs' flags: no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
@@ -373,6 +373,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
     review.register(sub)
+    runs.register(sub)
     return p
 
 
