@@ -63,9 +63,11 @@ def backend(name: str, out: Path):
 class Reporting:
     """The chosen back-ends of one run (rank 0). record() takes log.jsonl's records; image() a picture."""
 
-    def __init__(self, names, out: Path, run_name: str, resume_from: Path | None, resume_step: int):
-        self.out, self.run_name, self.step = out, run_name, resume_step
+    def __init__(self, names, out: Path, run_name: str | None, resume_from: Path | None, resume_step: int):
+        """run_name: --run-name; None: the resumed run's name, else out's folder name."""
+        self.out, self.step = out, resume_step
         self.ids = read_ids(resume_from.parent / IDS_FILE) if resume_from is not None else {}
+        self.run_name = run_name or self.ids.get("run_name") or out.resolve().name
         self.resume_step = resume_step if resume_from is not None else None
         self.backends = {n: backend(n, out) for n in names}
         self.started = False
@@ -83,7 +85,7 @@ class Reporting:
 
     def start(self, header: dict) -> None:
         recipe = full_recipe(header)
-        ids = {}
+        ids = {"run_name": self.run_name}
         for name, b in self.backends.items():
             ids[name] = b.start(self.run_name, recipe, self.ids.get(name), self.resume_step)
         self.ids, self.started = ids, True
@@ -148,7 +150,7 @@ def start_reporting(cfg, ctx) -> Reporting:
     """The --report-to back-ends of a run (cfg: its TrainConfig; ctx: its engine Context, on rank 0), started at
     its header record; they are ctx.report, and its first batch is pictured. A resumed run continues the runs its
     checkpoint's folder reported to, from the checkpoint's step."""
-    report = Reporting(cfg.report_to, cfg.out, cfg.run_name or cfg.out.resolve().name, cfg.resume, ctx.state.step)
+    report = Reporting(cfg.report_to, cfg.out, cfg.run_name, cfg.resume, ctx.state.step)
     ctx.report = report
     ctx.first_batch = lambda batch: report.show_batch(batch, ctx.state.step)
     return report

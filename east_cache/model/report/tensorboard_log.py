@@ -20,8 +20,8 @@ class TensorBoard:
 
     def start(self, run_name: str, recipe: dict, previous: dict | None, resume_step: int | None) -> dict:
         """A resumed run writes on in the same folder; events the stopped run logged past the checkpoint's step
-        are dropped (purge_step), so the curves continue from the checkpoint."""
-        self.writer = SummaryWriter(str(self.out), purge_step=resume_step)
+        are dropped (purge_step: those after the checkpoint's step), so the curves continue from the checkpoint."""
+        self.writer = SummaryWriter(str(self.out), purge_step=None if resume_step is None else resume_step + 1)
         step = resume_step or 0
         rows = "\n".join(f"| {k} | {shown(v)} |" for k, v in recipe.items())
         self.writer.add_text("recipe", f"run **{run_name}**\n\n| option | value |\n|---|---|\n{rows}", step)
