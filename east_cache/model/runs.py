@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
-from east_cache.model.report.recipe import NOT_RECIPE, recipe_of, shown
+from east_cache.model.report.recipe import recipe_of, shown
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"
 RECENT_S = 1800.0    # s: a run started on another host whose log was written to this recently counts as running
@@ -89,15 +89,14 @@ def run(a: argparse.Namespace) -> int:
         refuse_overwrite("--plot", a.plot, [Input(f"the log of run {f}", f / name) for f in folders
                                             for name in (LOG, EVAL_LOG)])
         plt = pyplot()
-    runs = []
-    for folder in folders:
-        if not (folder / LOG).is_file():
-            print(f"note: {folder}: no {LOG}, not a run folder of east-train; left out", file=sys.stderr)
-            continue
-        runs.append(read_run(folder))
-    if not runs:
+    found = [f for f in folders if (f / LOG).is_file()]
+    if not found:
         raise UsageError(f"none of {', '.join(map(str, folders))} holds a {LOG}; pass the --out folders of "
                          f"east-train runs, e.g. runs/*")
+    for folder in folders:
+        if folder not in found:
+            print(f"note: {folder}: no {LOG}, not a run folder of east-train; left out", file=sys.stderr)
+    runs = [read_run(f) for f in found]
     metric = next((m for m in METRICS if any(r.series(m) for r in runs)), METRICS[0])
     columns = differing(runs)
     print(table(runs, columns, metric))
@@ -205,7 +204,7 @@ def wall_seconds(segment: list[dict], mtime: float | None) -> float:
 
 def differing(runs: list[Run]) -> list[str]:
     """The options whose values are not the same in every run, in the recipe's order."""
-    keys = list(dict.fromkeys(k for r in runs for k in r.recipe if k not in NOT_RECIPE))
+    keys = list(dict.fromkeys(k for r in runs for k in r.recipe))
     return [k for k in keys if len({json.dumps(r.recipe.get(k), sort_keys=True) for r in runs}) > 1]
 
 
