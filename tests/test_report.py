@@ -19,7 +19,7 @@ from east_cache.model import report, train
 from east_cache.model.report.recipe import NOT_RECIPE, flatten, recipe_of, shown
 from east_cache.reader import CacheDataset
 
-BACKENDS = [name for name in report.BACKENDS if importlib.util.find_spec(report.BACKENDS[name][0])]
+BACKENDS = [name for name, (modules, _) in report.BACKENDS.items() if all(map(importlib.util.find_spec, modules))]
 
 
 def needs(name: str):
@@ -212,3 +212,10 @@ def test_none_goes_alone(tmp_path):
     with pytest.raises(UsageError, match="`none` reports nowhere"):
         train.run(["--cache", str(tmp_path), "--report-to", "none", "tensorboard"])
     assert report.chosen(["none"]) == () and report.chosen(["wandb", "tensorboard", "wandb"]) == ("wandb", "tensorboard")
+
+
+def test_mlflow_needs_its_local_store_too(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "alembic" else real(name, *a))
+    with pytest.raises(UsageError, match=r'--report-to mlflow: alembic is not installed; pip install -e "\.\[mlflow\]"'):
+        report.check_installed(["mlflow"])

@@ -23,8 +23,10 @@ from east_cache.errors import UsageError
 from east_cache.model.report.recipe import epoch_metrics, full_recipe, step_metrics
 
 NONE = "none"
-# back-end -> (the module it needs, the extra that installs it)
-BACKENDS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
+# back-end -> (the modules it needs, the extra that installs them); MLflow's local default store is SQLite, through
+# SQLAlchemy and Alembic, which its skinny client leaves out
+BACKENDS = {"tensorboard": (("tensorboard",), "tensorboard"), "wandb": (("wandb",), "wandb"),
+            "mlflow": (("mlflow", "sqlalchemy", "alembic"), "mlflow")}
 REPORT_TO = (*BACKENDS, NONE)   # --report-to's choices
 IDS_FILE = "report.json"        # in OUT: each back-end's run id, for --resume
 
@@ -40,11 +42,13 @@ def chosen(names) -> tuple[str, ...]:
 
 def check_installed(names) -> None:
     """One UsageError naming every chosen back-end whose package is missing, with the command that installs it."""
-    missing = [n for n in names if importlib.util.find_spec(BACKENDS[n][0]) is None]
+    absent = {n: [m for m in BACKENDS[n][0] if importlib.util.find_spec(m) is None] for n in names}
+    missing = [n for n in names if absent[n]]
     if missing:
         extras = ",".join(BACKENDS[n][1] for n in missing)
-        raise UsageError(f"--report-to {' '.join(missing)}: {' and '.join(BACKENDS[n][0] for n in missing)} "
-                         f"{'is' if len(missing) == 1 else 'are'} not installed; pip install -e \".[{extras}]\" "
+        modules = [m for n in missing for m in absent[n]]
+        raise UsageError(f"--report-to {' '.join(missing)}: {' and '.join(modules)} "
+                         f"{'is' if len(modules) == 1 else 'are'} not installed; pip install -e \".[{extras}]\" "
                          f"(or leave --report-to out)")
 
 
