@@ -219,3 +219,8 @@ def test_mlflow_needs_its_local_store_too(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "alembic" else real(name, *a))
     with pytest.raises(UsageError, match=r'--report-to mlflow: alembic is not installed; pip install -e "\.\[mlflow\]"'):
         report.check_installed(["mlflow"])
+
+
+def test_report_to_goes_with_training_only(tmp_path):
+    with pytest.raises(UsageError, match="--report-to reports a training run"):
+        train.run(["--eval-only", "--checkpoint", str(tmp_path / "x.pt"), "--report-to", "tensorboard"])

@@ -36,6 +36,11 @@ RECENT_S = 1800.0    # s: a run started on another host whose log was written to
 CELL = 24            # characters of an option's value shown; longer ones keep their head and tail
 METRICS = ("hmean", "val_loss", "loss")   # what best and --plot follow: the first any run has
 HIGHER_IS_BETTER = ("hmean",)
+DESCRIPTION = """Training runs side by side, from their folders alone: a row per run folder (its log.jsonl, and the
+eval.jsonl of --eval-only), the best first. Columns: the options in which the runs differ (only those), the best
+validation hmean and its epoch (else the lowest validation loss), the last training loss, the median samples/s of
+its epochs, its wall time over every start and resume, and its state: finished; stopped (max-steps, time-limit,
+signal, failed, or no end record: its process is gone); running."""
 EPILOG = """examples:
   east-cache runs runs/*                          one row per run folder, the options they differ in as columns
   east-cache runs runs/lr* --plot runs.png        and their validation hmean per epoch in one plot"""
@@ -73,7 +78,7 @@ def register(sub) -> None:
     """The `runs` subcommand on the east-cache parser's subparsers."""
     p = sub.add_parser("runs", help="training runs side by side: the options they differ in, best hmean and its "
                                     "epoch, last loss, samples/s, wall time, state; --plot their curves",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "), epilog=EPILOG,
+                       description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (east-train --out), e.g. runs/*")
     p.add_argument("--plot", type=Path, metavar="PNG",

@@ -90,6 +90,9 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
+    if chosen(args.report_to) and (args.eval_only or args.export_onnx):
+        raise UsageError("--report-to reports a training run; --eval-only (its figures go to eval.jsonl, which "
+                         "`east-cache runs` reads) and --export-onnx report nowhere: leave --report-to out")
     check_installed(chosen(args.report_to))
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
@@ -162,6 +165,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
         rt.say(line)
     if cfg.val_data and rt.rank == 0:   # a validation split that shares images with the training data
         warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
+    pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     cfg.out.mkdir(parents=True, exist_ok=True)
     report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
@@ -172,7 +176,6 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
-    pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     try:
         with stop_on_signals(ctx.state, rt):
             run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)

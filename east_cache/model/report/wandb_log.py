@@ -49,6 +49,8 @@ class Wandb:
         self.run.log({tag: wandb.Image(image, caption=caption)}, step=step)
 
     def where(self) -> str:
+        if self.run.settings.mode == "disabled":
+            return "disabled by WANDB_MODE: nothing recorded"
         if self.run.settings.mode == "offline":
             return f"offline run {self.run.id} in {Path(self.run.dir).parent}; wandb sync {Path(self.run.dir).parent}"
         return f"run {self.run.id}: {self.run.url}"
