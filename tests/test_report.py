@@ -224,3 +224,22 @@ def test_mlflow_needs_its_local_store_too(monkeypatch):
 def test_report_to_goes_with_training_only(tmp_path):
     with pytest.raises(UsageError, match="--report-to reports a training run"):
         train.run(["--eval-only", "--checkpoint", str(tmp_path / "x.pt"), "--report-to", "tensorboard"])
+
+
+@pytest.mark.slow
+@needs("mlflow")
+@pytest.mark.parametrize("status, state", [(0, "FINISHED"), (130, "KILLED"), (1, "FAILED")])
+def test_an_mlflow_run_ends_as_the_command_did(status, state, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from east_cache.model.report.mlflow_log import MLflow
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    backend = MLflow(tmp_path)
+    ids = backend.start("r", {"lr": 0.001, "cache.fingerprint": "f" * 32, "val_data": None}, None, None)
+    backend.scalars({"train/loss": 2.5}, 7)
+    backend.finish(status)
+    run = MlflowClient().get_run(ids["run_id"])
+    assert run.info.status == state and run.data.params == {"lr": "0.001", "cache.fingerprint": "f" * 32,
+                                                            "val_data": "-"}
+    assert [(m.step, m.value) for m in MlflowClient().get_metric_history(ids["run_id"], "train/loss")] == [(7, 2.5)]

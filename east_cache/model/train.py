@@ -185,10 +185,10 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
             ctx.log({"event": "end", "reason": "failed", "error": type(e).__name__, "step": ctx.state.step,
                      "time": now()})
         if report:
-            report.finish(failed=True)
+            report.finish(status=1)
         raise
     if report:
-        report.finish(failed=False)
+        report.finish(status)
     return status
 
 

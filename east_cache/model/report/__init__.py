@@ -124,10 +124,12 @@ class Reporting:
         """A line per back-end: where its run is and how to look at it."""
         return [f"{name}: {b.where()}" for name, b in self.backends.items()]
 
-    def finish(self, failed: bool) -> None:
+    def finish(self, status: int) -> None:
+        """Each started back-end's run ends with the command's exit status: 0 done, 130 (INTERRUPTED) stopped by a
+        signal, anything else failed."""
         for b in self.backends.values():
             if self.started:
-                b.finish(failed)
+                b.finish(status)
 
 
 def read_ids(path: Path) -> dict:

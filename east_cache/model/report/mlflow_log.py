@@ -12,6 +12,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from east_cache.errors import EXIT_INTERRUPTED
 from east_cache.model.report.recipe import shown
 
 EXPERIMENT = "east-train"
@@ -62,5 +63,7 @@ class MLflow:
     def where(self) -> str:
         return f"run {self.run_id} in {self.client.tracking_uri}; mlflow ui --backend-store-uri {self.client.tracking_uri}"
 
-    def finish(self, failed: bool) -> None:
-        self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
+    def finish(self, status: int) -> None:
+        """FINISHED, KILLED (a signal stopped the run: EXIT_INTERRUPTED) or FAILED."""
+        state = "FINISHED" if status == 0 else "KILLED" if status == EXIT_INTERRUPTED else "FAILED"
+        self.client.set_terminated(self.run_id, state)

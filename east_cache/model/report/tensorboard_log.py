@@ -43,5 +43,5 @@ class TensorBoard:
     def where(self) -> str:
         return f"event files in {self.out}; tensorboard --logdir {self.out.parent}"
 
-    def finish(self, failed: bool) -> None:
+    def finish(self, status: int) -> None:
         self.writer.close()

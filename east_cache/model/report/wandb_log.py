@@ -55,5 +55,5 @@ class Wandb:
             return f"offline run {self.run.id} in {Path(self.run.dir).parent}; wandb sync {Path(self.run.dir).parent}"
         return f"run {self.run.id}: {self.run.url}"
 
-    def finish(self, failed: bool) -> None:
-        self.run.finish(exit_code=1 if failed else 0)
+    def finish(self, status: int) -> None:
+        self.run.finish(exit_code=status)
