@@ -61,7 +61,8 @@ class MLflow:
         self.client.log_text(self.run_id, caption, f"pictures/{tag}/step_{step:07d}.txt")
 
     def where(self) -> str:
-        return f"run {self.run_id} in {self.client.tracking_uri}; mlflow ui --backend-store-uri {self.client.tracking_uri}"
+        uri = self.client.tracking_uri
+        return f"run {self.run_id} in {uri}; mlflow ui --backend-store-uri {uri}"
 
     def finish(self, status: int) -> None:
         """FINISHED, KILLED (a signal stopped the run: EXIT_INTERRUPTED) or FAILED."""
