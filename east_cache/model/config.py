@@ -146,6 +146,8 @@ EXAMPLES = """examples:
   {train} --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
+  {train} --cache cache/train --out runs/lr3e-4 --lr 3e-4 --report-to tensorboard wandb
+                                                  also to TensorBoard and (offline) wandb; `{runs}`
   {train} --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
   {train} --export-onnx east.onnx --checkpoint runs/east/latest.pt
 """
@@ -159,7 +161,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         description=f"Train the EAST text detector on a cache built by `{cache_command('build')}`, evaluate a "
                     "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
                     "step and saves a checkpoint that --resume continues from exactly.",
-        epilog=EXAMPLES.format(train=shlex.join(invoked_as())), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES.format(train=shlex.join(invoked_as()), runs=cache_command("runs runs/*")), formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--cache", type=flag_location,
                       help=f"training cache directory, or URL (s3://bucket/prefix, read through --local-cache) "
