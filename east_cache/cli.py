@@ -370,10 +370,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
-    for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
+    for tool in (split, pseudo, check, review, runs):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
-    review.register(sub)
-    runs.register(sub)
     return p
 
 
