@@ -43,6 +43,7 @@ QUICK = {
     "crops": ["--images", "4", "--photos", "4", "--batches", "4", "--late", "3,4"],
     "geometry": ["--images", "2", "--photos", "2", "--cameras", "2", "--repeat", "1", "--build-repeat", "1",
                  "--cpu-seconds", "0.3", "--psnr-epochs", "1"],
+    "augment": ["--photos", "2", "--crops", "8", "--repeat", "2", "--cpu-seconds", "0.5"],
     "codec": ["--photos", "2", "--streets", "3", "--pages", "2", "--repeat", "1", "--epochs", "2"],
     "loader": ["--images", "8", "--epochs", "1"],
     "peers": ["--records", "8", "--rounds", "2", "--input-size", "256"],

@@ -88,3 +88,21 @@ COUNT_OR_ZERO = Bound(least=0)                      # a count where 0 means none
 SEED = Bound(least=0)                               # numpy's seeds are non-negative
 POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
+LIST_MOST = 64                                      # values a list flag takes at most (show --epochs: a sheet's crops)
+
+
+def flag_numbers(bound: Bound, most: int = LIST_MOST) -> Callable[[str], list[int]]:
+    """argparse's type= for a flag of integers, "A-B" (A to B, both in) or "A,B,...": each within bound, at most
+    `most` of them, else argparse's one-line error."""
+    def parse(text: str) -> list[int]:
+        try:
+            a, _, b = text.partition("-") if "-" in text.lstrip("-") else (text, "", "")
+            values = list(range(int(a), int(b) + 1)) if b else [int(x) for x in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or len(values) > most or not all(bound.contains(v) for v in values):
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers as A,B,... or A-B (A <= B), at "
+                                             f"most {most}, each {bound.accepted()}")
+        return values
+    parse.__name__ = "integers"
+    return parse

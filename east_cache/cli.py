@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, flag_number, flag_numbers
 from east_cache.config import (
     AUTO,
     CROP_MODES,
@@ -261,24 +261,13 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return run(a.cache)
 
 
-def _int_list(text: str, least: int = 0) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not values or min(values) < least:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers >= {least}")
-    return values
-
-
-def _positive_list(text: str) -> list[int]:
-    return _int_list(text, least=1)
-
-
 def cmd_bench(a: argparse.Namespace) -> int:
     from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
     from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
     from east_cache.reader.bench_loops import loops_report
+    from east_cache.reader.bench_augment import augment_report   # --augment: what a recipe costs a worker core
+    if a.augment is not None:
+        return print(augment_report(a.cache, a.augment)) or 0
     workers = a.workers or default_workers()
     print(run(a.cache, workers, a.batch_sizes, a.batches), flush=True)
     print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device, training_loader))
@@ -297,7 +286,8 @@ def cmd_show(a: argparse.Namespace) -> int:
             from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
-            show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit)
+            show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit, a.epochs,
+                        a.augment)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -336,13 +326,15 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy; "
                                       "then train.py's reading beside a loop of your own through east_cache.Loader")
     bn.add_argument("cache", type=flag_location, help="cache directory or URL")
-    bn.add_argument("--workers", type=_int_list, default=None,
+    bn.add_argument("--workers", type=flag_numbers(COUNT_OR_ZERO), default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
-    bn.add_argument("--batch-sizes", type=_positive_list, default=[4, 8], help="comma-separated batch sizes (default 4,8)")
+    bn.add_argument("--batch-sizes", type=flag_numbers(COUNT), default=[4, 8], help="comma-separated batch sizes (default 4,8)")
     bn.add_argument("--batches", type=flag_number(COUNT), default=None,
                     help="batches timed per setting and pass (default: as many as fit in about 2 s)")
     bn.add_argument("--device", help="where the Loaders of the second table put their batches, as train.py's "
                                      "--device (default: cuda when there is one, else cpu)")
+    bn.add_argument("--augment", metavar="RECIPE", help="instead: a worker core's crops per CPU second without and "
+                    "with this recipe (east-train --augment's), and each transform's share (default: none)")
     bn.set_defaults(func=cmd_bench)
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
@@ -353,6 +345,10 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                     help="augmented variant to draw (default 0)")
     sh.add_argument("--epoch", type=flag_number(COUNT_OR_ZERO), default=0,
                     help="--geometry read: the epoch whose crop to draw (default 0)")
+    sh.add_argument("--epochs", type=flag_numbers(COUNT_OR_ZERO), metavar="A-B|A,B,...", help="--geometry read: a "
+                    "contact sheet of the image's crops at these epochs, e.g. 0-7 (default: one crop, --epoch)")
+    sh.add_argument("--augment", metavar="RECIPE", help="a contact sheet (--epochs, else --epoch) of the crops made by "
+                    "this recipe (east-train --augment's) (default: none)")
     sh.add_argument("-o", "--out", type=Path, required=True, help="PNG file to write")
     sh.add_argument("--source", type=Path, metavar="DATA",
                     help="instead of a cache: dataset root; draws page --name with its words and its sample made now "

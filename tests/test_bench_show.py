@@ -51,7 +51,7 @@ def test_bench_reads_a_zarr_cache(sample_root, tmp_path, capsys):
 def test_bench_rejects_a_bad_list(cache, capsys):
     with pytest.raises(SystemExit):
         main(["bench", str(cache), "--batch-sizes", "0"])
-    assert "integers >= 1" in capsys.readouterr().err
+    assert "each an integer >= 1" in capsys.readouterr().err
 
 
 def overlay_pixels(panel: np.ndarray, raw: np.ndarray) -> np.ndarray:

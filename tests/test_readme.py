@@ -125,6 +125,8 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     assert (here / "cache" / "manifest.json").is_file() and (here / "runs" / "east" / "latest.pt").is_file()
 
     make_data(here)
+    (recipe,) = blocks("yaml")   # the own-transforms section's aug.yaml
+    (here / "aug.yaml").write_text(recipe)
     quick = [c for b in blocks("bash") if "pip install" not in b and "s3://" not in b for c in commands(b)]
     assert any("convert --from icdar2015" in c for c in quick) and any(c.startswith("east-predict") for c in quick)
     for command in quick:
@@ -134,6 +136,7 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     assert "pseudo_labels" in json.loads((here / "data" / "pseudo" / "ufo" / "train0.json").read_text())
     assert json.loads((here / "check" / "report.json").read_text())["images"]
     assert (here / "review" / "index.html").is_file()   # the loop's review of fold 0's validation images
+    assert (here / "sheet.png").is_file() and (here / "runs" / "augment" / "latest.pt").is_file()
     inline = sorted(set(re.findall(r"`(east-cache (?:info|show|verify|bench) CACHE[^`]*)`", README)))
     assert len(inline) == 4, inline
     for command in inline:

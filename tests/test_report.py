@@ -20,6 +20,7 @@ from east_cache.model.report.recipe import NOT_RECIPE, flatten, recipe_of, shown
 from east_cache.reader import CacheDataset
 
 BACKENDS = [name for name, (modules, _) in report.BACKENDS.items() if all(map(importlib.util.find_spec, modules))]
+AUGMENT = importlib.util.find_spec("albumentations") is not None   # an --augment recipe, where it can be read
 
 
 def needs(name: str):
@@ -42,7 +43,12 @@ def reported(tiny_cache, tiny_data, tmp_path_factory):
             mp.setenv(var, str(tmp / "wandb-home"))
         flags = [*QUIET_RUN, "--cache", str(tiny_cache), "--out", str(out), "--report-to", *BACKENDS]
         val = ["--val-data", str(tiny_data), "--val-split", "train"]
-        assert train.run([*flags, "--epochs", "2", *val, "--run-name", "first"]) == 0
+        augment = []
+        if AUGMENT:
+            import albumentations as A
+            A.save(A.Compose([A.GaussNoise(p=0.5)]), str(tmp / "aug.yaml"), data_format="yaml")
+            augment = ["--augment", str(tmp / "aug.yaml")]
+        assert train.run([*flags, "--epochs", "2", *val, *augment, "--run-name", "first"]) == 0
         first = json.loads((out / report.IDS_FILE).read_text())
         assert train.run([*flags, "--epochs", "3", *val, "--resume", str(out / "epoch_1.pt")]) == 0
     return out, read_log(out), uri, first
@@ -63,11 +69,13 @@ def expected(log: list[dict]) -> dict:
 
 
 def check_recipe(config: dict, want: dict, cache) -> None:
-    """Every flag, the cache's options and fingerprint and the code version, as the back-end holds them."""
+    """Every flag, the cache's options and fingerprint, the --augment recipe's text and the code version, as the
+    back-end holds them."""
     assert config["cache.fingerprint"] == CacheDataset(cache).fingerprint
     flags = flatten(want["start"]["config"])
+    assert not AUGMENT or "GaussNoise" in want["recipe"]["augment_recipe.text"]
     for key in ("jitter", "lr", "seed", "cache.max_rotation", "cache.height_jitter", "cache.input_size", "code.east",
-                *(k for k in flags if k not in NOT_RECIPE)):
+                *(k for k in flags if k not in NOT_RECIPE), *want["recipe"]):
         assert key in config, key
         got = config[key]   # TensorBoard's table and MLflow's params hold text, wandb's config the values
         assert (got if isinstance(got, str) else shown(got)) == shown(want["recipe"][key]), key
@@ -97,10 +105,11 @@ def test_tensorboard_event_files_read_back(reported, tiny_cache):
     assert [e.value for e in loss] == pytest.approx([want["loss"][e.step] for e in loss])
     assert {e.step: e.value for e in acc.Scalars("val/hmean")} == pytest.approx(want["hmean"])
     assert {e.step for e in acc.Scalars("train/samples_per_s")} == set(want["loss"])
-    text = acc.Tensors("recipe/text_summary")[0].tensor_proto.string_val[0].decode()
-    rows = dict(line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith("| ")
-                and not line.startswith("| option") and " | " in line)
-    check_recipe(rows, want, tiny_cache)
+    text = acc.Tensors("recipe_json/text_summary")[0].tensor_proto.string_val[0].decode()
+    check_recipe({k: v if isinstance(v, str) else shown(v) for k, v in json.loads(text.strip("`\n")).items()},
+                 want, tiny_cache)
+    table = acc.Tensors("recipe/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert f"| cache.fingerprint | {want['recipe']['cache.fingerprint']} |" in table.splitlines()
     batch = acc.Images("train/first_batch")
     assert [b.step for b in batch] == [0, 1], "each start shows its first batch"
     picture = np.asarray(Image.open(io.BytesIO(batch[0].encoded_image_string)))

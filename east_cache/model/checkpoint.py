@@ -150,7 +150,8 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
             "epoch_sums": None if complete else s.epoch_sums.tolist(),
             "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
             "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict(),
-            "trained_on": sample_set(ds), "best": s.best}
+            "trained_on": sample_set(ds), "best": s.best,
+            "augment": ds.transform.record if ds.transform is not None else None}
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -53,6 +53,7 @@ class TrainConfig:
     amp: str = "off"                       # autocast: "fp16" (with GradScaler), "bf16" or "off" (float32)
     compile: bool = False                  # torch.compile the model
     jitter: float = BASELINE_JITTER        # colour jitter strength (0: off), see east_cache.reader.images.color_jitter
+    augment: str | None = None             # a recipe of per-crop transforms (east_cache/reader/transform.py); None: none
     workers: int | None = None             # loader worker processes; 0: a prefetch thread in this process; None: auto
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file
@@ -223,6 +224,13 @@ def get_args_parser() -> argparse.ArgumentParser:
     opt.add_argument("--jitter", type=flag_number(JITTER),
                      help="colour jitter strength j: brightness, contrast, saturation x U[1-j, 1+j], hue "
                           f"U[-j/2, j/2] turns; 0: off (default: {d.jitter})")
+    opt.add_argument("--augment", metavar="RECIPE",
+                     help="your own transforms of each training crop, run by the loader workers before the jitter and "
+                          "the normalisation: an albumentations pipeline file (A.save(pipeline, 'aug.yaml', "
+                          "data_format='yaml'), or .json; its geometric transforms move the words too) or FILE.py:NAME "
+                          "(a pipeline or callable image -> image in a Python file); recorded in the checkpoint, "
+                          "which --resume reuses; never on validation (default: none; needs pip install -e "
+                          "\".[augment]\")")
     opt.add_argument("--seed", type=flag_number(SEED),
                      help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",

@@ -102,6 +102,20 @@ def stop_on_signals(state: RunState, rt: Runtime):
             signal.signal(s, handler)
 
 
+@contextmanager
+def failure_recorded(log, state: RunState, report=None):
+    """An error inside ends the run's records with an `end` record (reason failed, the error's type) and its
+    trackers' runs (report: east_cache.model.report.Reporting) as failed; the error itself goes up."""
+    try:
+        yield
+    except BaseException as e:
+        if log:
+            log({"event": "end", "reason": "failed", "error": type(e).__name__, "step": state.step, "time": now()})
+        if report:
+            report.finish(status=1)
+        raise
+
+
 def jsonl_writer(path: Path):
     def write(record: dict) -> None:
         with open(path, "a") as f:

@@ -36,6 +36,7 @@ from east_cache.model.checkpoint import (
     rng_states,
     save_checkpoint,
     validation_score,
+    warning_line,
 )
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
@@ -43,6 +44,7 @@ from east_cache.model.model import EAST, init_backbone
 from east_cache.model.report import check_installed, chosen, records_to, start_reporting
 from east_cache.model.runtime import (
     Runtime,
+    failure_recorded,
     jsonl_writer,
     leave_group,
     now,
@@ -55,6 +57,8 @@ from east_cache.model.validate import detection_metrics, evaluate_checkpoint, fu
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
+from east_cache.reader.recipe import load_recipe, run_recipe
+from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
 from east_cache.store.remote.share import NodeShare
 from east_cache.tools.leak import warn_run
@@ -135,6 +139,8 @@ def run_inputs(cfg: TrainConfig, checkpoint) -> list[Input]:
 def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     """A training run; returns the exit status: 0, or INTERRUPTED after a signal stopped it (and saved)."""
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
+    if cfg.augment and not cfg.resume:   # a recipe that does not load stops the run before the caches open
+        load_recipe(cfg.augment)
     ds = open_run_cache(cfg, rt, cfg.cache)
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
@@ -148,9 +154,13 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ctx = new_context(cfg, rt)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=ctx.fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, cfg.epochs // 2)], gamma=0.1)
+    recorded = None
     if cfg.resume:
-        resume(cfg.resume, model, optimizer, scheduler, ctx, ds)
+        recorded = resume(cfg.resume, model, optimizer, scheduler, ctx, ds).get("augment")
         origin = f"resumed from {cfg.resume}"
+    recipe = run_recipe(cfg.augment, recorded, cfg.resume and str(cfg.resume), rt.say,
+                        warning_line if rt.rank == 0 else rt.say)
+    ds.set_transform(recipe, cfg.seed)
     # --profile N stops after its N steps and the warm-up step, counted from where this run starts
     ctx.state.step_limit = ctx.state.step + cfg.profile + 1 if cfg.profile else cfg.max_steps
     nothing_left(cfg, ctx.state)
@@ -170,26 +180,28 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
-        ctx.log(run_header(cfg, rt, argv, ds, val, origin))
-    for line in report.where() if report else ():
-        rt.say(line)
+        ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.transform and ds.transform.record})
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
-    try:
-        with stop_on_signals(ctx.state, rt):
-            run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
-        status = finish(ctx, argv)
-    except BaseException as e:   # the run's last record says it failed; the error itself goes up
-        if ctx.log:
-            ctx.log({"event": "end", "reason": "failed", "error": type(e).__name__, "step": ctx.state.step,
-                     "time": now()})
-        if report:
-            report.finish(status=1)
-        raise
+    with failure_recorded(ctx.log, ctx.state, report), stop_on_signals(ctx.state, rt):
+        run_saving(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
+    status = finish(ctx, argv)
     if report:
         report.finish(status)
     return status
+
+
+def run_saving(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages) -> None:
+    """run_epochs; where the --augment recipe fails on a crop, the steps done so far are saved first."""
+    try:
+        run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
+    except TransformError as e:
+        if ctx.save is None or ctx.rt.world > 1:   # (under DDP a save is a collective the other ranks are not in)
+            raise
+        ctx.save()
+        raise TransformError(f"{e}; saved {ctx.state.last_checkpoint}: fix the recipe, then --resume it with "
+                             f"--augment RECIPE") from None
 
 
 def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
@@ -341,7 +353,8 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
             (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(c, cfg.nvjpeg)}, "
-             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
+             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"
+             + (f"; each training crop through --augment {ds.transform.recipe}" if ds.transform else "")),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]

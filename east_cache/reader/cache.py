@@ -18,9 +18,12 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from east_cache.bounds import COUNT_OR_ZERO, Bound, check_number
+from east_cache.errors import UsageError, cache_command
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
 from east_cache.reader.records import RecordReader, StaleCacheError
+from east_cache.reader.recipe import as_transform
+from east_cache.reader.transform import CropTransform
 from east_cache.store.format import CROP, record_spec
 from east_cache.store.page_jpeg import JPEG_TILE_PX
 from east_cache.store.page_record import (
@@ -90,10 +93,15 @@ class CacheDataset(RecordReader, Dataset):
     cache_dir may be a URL (s3://bucket/prefix, needs pip install "east-cache[remote]"; credentials and endpoint
     from the environment): the items are the same, read from files downloaded on first use into local_cache
     (default ~/.cache/east-cache/HASH of the URL), shared by the processes of the machine, holding at most
-    local_cache_limit bytes ("20G"; 0: no limit)."""
+    local_cache_limit bytes ("20G"; 0: no limit).
+
+    transform: a transform of your own run on each augmented crop, uint8 (S, S, 3) RGB, before its targets are made
+    (an albumentations pipeline, whose transforms that move pixels move the words too; a torchvision v2 transform; a
+    callable image -> image; or a recipe file: east_cache/reader/transform.py says how). Only for a cache whose
+    pages are stored resized only (--geometry read, the default), and only while augment is on."""
 
     def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False,
-                 local_cache=None, local_cache_limit: str | int = 0):
+                 local_cache=None, local_cache_limit: str | int = 0, transform=None):
         super().__init__(cache_dir, in_memory, check_stale, local_settings(local_cache, local_cache_limit))
         self.pages = self.spec.kind.packed   # --crop read: records are pages, items crops of them
         self.jpeg = self.spec.kind.page_codec == "jpeg"
@@ -123,6 +131,31 @@ class CacheDataset(RecordReader, Dataset):
         self._warn_lock = multiprocessing.Lock()   # forked processes share it: one of them warns
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
+        self.transform = transform
+
+    @property
+    def transform(self) -> CropTransform | None:
+        """The user's transform of each augmented crop (the class docstring says what it may be), or None."""
+        return self.cropper.transform if self.cropper is not None else None
+
+    @transform.setter
+    def transform(self, transform) -> None:
+        transform = as_transform(transform)
+        if transform is not None and not (self.pages and self.config.warps_at_read):
+            how = "its crops were warped at build time" if not self.pages else "its pages are stored warped"
+            raise UsageError(f"{self.where}: {how} (--crop build or --geometry build), with their maps: a transform "
+                             f"({transform.recipe}) runs on the crops of a cache whose pages are stored resized only, "
+                             f"where every crop's targets are made from its words; build one with "
+                             f"{cache_command('build')} --crop read --geometry read (the defaults)")
+        if self.cropper is not None:
+            self.cropper.transform = transform
+
+    def set_transform(self, transform, seed: int) -> None:
+        """Run `transform` (as the transform property takes it) on each augmented crop, its random draws seeded by
+        (seed, epoch, image name, variant)."""
+        self.transform = transform
+        if self.cropper is not None:
+            self.cropper.transform_seed = seed
 
     def __len__(self) -> int:
         return len(self.names)

@@ -269,13 +269,17 @@ class Loader:
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
     share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.
     nvjpeg_decode: a jpeg page cache's tiles decoded on the CUDA device by nvJPEG (torchvision) rather than by the
-    workers on the CPU (the default: the CPU path served a GPU faster where both were measured)."""
+    workers on the CPU (the default: the CPU path served a GPU faster where both were measured).
+    transform: your own transform of each training crop, run by the workers on uint8 (S, S, 3) RGB before the
+    jitter and the normalisation: an albumentations pipeline (the words move with its geometric transforms), a
+    torchvision v2 transform, a callable image -> image, or a recipe file (CacheDataset's transform; its draws
+    seeded by (seed, epoch, image, variant)); only while augment is on, so never in a validation loader."""
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
                  train: bool = True, shuffle: bool | None = None, rank: int | None = None, world: int | None = None,
                  normalize: str | None = "imagenet", jitter: float | None = None, augment: bool | None = None,
                  rebuild: bool = False, share: NodeShare | None = None, local_cache=None,
-                 local_cache_limit: str | int = 0, nvjpeg_decode: bool = False):
+                 local_cache_limit: str | int = 0, nvjpeg_decode: bool = False, transform=None):
         shuffle = train if shuffle is None else shuffle
         jitter = (BASELINE_JITTER if train else 0.0) if jitter is None else jitter
         augment = train if augment is None else augment
@@ -295,6 +299,8 @@ class Loader:
         self.dataset = (cache if isinstance(cache, CacheDataset) else
                         open_cache(cache, rebuild, self.rank, self.world, local_cache, local_cache_limit))
         self.dataset.augment = augment   # before make_loader: its workers fork with it
+        if transform is not None:
+            self.dataset.set_transform(transform, seed)
         self.normalize, self.jitter = normalize, jitter
         # the batches as the cache's items, before the device: a DataLoader, or the slot workers' WorkerLoader
         self.source = make_loader(self.dataset, batch_size, shuffle, seed, self.rank, self.world, self.device, workers,

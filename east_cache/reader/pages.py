@@ -22,6 +22,7 @@ from east_cache.budget import ByteBudget
 from east_cache.reader.crop import PageWords, crop_page, crop_page_compact, crop_words, page_words, words_bytes
 from east_cache.reader.jpeg_device import streams_capacity
 from east_cache.reader.records import RecordReader
+from east_cache.reader.transform import CropTransform, CropWords, crop_seed
 from east_cache.reader.warped import warped_crop, warped_words
 from east_cache.sample.crop_draw import epoch_crop, grid_step
 from east_cache.sample.epoch_geometry import EpochGeometry, epoch_geometry
@@ -44,6 +45,8 @@ class PageCropper:
         self.codec = codec_of(c)
         self.warps = c.warps_at_read   # pages stored resized only: each epoch's warp drawn here (reader/warped.py)
         self.augment = True   # False: unwarped crops, the same every epoch (a validation set's)
+        self.transform: CropTransform | None = None   # a user's transform of each augmented crop (reader/transform.py)
+        self.transform_seed = self.seed   # the seed its draws come from with (epoch, image name, variant): the run's
         self.streams: int | None = None   # jpeg pages for the device to decode: the bytes of a crop's streams field
         self._reset()
         self._table_rows: int | None = None
@@ -62,12 +65,23 @@ class PageCropper:
         """The item of image i's page at a variant, at an epoch (CacheDataset.__getitem__ says what it holds)."""
         page = self.page(i, variant)
         if self.warps:
-            return warped_crop(page, self.geometry(i, variant, epoch, page), self.size, self.map_scale, self.compact)
+            return warped_crop(page, self.geometry(i, variant, epoch, page), self.size, self.map_scale, self.compact,
+                               self.crop_transform(i, variant, epoch))
         words = self.page_words(i, variant, page)
         origin, cut = self.crop_origin(i, variant, epoch, page, words)
         if self.compact:
             return crop_page_compact(page, origin, cut, self.size, self.map_scale, words, self.streams)
         return crop_page(page, origin, cut, self.size, self.map_scale, words)
+
+    def crop_transform(self, i: int, variant: int, epoch: int):
+        """The user's transform (self.transform) of image i's crop at an epoch, seeded by (seed, epoch, image name,
+        variant): a function of the crop (S, S, 3) and its words (points, offsets, care); None where there is none or
+        the crops are not augmented (validation)."""
+        if self.transform is None or not self.augment:
+            return None
+        name = self.records.names[i]
+        seed, where = crop_seed(self.transform_seed, epoch, name, variant), f"image {name} (variant {variant}, epoch {epoch})"
+        return lambda image, words: self.transform(image, CropWords(*words), seed, where)
 
     def decode_on_device(self, on: bool) -> None:
         """Compact crops of jpeg pages hand out their blocks' JPEG streams (for reader/expand.py to decode on the

@@ -1,23 +1,31 @@
 """`python -m preprocess show CACHE INDEX`: one PNG of a sample as a cache holds it, read through CacheDataset
-and drawn by east_cache/tools/show.py (render_sample)."""
+and drawn by east_cache/tools/show.py (render_sample); with --epochs (and --augment RECIPE), a contact sheet of one
+image's crops over several epochs (show_epochs)."""
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
 from east_cache.store.format import cache_inputs
 from east_cache.store.stale import check_stale
-from east_cache.tools.show import render_sample, words_caption
+from east_cache.tools.show import GAP, LABEL_H, crop_panel, render_sample, words_caption
 
 
 def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, local_cache=None,
-                local_cache_limit: str | int = 0) -> None:
+                local_cache_limit: str | int = 0, epochs: list[int] | None = None, augment=None) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
     `out`: its crop at the epoch that reads that variant; of a page warped at read time, its crop at `epoch`, with
     that epoch's height and rotation. A stale cache is drawn with a note saying so. A cache at a URL is read through
-    the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit)."""
+    the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit). With epochs or augment (a
+    recipe): show_epochs's contact sheet of the crops at `epochs` (default [epoch])."""
+    if epochs is not None or augment is not None:
+        return show_epochs(cache, index, epochs or [epoch], out, augment, variant, local_cache, local_cache_limit)
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     stale = check_stale(ds.manifest)
@@ -38,3 +46,49 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
         drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg"
     caption = f"{ds.names[i]} (#{i}) {drawn}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
     render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
+
+
+SHEET_COLUMNS = 4   # crops per row of a contact sheet
+
+
+def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, variant: int = 0, local_cache=None,
+                local_cache_limit: str | int = 0) -> None:
+    """A contact sheet of image `index`'s crops at each of `epochs` (a cache whose pages are stored resized only):
+    each as training reads it, the epoch's warp then `recipe` (a recipe file or transform, reader/recipe.py), with
+    its score (red), don't-care (dark, hatched) and words (green legible, orange don't-care) where the recipe moved
+    them; what a recipe does, seen before training on it."""
+    refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
+    ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
+    if not (ds.pages and ds.config.warps_at_read):
+        raise ValueError(f"{cache}: its crops' geometry was drawn at build time (--crop build or --geometry build): "
+                         f"--epochs draws a page stored resized only (--geometry read, the default); draw one crop "
+                         f"with --variant")
+    plain = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
+    ds.transform = recipe
+    i = int(index) if index.isdigit() else (ds.names.index(index) if index in ds.names else -1)
+    if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants:
+        raise ValueError(f"{cache}: no image {index!r} variant {variant}: it holds images 0..{len(ds) - 1} (or their "
+                         f"names), variants 0..{ds.config.variants - 1}")
+    s = ds.config.input_size
+    cols = min(SHEET_COLUMNS, len(epochs))
+    rows = -(-len(epochs) // cols)
+    what = f"--augment {ds.transform.recipe}" if ds.transform is not None else "no --augment"
+    caption = textwrap.wrap(f"{ds.names[i]} (#{i}), variant {variant}, {what}: score red, ROI=0 dark + hatched, words "
+                            f"green (legible) / orange (don't care)", width=max(20, cols * (s + GAP) // 6))
+    sheet = Image.new("RGB", (cols * (s + GAP), rows * (s + LABEL_H + GAP) + len(caption) * LABEL_H), "white")
+    draw, font = ImageDraw.Draw(sheet), ImageFont.load_default()
+    for k, epoch in enumerate(epochs):
+        ds.set_epoch(epoch)
+        plain.set_epoch(epoch)
+        item, words = ds[i], plain.quads(i, variant)
+        moving = ds.cropper.crop_transform(i, variant, epoch)
+        if moving is not None:   # the words where the recipe moved them, drawn over the crop it made
+            hwc = np.ascontiguousarray(plain[i]["image"].transpose(1, 2, 0))
+            words = moving(hwc, words)[1]
+        g = ds.cropper.geometry(i, variant, epoch)
+        x, y = (k % cols) * (s + GAP), (k // cols) * (s + LABEL_H + GAP)
+        draw.text((x, y), f"epoch {epoch}: x{g.height:.2f} {g.angle:+.0f} deg", fill="black", font=font)
+        sheet.paste(Image.fromarray(crop_panel(item["image"], item["score"], item["roi"], *words)), (x, y + LABEL_H))
+    for k, line in enumerate(caption):
+        draw.text((2, rows * (s + LABEL_H + GAP) + k * LABEL_H), line, fill="black", font=font)
+    sheet.save(out)

@@ -62,16 +62,19 @@ def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.nda
 
 
 def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float,
-                compact: bool) -> dict[str, np.ndarray]:
+                compact: bool, transform=None) -> dict[str, np.ndarray]:
     """The item of the crop: image uint8 (3, S, S), score uint8 (1, m, m), geo float16 (5, m, m), roi uint8
     (1, m, m); compact: image_hwc (S, S, 3), warped where it is written, crop_maps MAPS_DTYPE (m, m), table float32
-    (L, 9)."""
+    (L, 9). transform: a user's transform of the warped crop and its words (reader/transform.py), applied before
+    the targets are made from the words it gives back."""
     points, offsets, care = warped_words(page, geometry, size)
     image = WarpedImage(page.image, geometry.matrix, size)
     m = round(size * map_scale)
     if not page.size[0] * page.size[1]:   # an empty page (an image --skip-bad could not decode): all don't-care
         points, offsets, care = np.zeros((4, 2), np.float32), np.array([0, 4], np.int64), np.zeros(1, np.uint8)
         points[1:3, 0], points[2:, 1] = size, size
+    if transform is not None:   # (S, S, 3) uint8 and the words, moved with the pixels where it moves them
+        image, (points, offsets, care) = transform(np.asarray(image), (points, offsets, care))
     if not compact:
         score, geo, roi = make_targets(points, offsets, care, size, map_scale)
         return {"image": np.ascontiguousarray(np.asarray(image).transpose(2, 0, 1)), "score": score[None],

@@ -67,9 +67,11 @@ def backend(name: str, out: Path):
 class Reporting:
     """The chosen back-ends of one run (rank 0). record() takes log.jsonl's records; image() a picture."""
 
-    def __init__(self, names, out: Path, run_name: str | None, resume_from: Path | None, resume_step: int):
-        """run_name: --run-name; None: the resumed run's name, else out's folder name."""
-        self.out, self.step = out, resume_step
+    def __init__(self, names, out: Path, run_name: str | None, resume_from: Path | None, resume_step: int,
+                 say=print):
+        """run_name: --run-name; None: the resumed run's name, else out's folder name. say: where the lines saying
+        where each back-end writes go, once they started."""
+        self.out, self.step, self.say = out, resume_step, say
         self.ids = read_ids(resume_from.parent / IDS_FILE) if resume_from is not None else {}
         self.run_name = run_name or self.ids.get("run_name") or out.resolve().name
         self.resume_step = resume_step if resume_from is not None else None
@@ -94,6 +96,8 @@ class Reporting:
             ids[name] = b.start(self.run_name, recipe, self.ids.get(name), self.resume_step)
         self.ids, self.started = ids, True
         (self.out / IDS_FILE).write_text(json.dumps(ids, indent=1) + "\n")
+        for line in self.where():
+            self.say(line)
 
     def scalars(self, values: dict, step: int) -> None:
         for b in self.backends.values():
@@ -156,7 +160,7 @@ def start_reporting(cfg, ctx) -> Reporting:
     """The --report-to back-ends of a run (cfg: its TrainConfig; ctx: its engine Context, on rank 0), started at
     its header record; they are ctx.report, and its first batch is pictured. A resumed run continues the runs its
     checkpoint's folder reported to, from the checkpoint's step."""
-    report = Reporting(cfg.report_to, cfg.out, cfg.run_name, cfg.resume, ctx.state.step)
+    report = Reporting(cfg.report_to, cfg.out, cfg.run_name, cfg.resume, ctx.state.step, ctx.rt.say)
     ctx.report = report
     ctx.first_batch = lambda batch: report.show_batch(batch, ctx.state.step)
     return report

@@ -1,8 +1,9 @@
 """--report-to tensorboard: event files in the run's own folder (OUT/events.out.tfevents.*), so that
-`tensorboard --logdir runs` lists each run folder by its name. The recipe is a text table (tag `recipe`) and the
-HParams dashboard's record (every option beside val/hmean and val/loss), so runs compare by option there too."""
+`tensorboard --logdir runs` lists each run folder by its name. The recipe is a text table (tag `recipe`; exact, as
+JSON: `recipe_json`) and the HParams dashboard's record (every option beside val/hmean and val/loss), so runs compare by option there too."""
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -23,8 +24,9 @@ class TensorBoard:
         are dropped (purge_step: those after the checkpoint's step), so the curves continue from the checkpoint."""
         self.writer = SummaryWriter(str(self.out), purge_step=None if resume_step is None else resume_step + 1)
         step = resume_step or 0
-        rows = "\n".join(f"| {k} | {shown(v)} |" for k, v in recipe.items())
+        rows = "\n".join(f"| {k} | {' '.join(shown(v).split())} |" for k, v in recipe.items())   # one line each
         self.writer.add_text("recipe", f"run **{run_name}**\n\n| option | value |\n|---|---|\n{rows}", step)
+        self.writer.add_text("recipe_json", f"```\n{json.dumps(recipe, indent=1)}\n```", step)   # exact
         values = {k: v if isinstance(v, (bool, int, float, str)) else shown(v) for k, v in recipe.items()}
         for summary in hparams(values, {m: math.nan for m in HPARAM_METRICS}):
             self.writer.file_writer.add_summary(summary, step)
