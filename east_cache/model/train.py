@@ -41,7 +41,7 @@ from east_cache.model.checkpoint import (
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.model.report import check_installed, chosen, records_to, start_reporting
+from east_cache.model.report import check_report_flags, records_to, start_reporting
 from east_cache.model.runtime import (
     Runtime,
     failure_recorded,
@@ -94,10 +94,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
-    if chosen(args.report_to) and (args.eval_only or args.export_onnx):
-        raise UsageError("--report-to reports a training run; --eval-only (its figures go to eval.jsonl, which "
-                         "`east-cache runs` reads) and --export-onnx report nowhere: leave --report-to out")
-    check_installed(chosen(args.report_to))
+    check_report_flags(args)
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
         refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])

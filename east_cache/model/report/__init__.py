@@ -40,6 +40,15 @@ def chosen(names) -> tuple[str, ...]:
     return tuple(n for n in names if n != NONE)
 
 
+def check_report_flags(args) -> None:
+    """east-train's --report-to, before any work: `none` alone, with a training run only, its packages there."""
+    names = chosen(args.report_to)
+    if names and (args.eval_only or args.export_onnx):
+        raise UsageError("--report-to reports a training run; --eval-only (its figures go to eval.jsonl, which "
+                         "`east-cache runs` reads) and --export-onnx report nowhere: leave --report-to out")
+    check_installed(names)
+
+
 def check_installed(names) -> None:
     """One UsageError naming every chosen back-end whose package is missing, with the command that installs it."""
     absent = {n: [m for m in BACKENDS[n][0] if importlib.util.find_spec(m) is None] for n in names}
