@@ -1,7 +1,10 @@
 """The accepted range of every number a user gives, checked in one place before any work starts.
 
 A numeric flag of any command is parsed by `flag_number(Bound(...))` (argparse's type=): a value of the wrong kind
-or out of range ends in one `error:` line naming the flag and its range (exit status 2). A numeric argument of the
+or out of range ends in one `error:` line naming the flag and its range (exit status 2); an integer flag also takes
+no value beyond +-FLAG_INT_LIMIT, which C code (a seed of torch or numpy, a count of threads or processes) cannot hold.
+tests/test_numbers.py walks every command's parser and feeds each numeric flag a negative, a fraction, nan and a huge
+value. A numeric argument of the
 public API (east_cache.Loader, CacheDataset, EpochSampler) goes through `check_number`: a TypeError for a value of
 the wrong kind (a str, a bool, a float where an integer is meant), a ValueError for one out of range or not finite;
 both name the argument and its range.
@@ -67,9 +70,12 @@ def check_number(name: str, value, bound: Bound, none: bool = False):
     return value
 
 
+FLAG_INT_LIMIT = 2**31 - 1   # the largest integer a flag takes (a C int): seeds, counts, sizes
+
+
 def flag_number(bound: Bound) -> Callable[[str], int | float]:
-    """argparse's type= for a numeric flag: the text as an int or float within bound, else argparse's one-line
-    error, "argument --flag: TEXT: must be <range>"."""
+    """argparse's type= for a numeric flag: the text as an int or float within bound (an integer at most
+    FLAG_INT_LIMIT in size), else argparse's one-line error, "argument --flag: TEXT: must be <range>"."""
     def parse(text: str) -> int | float:
         try:
             value = int(text) if bound.integer else float(text)
@@ -77,8 +83,11 @@ def flag_number(bound: Bound) -> Callable[[str], int | float]:
             raise argparse.ArgumentTypeError(f"{text!r}: must be {bound.accepted()}") from None
         if not bound.contains(value):
             raise argparse.ArgumentTypeError(f"{text}: must be {bound.accepted()}")
+        if bound.integer and abs(value) > FLAG_INT_LIMIT:
+            raise argparse.ArgumentTypeError(f"{text}: must be {bound.accepted()}, at most {FLAG_INT_LIMIT}")
         return value
     parse.__name__ = "integer" if bound.integer else "number"   # argparse names the type in some messages
+    parse.bound = bound   # for the test that walks every parser
     return parse
 
 
@@ -87,22 +96,28 @@ COUNT = Bound(least=1)                              # a count of things that mus
 COUNT_OR_ZERO = Bound(least=0)                      # a count where 0 means none
 SEED = Bound(least=0)                               # numpy's seeds are non-negative
 POSITIVE = Bound(integer=False, above=0)            # a finite number > 0
+MAX_PROCESSES = 1024   # worker processes or threads a flag may ask for: more would exhaust the machine, not use it
+WORKERS = Bound(least=0, most=MAX_PROCESSES)        # worker processes where 0 means none (read in this process)
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
 LIST_MOST = 64                                      # values a list flag takes at most (show --epochs: a sheet's crops)
 
 
 def flag_numbers(bound: Bound, most: int = LIST_MOST) -> Callable[[str], list[int]]:
-    """argparse's type= for a flag of integers, "A-B" (A to B, both in) or "A,B,...": each within bound, at most
-    `most` of them, else argparse's one-line error."""
+    """argparse's type= for a flag of integers, "A-B" (A to B, both in) or "A,B,...": each within bound (as
+    flag_number checks one), at most `most` of them, else argparse's one-line error."""
+    one = flag_number(bound)
+
     def parse(text: str) -> list[int]:
         try:
             a, _, b = text.partition("-") if "-" in text.lstrip("-") else (text, "", "")
-            values = list(range(int(a), int(b) + 1)) if b else [int(x) for x in text.split(",")]
-        except ValueError:
+            if b and not 0 <= int(b) - int(a) < most:   # a range is sized before it is made
+                raise ValueError(text)
+            values = [one(str(v)) for v in (range(int(a), int(b) + 1) if b else text.split(","))]
+        except (ValueError, argparse.ArgumentTypeError):
             values = []
-        if not values or len(values) > most or not all(bound.contains(v) for v in values):
+        if not values or len(values) > most:
             raise argparse.ArgumentTypeError(f"{text!r}: give one or more integers as A,B,... or A-B (A <= B), at "
                                              f"most {most}, each {bound.accepted()}")
         return values
-    parse.__name__ = "integers"
+    parse.__name__, parse.bound = "integers", bound   # parse.bound: for the test that walks every parser
     return parse

@@ -13,7 +13,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, flag_number, flag_numbers
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, WORKERS, flag_number, flag_numbers
 from east_cache.config import (
     AUTO,
     CROP_MODES,
@@ -326,7 +326,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="DataLoader throughput over workers x batch sizes, cold and warm, vs memcpy; "
                                       "then train.py's reading beside a loop of your own through east_cache.Loader")
     bn.add_argument("cache", type=flag_location, help="cache directory or URL")
-    bn.add_argument("--workers", type=flag_numbers(COUNT_OR_ZERO), default=None,
+    bn.add_argument("--workers", type=flag_numbers(WORKERS), default=None,
                     help="comma-separated DataLoader worker counts (default: 0,1,2,4,... up to the core count)")
     bn.add_argument("--batch-sizes", type=flag_numbers(COUNT), default=[4, 8], help="comma-separated batch sizes (default 4,8)")
     bn.add_argument("--batches", type=flag_number(COUNT), default=None,

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from east_cache.bounds import COUNT, NON_NEGATIVE, SEED, Bound
+from east_cache.bounds import COUNT, MAX_PROCESSES, NON_NEGATIVE, SEED, Bound
 from east_cache.errors import UsageError
 
 # Tags that make a word a don't-care region (ROI = 0) instead of a positive. The baseline
@@ -38,7 +38,7 @@ INPUT_SIZE = Bound(least=32, note="a multiple of 32, the VGG backbone's stride")
 IMAGE_QUALITY = Bound(least=1, most=100, note="libjpeg's quality")
 HEIGHT_JITTER = Bound(integer=False, least=0, below=1)
 MAX_ROTATION = Bound(integer=False, least=0, most=180, note="degrees")
-JOBS = Bound(least=-1, note="-1: every core")
+JOBS = Bound(least=-1, most=MAX_PROCESSES, note="-1: every core")
 NUMBERS = {"image_size": COUNT, "input_size": INPUT_SIZE, "variants": COUNT, "seed": SEED,
            "height_jitter": HEIGHT_JITTER, "max_rotation": MAX_ROTATION, "crop_tries": COUNT, "min_area": NON_NEGATIVE,
            "drop_area": NON_NEGATIVE, "chunk_size": COUNT, "batch_size": COUNT, "image_quality": IMAGE_QUALITY}

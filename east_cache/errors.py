@@ -12,6 +12,7 @@ import argparse
 import errno
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -262,36 +263,41 @@ def nearest_existing(path: Path) -> Path:
 
 @dataclass(frozen=True)
 class Input:
-    """A command's input that none of its outputs may be or replace. what: how an error names it ("the ground
-    truth --gt"); path: a local path (a URL is skipped: outputs are local); tree: a folder all of whose files are
-    inputs (an image folder, a cache's data/), so an existing file anywhere below it is one too."""
+    """A command's input that none of its outputs may be, replace or write through. what: how an error names it
+    ("the ground truth --gt"); path: a local path (a URL is skipped: outputs are local); tree: a folder whose files
+    are inputs (an image folder, a cache's data/), so an existing file below it is one too; reads: for a tree, the
+    glob patterns (relative to it) of the files the command reads, where it reads only some (convert reads the
+    annotation files at a source folder's top, not a root converted into it earlier)."""
     what: str
     path: object
     tree: bool = False
+    reads: tuple[str, ...] = ("**/*",)
 
 
 def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = None) -> None:
     """The one rule for what a command writes, checked before any work: UsageError naming the flag, the path and
-    the input where the output `flag out` is one of `inputs` or would replace one (the same resolved path, the
-    same file by st_dev/st_ino: a symbolic or hard link), or would be written inside an input tree over a file of
-    it. out: a file; or, with writes, a folder and the names (glob patterns, "data/*") the command writes there:
-    the folder may not be an input, nor may a file it writes, nor a folder it writes hold one."""
+    the input where a path the command writes is one of `inputs` or would replace or write through one: the same
+    resolved path, or the same file by (st_dev, st_ino), so a symbolic or a hard link to an input is refused.
+    out: a file; or, with writes, a folder and the names (glob patterns, "data/*") the command writes there: no
+    file it writes may be an input, nor may a folder it writes (whole) hold one. The folder itself may be or lie
+    in an input folder: a new file beside the inputs overwrites nothing."""
     out = Path(out)
     inputs = [i for i in inputs if i.path is not None and "://" not in str(i.path)]
-    real_out = out.resolve()
     targets = [out] if writes is None else [t for name in writes for t in written(out, name)]
     for inp in inputs:
-        real_in, files = Path(inp.path).resolve(), InputFiles(Path(inp.path), inp.tree)
-        clash = out if real_out == real_in else next((t for t in targets if clashes(t, real_in, files)), None)
+        real_in, files = Path(inp.path).resolve(), InputFiles(Path(inp.path), inp.tree, inp.reads)
+        clash = next((t for t in targets if clashes(t, real_in, files)), None)
         if clash is None:
             continue
         if clash == out:
-            what = f"a file of {inp.what}" if inp.tree and real_out != real_in else inp.what
+            what = f"a file of {inp.what}" if inp.tree and out.resolve() != real_in else inp.what
             raise UsageError(f"{flag} {out}: that is {what} ({inp.path}), or a link to it; writing it would "
                              f"destroy it: pass another {flag}")
-        held = "holds" if real_in.is_relative_to(clash.resolve()) and real_in != clash.resolve() else "is"
-        raise UsageError(f"{flag} {out}: this command would write {clash}, which {held} {inp.what} ({inp.path}); "
-                         f"pass another {flag}")
+        real_clash = clash.resolve()
+        held = ("holds" if real_in.is_relative_to(real_clash) and real_in != real_clash else
+                "is a file of" if inp.tree and real_clash != real_in else "is")
+        raise UsageError(f"{flag} {out}: this command would write {clash}, which {held} {inp.what} ({inp.path}), or "
+                         f"a link to it; pass another {flag}")
 
 
 def written(out: Path, name: str) -> list[Path]:
@@ -300,30 +306,35 @@ def written(out: Path, name: str) -> list[Path]:
 
 
 class InputFiles:
-    """The files of an input (the file, or every file of a tree) by identity (st_dev, st_ino), listed once, when a
-    hard link first asks."""
+    """The files of an input (the file, or the files of a tree its patterns match) by identity (st_dev, st_ino): the
+    same file under any path, a hard link, a link, a bind mount. Listed once, when an existing output first asks."""
 
-    def __init__(self, path: Path, tree: bool):
-        self.path, self.tree, self._ids = path, tree, None
+    def __init__(self, path: Path, tree: bool, reads: tuple[str, ...] = ("**/*",)):
+        self.path, self.tree, self.reads = path, tree, reads
+        self._ids: set[tuple[int, int]] | None = None
 
-    def __contains__(self, key: tuple[int, int]) -> bool:
+    def holds(self, st: os.stat_result) -> bool:
+        """Whether the existing file of status st is one of the input's files."""
         if self._ids is None:
-            files = (p for p in self.path.rglob("*") if p.is_file()) if self.tree else \
-                [self.path] if self.path.is_file() else []
-            self._ids = {(st.st_dev, st.st_ino) for st in map(os.stat, files)}
-        return key in self._ids
+            files = [p for pattern in self.reads for p in self.path.glob(pattern)] if self.tree else [self.path]
+            self._ids = set()
+            for p in files:
+                try:
+                    found = os.stat(p)
+                except OSError:   # gone, or a dangling link: no file to protect
+                    continue
+                if stat.S_ISREG(found.st_mode):
+                    self._ids.add((found.st_dev, found.st_ino))
+        return (st.st_dev, st.st_ino) in self._ids
 
 
 def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
     """Whether writing target would replace the input (its path or its file), hold it (a folder written whole), or
-    land over a file inside an input tree."""
+    replace or write through a file of an input tree."""
     real_t = target.resolve()
     if real_t == real_in or (real_in.is_relative_to(real_t) and target.is_dir()):
         return True
-    if not target.exists():
-        return False   # a new file can be no input
-    if files.tree and real_t.is_relative_to(real_in):
-        return True
-    st = target.stat()
-    # one name: the same file only under the same resolved path, checked above; more: a hard link, maybe to an input
-    return st.st_nlink > 1 and (st.st_dev, st.st_ino) in files
+    if not target.exists() or target.is_dir():
+        return False   # a new file can be no input; a folder written into is checked by the files it gets
+    every = files.tree and files.reads == ("**/*",)
+    return (every and real_t.is_relative_to(real_in)) or files.holds(target.stat())

@@ -124,3 +124,45 @@ def test_an_error_raised_in_a_dataloader_worker_prints_as_its_own_one_line():
         wrapped.reraise()
     assert "Traceback" in str(e.value)
     assert one_line(e.value) == "/c: the cache was rebuilt while this run read it (x.npy: gone); start the run again"
+
+
+def swapped_sidecar(cache) -> str:
+    """Data file 0's sidecar replaced by file 1's (a valid npz, other words) and the manifest's quads checksum of
+    file 0 edited to match it, as a mix-up of objects could leave them; the name of file 0."""
+    m = Manifest.load(cache)
+    a, b = m.files[0], m.files[1]
+    quads_path(data_path(cache, a.name)).write_bytes(quads_path(data_path(cache, b.name)).read_bytes())
+    doc = json.loads((cache / "manifest.json").read_text())
+    doc["files"][0]["quads_checksum"] = b.quads_checksum
+    (cache / "manifest.json").write_text(json.dumps(doc))
+    return a.name
+
+
+def test_a_sidecar_of_another_data_file_is_refused_by_verify_and_the_reader(tiny_data, tmp_path, capsys):
+    out = tmp_path / "c"
+    build_cache(small_config(**{"strategy": "image", "input_size": 64, "image_size": 96}), [tiny_data], out, jobs=1,
+                quiet=True)
+    name = swapped_sidecar(out)
+    assert cli_main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert f"{name}: its word quads sidecar" in printed and "words of another data file" in printed, printed
+    with pytest.raises(CacheError, match=f"{name}.*words of another data file"):
+        CacheDataset(out)
+
+
+def test_a_manifest_edited_to_another_image_codec_fails_verify_and_the_reader(tiny_data, tmp_path, capsys):
+    """A jpeg page cache whose manifest says raw: the data files' own heads name their record kind."""
+    out = tmp_path / "c"
+    build_cache(small_config(**{"strategy": "image", "input_size": 64, "image_size": 96, "crop": "read",
+                                "geometry": "read", "variants": 1, "image_codec": "jpeg"}), [tiny_data], out, jobs=1, quiet=True)
+    assert cli_main(["verify", str(out)]) == 0
+    doc = json.loads((out / "manifest.json").read_text())
+    assert doc["config"]["image_codec"] == "jpeg"
+    doc["config"]["image_codec"] = "raw"
+    (out / "manifest.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert cli_main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "holds jpeg-page records (image codec jpeg), where the manifest says raw-page" in printed, printed
+    with pytest.raises(CacheError, match="holds jpeg-page records"):
+        CacheDataset(out)

@@ -144,15 +144,24 @@ def test_the_histogram_png_is_written_readable_and_counts_every_kept_word(tmp_pa
 
 @pytest.mark.parametrize("flags, says", [
     (["--split", "nope"], "ufo/nope.json: UFO file not found"),
-    (["--out", "{root}/images"], "inside the dataset root"),
-    (["--out", "{root}"], "inside the dataset root"),
-    (["--distance", "64"], "--distance 64"),
+    (["--out", "{root}/ufo"], "read as splits"),
+    (["--out", "{root}/ufo/reports"], "read as splits"),
+    (["--distance", "64"], "--distance: 64: must be an integer in [0, 63]"),
 ])
 def test_user_mistakes_are_one_error_line_and_status_2(tmp_path, capsys, flags, says):
     root = write_root(tmp_path / "r", {"train": {"i.jpg": scene(0)}})
     status, out, err = cli_run(capsys, "check", "--data", root, *[f.format(root=root) for f in flags])
     assert status == 2 and err.startswith("error: ") and says in err and err.count("\n") == 1, err
-    assert not (root / "images" / "report.json").exists() and not (root / "report.json").exists()
+    assert not (root / "ufo" / "report.json").exists() and not (root / "ufo" / "reports").exists()
+
+
+def test_a_report_beside_the_inputs_is_written_and_they_stay(tmp_path, capsys):
+    """An --out inside a root overwrites nothing there: allowed, and the root's files are as they were."""
+    root = write_root(tmp_path / "r", {"train": {"i.jpg": scene(0)}})
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    status, _, err = cli_run(capsys, "check", "--data", root, "--out", root / "images")
+    assert status in (0, 1) and (root / "images" / "report.json").is_file(), err
+    assert all(p.read_bytes() == b for p, b in before.items())
 
 
 def test_a_folder_that_is_no_root_is_refused(tmp_path, capsys):

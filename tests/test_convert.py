@@ -328,3 +328,21 @@ def test_convert_imports_no_torch():
             "east_cache.convert.cord, east_cache.convert.cocotext, east_cache.convert.polygons; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False, cwd=Path(__file__).parent.parent).returncode == 0
+
+
+def test_a_root_inside_its_source_folder_or_the_folder_itself_is_converted_again(tmp_path):
+    """Nothing is overwritten: --out SRC/conv, and SRC itself (an SROIE layout converted in place), run twice (the
+    second with --force), leave the source's files as they were; a root whose images/ is the source is refused."""
+    src = tmp_path / "sroie"
+    image(src / "X51005.jpg")
+    (src / "X51005.txt").write_text(f"{csv(QUAD)},TOTAL\n")
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    for out in (src / "conv", src):
+        for force in (False, True):
+            assert convert("sroie", src, out, force=force).images == 1
+            assert ufo(out)["X51005.jpg"]["words"]["1"]["transcription"] == "TOTAL"
+    assert {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()} == before
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "images").symlink_to(src)
+    with pytest.raises(UsageError, match=r"would write .*images, which is the source SRC"):
+        convert("sroie", src, tmp_path / "linked")

@@ -3,14 +3,17 @@ any command out of range is one `error:` line naming it and its range; an argume
 TypeError or ValueError naming it and its range."""
 from __future__ import annotations
 
+import argparse
 import math
 
 import pytest
 from helpers import QUIET_RUN
 
 from east_cache import CacheDataset, EpochSampler, Loader
+from east_cache.bounds import FLAG_INT_LIMIT
 from east_cache.errors import EXIT_USER
 from east_cache.model import predict, train
+from east_cache.store.remote.space import parse_size, size_text
 
 # (flags, words the error line holds); every train row also gets a cache, an --out and QUIET_RUN
 TRAIN = [
@@ -21,8 +24,9 @@ TRAIN = [
     (["--jitter", "-1"], "--jitter: -1: must be a finite number in [0, 1] (0: off)"),
     (["--jitter", "1.5"], "--jitter: 1.5: must be a finite number in [0, 1]"),
     (["--jitter", "nan"], "--jitter: nan: must be a finite number in [0, 1]"),
-    (["--workers", "2.5"], "--workers: '2.5': must be an integer >= 0"),
-    (["--workers", "-1"], "--workers: -1: must be an integer >= 0"),
+    (["--workers", "2.5"], "--workers: '2.5': must be an integer in [0, 1024]"),
+    (["--workers", "-1"], "--workers: -1: must be an integer in [0, 1024]"),
+    (["--workers", "100000"], "--workers: 100000: must be an integer in [0, 1024]"),
     (["--batch-size", "0"], "--batch-size: 0: must be an integer >= 1"),
     (["--accum-steps", "0"], "--accum-steps: 0: must be an integer >= 1"),
     (["--epochs", "0"], "--epochs: 0: must be an integer >= 1"),
@@ -47,6 +51,9 @@ TRAIN = [
 ]
 
 # east-cache's subcommands: (arguments, words); {data}, {out} and {cache} are filled in, {out} must stay absent
+REVIEW = ["review", "--gt", "{data}/ufo/train.json", "--pred", "{data}/ufo/train.json", "--images", "{data}/images",
+          "--out", "{out}"]
+PSEUDO = ["pseudo", "--pred", "{data}/ufo/train.json", "--images", "{data}/images", "--out", "{out}"]
 CACHE_CMD = [
     (["build", "--variants", "0"], "--variants: 0: must be an integer >= 1"),
     (["build", "--chunk-size", "0"], "--chunk-size: 0: must be an integer >= 1"),
@@ -63,13 +70,15 @@ CACHE_CMD = [
     (["build", "--crop-tries", "0"], "--crop-tries: 0: must be an integer >= 1"),
     (["build", "--min-area", "-1"], "--min-area: -1: must be a finite number >= 0"),
     (["build", "--drop-area", "nan"], "--drop-area: nan: must be a finite number >= 0"),
-    (["build", "--jobs", "-2"], "--jobs: -2: must be an integer >= -1 (-1: every core)"),
+    (["build", "--jobs", "-2"], "--jobs: -2: must be an integer in [-1, 1024] (-1: every core)"),
+    (["build", "--jobs", "5000"], "--jobs: 5000: must be an integer in [-1, 1024] (-1: every core)"),
     (["build", "--jobs", "0"], "--jobs 0: give -1 (every core) or a number of worker processes >= 1"),
     (["build", "--map-scale", "nan"], "--map-scale: invalid choice"),
     (["info", "{cache}", "--epochs", "0"], "--epochs: 0: must be an integer >= 1"),
     (["bench", "{cache}", "--batches", "0"], "--batches: 0: must be an integer >= 1"),
     (["bench", "{cache}", "--batch-sizes", "0"], "--batch-sizes: '0': give one or more integers as A,B,... or A-B"),
-    (["bench", "{cache}", "--workers", "-1"], "--workers: '-1': give one or more integers as A,B,... or A-B (A <= "),
+    (["bench", "{cache}", "--workers", "-1"], "--workers: '-1': give one or more integers as A,B,... or A-B (A <= "
+                                               "B), at most 64, each an integer in [0, 1024]"),
     (["show", "{cache}", "0", "--epochs", "3-1"], "--epochs: '3-1': give one or more integers as A,B,... or A-B"),
     (["show", "{cache}", "0", "--epochs", "0-64"], "at most 64, each an integer >= 0"),
     (["show", "{cache}", "0", "--variant", "-1"], "--variant: -1: must be an integer >= 0"),
@@ -78,6 +87,15 @@ CACHE_CMD = [
     (["verify", "{cache}", "--local-cache-limit", "0.5"], "--local-cache-limit: '0.5' is less than a byte"),
     (["evaluate", "--gt", "g.json", "--pred", "p.json", "--min-area", "nan"], "--min-area: nan: must be a finite"),
     (["evaluate", "--gt", "g.json", "--pred", "p.json", "--drop-area", "-1"], "--drop-area: -1: must be a finite"),
+    (["split", "--data", "{data}", "--seed", "-1"], "--seed: -1: must be an integer >= 0"),
+    (["split", "--data", "{data}", "--folds", "1"], "--folds: 1: must be an integer >= 2"),
+    (["split", "--data", "{data}", "--seed", str(2**40)], f"--seed: {2**40}: must be an integer >= 0, at most"),
+    (["check", "--data", "{data}", "--distance", "-1"], "--distance: -1: must be an integer in [0, 63]"),
+    ([*REVIEW, "--jobs", "-3"], "--jobs: -3: must be an integer in [0, 1024] (0: one per core)"),
+    ([*REVIEW, "--size", "0"], "--size: 0: must be an integer >= 1 (px)"),
+    ([*REVIEW, "--min-area", "nan"], "--min-area: nan: must be a finite number >= 0"),
+    ([*PSEUDO, "--min-score", "-0.5"], "--min-score: -0.5: must be a finite number in [0, 1]"),
+    ([*PSEUDO, "--care-score", "1.7"], "--care-score: 1.7: must be a finite number in [0, 1]"),
 ]
 
 PREDICT = [
@@ -88,6 +106,84 @@ PREDICT = [
     (["--score-thresh", "nan"], "--score-thresh: nan: must be a finite number in (0, 1)"),
     (["--nms-thresh", "0"], "--nms-thresh: 0: must be a finite number in (0, 1)"),
 ]
+
+
+def every_parser():
+    """(command, parser) of every command: east-cache's subcommands, east-train, east-predict."""
+    from east_cache.cli import get_parser
+
+    def walk(name, parser):
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    yield from walk(f"{name} {sub}", p)
+    yield from walk("east-cache", get_parser())
+    yield "east-train", train.get_args_parser()
+    yield "east-predict", predict.get_parser()
+
+
+def numeric_options(parser) -> list[argparse.Action]:
+    """The options of parser that take a number (or numbers): a bounds.flag_number type, a list or size parser,
+    a bare int or float, or a numeric default."""
+    def numeric(a):
+        default = a.default if not isinstance(a.default, bool) else None
+        return (a.type in (int, float) or hasattr(a.type, "bound") or a.type in LIST_TYPES
+                or isinstance(default, (int, float)))
+    return [a for a in parser._actions if a.option_strings and a.nargs != 0 and numeric(a)]
+
+
+def dummy_argv(parser) -> list[str]:
+    """Values that parse for every required argument and positional of parser (none of them numeric)."""
+    argv = []
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            continue
+        value = str(next(iter(a.choices))) if a.choices else "x"
+        if not a.option_strings:
+            argv.append(value)
+        elif a.required:
+            argv += [a.option_strings[0], value]
+    for group in parser._mutually_exclusive_groups:
+        if group.required:
+            argv += [group._group_actions[0].option_strings[0], "x"]
+    return argv
+
+
+LIST_TYPES = (size_text,)   # besides bounds.flag_number and flag_numbers, which carry their bound
+HOSTILE = ("-3", "0.5", "nan", "1e300", str(10**40))
+
+
+def test_every_numeric_flag_of_every_command_goes_through_the_bounds(capsys):
+    """Every numeric option of every command's parser, given a negative, a fraction, nan and huge values: either
+    argparse's one `error:` line naming the flag, or a value its bound accepts (finite, in range, an integer that C
+    can hold); none is a bare int or float (which takes -3 and nan without a word)."""
+    seen = 0
+    for command, parser in every_parser():
+        base = dummy_argv(parser)
+        for action in numeric_options(parser):
+            flag = action.option_strings[-1]
+            assert action.type not in (int, float) or action.choices, f"{command} {flag}: a bare {action.type}"
+            assert action.type is not None, f"{command} {flag}: a number read as text"
+            seen += 1
+            for text in HOSTILE:
+                try:
+                    ns = parser.parse_args([*base, f"{flag}={text}"])
+                except SystemExit as e:
+                    err = capsys.readouterr().err
+                    assert e.code == 2 and err.startswith("error: ") and err.count("\n") == 1, (command, flag, err)
+                    assert flag in err or "invalid choice" in err, (command, flag, err)
+                    continue
+                value = getattr(ns, action.dest)
+                values = value if isinstance(value, list) else [parse_size(value) if action.type is size_text
+                                                                else value]
+                for v in values:
+                    assert math.isfinite(v), (command, flag, text, v)
+                    if hasattr(action.type, "bound"):
+                        assert action.type.bound.contains(v), (command, flag, text, v)
+                    if isinstance(v, int) and action.type is not size_text:
+                        assert abs(v) <= FLAG_INT_LIMIT, (command, flag, text, v)
+    assert seen >= 50, f"only {seen} numeric options found: is the walk still finding them?"
 
 
 def one_error_line(status, err: str, words: str) -> None:
@@ -117,7 +213,7 @@ def test_train_flags_out_of_range_are_one_line(flags, words, tiny_cache, tmp_pat
 def test_east_cache_flags_out_of_range_are_one_line(args, words, tiny_data, tiny_cache, tmp_path, capsys):
     from east_cache.cli import main
     out = tmp_path / "out"
-    argv = [a.format(data=tiny_data, cache=tiny_cache) for a in args]
+    argv = [a.format(data=tiny_data, cache=tiny_cache, out=out) for a in args]
     argv += {"build": ["--data", str(tiny_data), "--out", str(out), "--quiet"], "show": ["-o", str(out)],
              "evaluate": ["--per-image", str(out)]}.get(args[0], [])
     one_error_line(exit_status(main, argv), capsys.readouterr().err, words)

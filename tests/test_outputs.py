@@ -29,7 +29,10 @@ def dataset(tmp_path_factory) -> Path:
 def world(dataset, tmp_path) -> Path:
     """tmp_path holding: root/ (a data set), cache/ (manifest.json, data/f.npy, data/set/ufo/train.json), ck.pt,
     pred.json, run/latest.pt, and links: gt-hard.json (a hard link to the ground truth), ck-link.pt (a symbolic
-    link to the checkpoint)."""
+    link to the checkpoint), root/ufo/val1.json (a hard link to the ground truth), and two folders whose files are
+    links (sym/ symbolic, hard/ hard) to an input, under the names commands write: report.json, duplicates.csv and
+    manifest.json to the ground truth, log.jsonl to the cache's manifest, index.html and ufo/train.json to the
+    predictions."""
     import shutil
     shutil.copytree(dataset, tmp_path / "root")
     (tmp_path / "cache" / "data").mkdir(parents=True)
@@ -43,6 +46,17 @@ def world(dataset, tmp_path) -> Path:
     (tmp_path / "run" / "latest.pt").write_bytes(b"the last run's checkpoint")
     os.link(tmp_path / "root" / "ufo" / "train.json", tmp_path / "gt-hard.json")
     (tmp_path / "ck-link.pt").symlink_to(tmp_path / "ck.pt")
+    os.link(tmp_path / "root" / "ufo" / "train.json", tmp_path / "root" / "ufo" / "val1.json")
+    links = {"report.json": "root/ufo/train.json", "duplicates.csv": "root/ufo/train.json",
+             "manifest.json": "root/ufo/train.json", "log.jsonl": "cache/manifest.json", "index.html": "pred.json",
+             "ufo/train.json": "pred.json", "hashes/image_hashes.json": "root/ufo/train.json"}
+    for name, target in links.items():
+        for kind in ("sym", "hard"):
+            (tmp_path / kind / name).parent.mkdir(parents=True, exist_ok=True)
+            if kind == "sym":
+                (tmp_path / kind / name).symlink_to(tmp_path / target)
+            else:
+                os.link(tmp_path / target, tmp_path / kind / name)
     return tmp_path
 
 
@@ -84,26 +98,51 @@ CASES = {
                                      ("-o", "the manifest of the cache")),
     "show -o a cache data file": ("cli", ["show", "{w}/cache", "0", "-o", "{w}/cache/data/f.npy"],
                                   ("-o", "the data of the cache")),
-    "build --out the data set": ("cli", ["build", "--data", "{w}/root", "--out", "{w}/root", "--quiet"],
-                                 ("--out", "the data set --data")),
+    "build --out whose manifest.json is a link to the gt": ("cli", ["build", "--data", "{w}/root", "--out", "{w}/sym",
+                                                                   "--quiet"], ("--out", "annotations of --data")),
     "build --out whose data/ is the data set": ("cli", ["build", "--data", "{w}/cache/data", "--out", "{w}/cache",
                                                        "--quiet"], ("--out", "the data set --data")),
     "build --out whose data/ holds the data set": ("cli", ["build", "--data", "{w}/cache/data/set", "--out",
                                                           "{w}/cache", "--quiet"], ("--out", "the data set --data")),
-    "build --staging the data set": ("cli", ["build", "--data", "{w}/root", "--out", "s3://bucket/c", "--staging",
-                                             "{w}/root", "--quiet"], ("--staging", "the data set --data")),
+    "build --out whose image_hashes.json is a hard link to the gt": ("cli", [
+        "build", "--data", "{w}/root", "--out", "{w}/hard/hashes", "--quiet"], ("--out", "annotations of --data")),
+    "build --staging whose manifest.json is a hard link to the gt": ("cli", [
+        "build", "--data", "{w}/root", "--out", "s3://bucket/c", "--staging", "{w}/hard", "--quiet"],
+        ("--staging", "annotations of --data")),
     "convert --out over its source file": ("cli", ["convert", "--from", "mmocr", "{w}/" + GT, "--out", "{w}/root",
                                                    "--force"], ("--out", "the source SRC")),
-    "convert --out the --images folder": ("cli", ["convert", "--from", "icdar2015", "{w}/root/ufo", "--images",
-                                                  "{w}/root/images", "--out", "{w}/root/images"],
-                                          ("--out", "the images --images")),
-    "train --out the cache": ("train", ["--cache", "{w}/cache", "--out", "{w}/cache", *TRAIN],
-                              ("--out", "the cache --cache")),
+    "convert --out whose images/ is the --images folder": ("cli", [
+        "convert", "--from", "icdar2015", "{w}/root/ufo", "--images", "{w}/root/images", "--out", "{w}/root",
+        "--split", "other"], ("--out", "the images --images")),
+    "train --out whose log.jsonl is a link to the cache's manifest": ("train", [
+        "--cache", "{w}/cache", "--out", "{w}/sym", *TRAIN], ("--out", "the manifest of the cache")),
     "train --out over its --init-from": ("train", ["--cache", "{w}/cache", "--init-from", "{w}/run/latest.pt",
                                                    "--out", "{w}/run", *TRAIN],
                                          ("--out", "the checkpoint --init-from")),
-    "train --out the --val-data set": ("train", ["--cache", "{w}/cache", "--val-data", "{w}/root", "--out",
-                                                 "{w}/root", *TRAIN], ("--out", "the data set --val-data")),
+    "train --out whose log.jsonl is a hard link to the cache's manifest": ("train", [
+        "--cache", "{w}/cache", "--val-data", "{w}/root", "--out", "{w}/hard", *TRAIN],
+        ("--out", "the manifest of the cache")),
+    "check --out whose report.json is a link to the gt": ("cli", ["check", "--data", "{w}/root", "--out", "{w}/sym"],
+                                                          ("--out", "annotations of --data")),
+    "check --out whose duplicates.csv is a hard link to the gt": ("cli", [
+        "check", "--data", "{w}/root", "--out", "{w}/hard"], ("--out", "annotations of --data")),
+    "review --out whose index.html is a link to the predictions": ("cli", [
+        "review", "--gt", "{w}/" + GT, "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/sym",
+        "--force"], ("--out", "the predictions --pred")),
+    "review --out whose index.html is a hard link to the predictions": ("cli", [
+        "review", "--gt", "{w}/" + GT, "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/hard",
+        "--force"], ("--out", "the predictions --pred")),
+    "review --out whose images/ is the --images folder": ("cli", [
+        "review", "--gt", "{w}/" + GT, "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/root",
+        "--force"], ("--out", "the images --images")),
+    "pseudo --out whose UFO file is a link to the predictions": ("cli", [
+        "pseudo", "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/sym", "--force"],
+        ("--out", "the predictions --pred")),
+    "pseudo --out whose UFO file is a hard link to the predictions": ("cli", [
+        "pseudo", "--pred", "{w}/pred.json", "--images", "{w}/root/images", "--out", "{w}/hard", "--force"],
+        ("--out", "the predictions --pred")),
+    "split's fold file a hard link to the split": ("cli", ["split", "--data", "{w}/root", "--folds", "2", "--force"],
+                                                  ("--split", "would replace the split")),
     "train --export-onnx the checkpoint": ("train", ["--export-onnx", "{w}/ck.pt", "--checkpoint", "{w}/ck.pt"],
                                            ("--export-onnx", "the checkpoint --checkpoint")),
 }
@@ -138,5 +177,10 @@ def test_a_new_file_beside_the_inputs_is_fine_and_the_resumed_run_may_write_its_
                      [Input("the annotations", world / "root" / "ufo", tree=True),
                       Input("the checkpoint", world / "ck.pt")])
     refuse_overwrite("--out", world / "run", [Input("the cache", world / "cache")], ("latest.pt", "epoch_*.pt"))
+    # a folder output that is an input folder, where none of the files it writes is one: a cache or a run beside
+    # the data set's own folders overwrites nothing
+    from east_cache.ingest.ufo import dataset_inputs
+    from east_cache.store.outdir import BUILD_WRITES
+    refuse_overwrite("--out", world / "root", dataset_inputs(world / "root", "--data"), BUILD_WRITES)
     with pytest.raises(UsageError, match="would write .*latest.pt, which is the checkpoint"):
         refuse_overwrite("--out", world / "run", [Input("the checkpoint", world / "run" / "latest.pt")], ("latest.pt",))

@@ -77,7 +77,7 @@ def packed_head(spec, lengths) -> tuple[np.ndarray, int]:
     """The head and index bytes of a packed file of records with these field lengths (values), and its size."""
     from east_cache.store.formats.packed import PACKED_MAGIC, layout
     index, total = layout(spec, lengths)
-    head = np.concatenate([np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names)], "<i8"),
+    head = np.concatenate([np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names), spec.kind.code], "<i8"),
                            index.astype("<i8").ravel()])
     return head.view(np.uint8), total
 

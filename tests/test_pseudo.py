@@ -21,15 +21,16 @@ SCORES = (0.99, 0.9, 0.7)   # with the defaults 0.8 / 0.95: legible, don't-care,
 
 @pytest.fixture
 def predicted(sample_root, tmp_path):
-    """(folder of unlabelled images, predictions file): the sample set's pages renamed, their words as predictions
-    scored in turn by SCORES; the last image's words all below the lowest threshold."""
+    """(folder of unlabelled images, predictions file): the sample set's pages renamed, their quads as predictions
+    (east-predict writes quads) scored in turn by SCORES; the last image's words all below the lowest threshold."""
     folder, images = tmp_path / "unlabelled", {}
     folder.mkdir()
     truth = json.loads((sample_root / "ufo" / "train.json").read_text())["images"]
     for i, (name, entry) in enumerate(truth.items()):
         shutil.copy(sample_root / "images" / name, folder / f"u_{name}")
         images[f"u_{name}"] = {"words": {k: {"points": w["points"], "score": 0.5 if i == len(truth) - 1 else
-                                             SCORES[j % 3]} for j, (k, w) in enumerate(entry["words"].items())}}
+                                             SCORES[j % 3]} for j, (k, w) in enumerate(entry["words"].items())
+                                   if len(w["points"]) == 4}}
     pred = tmp_path / "pred.json"
     pred.write_text(json.dumps({"predicted_by": {"program": "east-predict", "epoch": 3}, "images": images}))
     return folder, pred
@@ -95,18 +96,104 @@ def test_outputs_that_are_inputs_are_refused(predicted, tmp_path, capsys):
     before = pred.read_bytes()
     (tmp_path / "r" / "ufo").mkdir(parents=True)
     (tmp_path / "r" / "ufo" / "p.json").symlink_to(pred)   # ROOT/ufo/p.json is the predictions file
-    cases = [(["--out", folder], "inside it"), (["--out", folder / "sub"], "inside it"),
+    (tmp_path / "h" / "ufo").mkdir(parents=True)
+    (tmp_path / "h" / "ufo" / "p.json").hardlink_to(pred)   # a hard link to it
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "images").symlink_to(folder)          # ROOT/images is the --images folder
+    cases = [(["--out", tmp_path / "s"], "--images"),
              (["--out", tmp_path / "r", "--split", "p", "--force"], "--pred"),
+             (["--out", tmp_path / "h", "--split", "p", "--force"], "--pred"),
              (["--out", pred], "is a file"), (["--out", tmp_path / "x", "--split", "../pred"], "plain name"),
-             (["--min-score", 0.9, "--care-score", 0.8], "min <= care"), (["--min-score", "nan"], "min <= care")]
+             (["--min-score", 0.9, "--care-score", 0.8], "min <= care"),
+             (["--min-score", "nan"], "--min-score: nan: must be a finite number in [0, 1]"),
+             (["--care-score", "1.7"], "--care-score: 1.7: must be a finite number in [0, 1]")]
     for flags, said in cases:
         status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ok",
                                  *flags)
         assert status == 2 and err.count("error:") == 1 and said in err, (flags, err)
     assert pred.read_bytes() == before and not (folder / "images").exists() and not (tmp_path / "ok").exists()
-    assert not (tmp_path / "r" / "images").exists()
+    assert not (tmp_path / "r" / "images").exists() and not (tmp_path / "h" / "images").exists()
+    beside = folder / "pseudo"   # a root inside the --images folder overwrites nothing there: allowed
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", beside)[0] == 0
+    assert pred.read_bytes() == before and (beside / "ufo" / "train.json").is_file()
     root = tmp_path / "root"
     assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)[0] == 0
     status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root)
     assert status == 2 and "--force" in err
     assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", root, "--force")[0] == 0
+
+
+@pytest.mark.parametrize("word, said, polygon", [
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, 9]], "score": 1.7},
+     '"score" must be a finite number in [0, 1], not 1.7', False),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, 9]], "score": -0.5}, "not -0.5", False),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, 9]], "score": "0.9"}, "not '0.9'", False),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, "nan"]], "score": 0.99}, '"points" must be a list of exactly 4', False),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, float("nan")]], "score": 0.99},
+     '"points" must be a list of exactly 4', False),
+    ({"points": [[1, 1], [20, 1], [20, 9]], "score": 0.99}, '"points" must be a list of exactly 4', True),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, 9], [0, 5]], "score": 0.99}, "exactly 4", True),
+    ({"points": "1,1,20,1,20,9,1,9", "score": 0.99}, "exactly 4", False),
+])
+def test_a_bad_prediction_stops_pseudo_and_evaluate_alike_naming_the_image_and_word(predicted, tmp_path, capsys,
+                                                                                     word, said, polygon):
+    """pseudo reads predictions with evaluate's reader (ufofile.predicted_word): the same refusals, each naming the
+    image and the word; nothing is written. A polygon of 3 or 5 points is a detection evaluate scores, no quad."""
+    folder, pred = predicted
+    doc = json.loads(pred.read_text())
+    name = sorted(doc["images"])[0]
+    doc["images"][name]["words"]["bad"] = word
+    pred.write_text(json.dumps(doc))   # json writes NaN as NaN, as a careless writer would
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")
+    assert status == 2 and err.count("error:") == 1 and said in err, err
+    assert f"image {name!r}, word 'bad'" in err and not (tmp_path / "ps").exists()
+    if polygon:
+        return
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps({"images": {n: {"words": {}} for n in doc["images"]}}))
+    status, _, err = cli_run(capsys, "evaluate", "--gt", gt, "--pred", pred)
+    assert status == 2 and f"image {name!r}, word 'bad'" in err, err
+
+
+def test_points_outside_the_image_are_clipped_and_degenerate_words_dropped_with_counts(predicted, tmp_path, capsys):
+    folder, pred = predicted
+    doc = json.loads(pred.read_text())
+    name = sorted(doc["images"])[0]
+    doc["images"][name]["words"] = {
+        "out": {"points": [[-50, 2], [10**6, 2], [10**6, 12], [-50, 12]], "score": 0.99},   # wider than the image
+        "flat": {"points": [[5, 5], [30, 5], [30, 5], [5, 5]], "score": 0.99},             # no area
+        "gone": {"points": [[-90, -90], [-60, -90], [-60, -70], [-90, -70]], "score": 0.99},   # nothing inside
+        "ok": {"points": [[5, 20], [30, 20], [30, 30], [5, 30]], "score": 0.99}}
+    pred.write_text(json.dumps(doc))
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")
+    assert status == 0, err
+    assert "1 word(s) clipped to their image, 2 degenerate word(s)" in err, err
+    words = json.loads((tmp_path / "ps" / "ufo" / "train.json").read_text())["images"][name]["words"]
+    width = json.loads((tmp_path / "ps" / "ufo" / "train.json").read_text())["images"][name]["img_w"]
+    assert sorted(words) == ["ok", "out"] and words["ok"]["points"] == [[5, 20], [30, 20], [30, 30], [5, 30]]
+    assert words["out"]["points"] == [[0, 2], [width, 2], [width, 12], [0, 12]]
+
+
+@pytest.mark.parametrize("where", ["first", "last", "tags only", "member only, last"])
+def test_evaluate_refuses_pseudo_labels_as_ground_truth_wherever_the_mark_sits(predicted, tmp_path, capsys, where):
+    """Scored against the pseudo-labels made of them, predictions would get hmean 1: the file's member (first, as
+    pseudo writes it, or moved after "images") or an image's pseudo tag alone makes evaluate and review refuse it."""
+    folder, pred = predicted
+    assert cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")[0] == 0
+    ufo_file = tmp_path / "ps" / "ufo" / "train.json"
+    doc = json.loads(ufo_file.read_text())
+    mark = doc.pop(PROVENANCE)
+    if where != "tags only":
+        doc[PROVENANCE] = mark    # after "images" unless first
+        if where == "first":
+            doc = {PROVENANCE: mark, "images": doc["images"]}
+    if where == "member only, last":
+        for entry in doc["images"].values():
+            entry["tags"] = []
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps(doc))
+    status, _, err = cli_run(capsys, "evaluate", "--gt", gt, "--pred", pred)
+    assert status == 2 and err.count("error:") == 1 and "pseudo-labels" in err and "not ground truth" in err, err
+    status, _, err = cli_run(capsys, "review", "--gt", gt, "--pred", pred, "--images", folder, "--out",
+                             tmp_path / "review", "--quiet")
+    assert status == 2 and "pseudo-labels" in err, err

@@ -3,6 +3,7 @@ as the local cache, one download per file per machine, nothing stale after a reb
 leave no half file under a final name and end in one clear error."""
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -180,3 +181,25 @@ def test_a_file_url_is_read_like_a_bucket(caches, tmp_path):
     for name in local.units:
         local.ensure(name)
     assert cache_bytes(local.local_dir) == cache_bytes(caches["crops"]) and not leftovers(local.local_dir)
+
+
+@pytest.mark.slow
+def test_a_sidecar_of_another_data_file_in_the_bucket_is_refused(s3, tiny_data, tmp_path):
+    """Data file 0's sidecar object replaced by file 1's (a valid npz, other words) and the manifest's quads
+    checksum edited to match: the sidecar's own data checksum names the mix-up, at the reader and in verify."""
+    from east_cache.tools.remote import verify_at
+    local = make_tiny_cache(tiny_data, tmp_path / "c", strategy="image", variants=1, crop="read")
+    m = Manifest.load(local)
+    a, b = m.files[0], m.files[1]
+    loc = store(s3, local)
+    fs = s3.fs()
+    sidecar = lambda e: quads_path(Path(e.name)).name   # noqa: E731
+    fs.pipe_file(s3.url("c", "data", sidecar(a)), (local / "data" / sidecar(b)).read_bytes())
+    doc = json.loads((local / "manifest.json").read_text())
+    doc["files"][0]["quads_checksum"] = b.quads_checksum
+    fs.pipe_file(s3.url("c", "manifest.json"), json.dumps(doc).encode())
+    with pytest.raises(CacheError, match=f"{Path(a.name).stem}.*words of another data file.*verify"):
+        ds = CacheDataset(str(loc), local_cache=str(tmp_path / "lc"))
+        [ds.quads(i) for i in range(len(ds))]
+    bad = verify_at(loc, LocalCacheSettings(folder=tmp_path / "lc2", retry=FAST))
+    assert [n for n, _ in bad] == [a.name] and "words of another data file" in bad[0][1], bad

@@ -64,14 +64,18 @@ def page_data(out: Path) -> dict:
     return json.loads(re.search(r'<script type="application/json" id="review-data">(.*?)</script>', text, re.S)[1])
 
 
-@pytest.mark.parametrize("where", ["images", "root", "pred"])
-def test_an_out_that_is_or_holds_an_input_is_refused(review_set, capsys, where):
+@pytest.mark.parametrize("where", ["root", "pred", "linked"])
+def test_an_out_that_is_or_holds_an_input_or_a_link_to_one_is_refused(review_set, tmp_path, capsys, where):
     root, pred, _ = review_set
-    out = {"images": root / "images", "root": root, "pred": pred}[where]
-    before = sorted(p.name for p in root.rglob("*"))
-    status, _, err = run_review(capsys, root, pred, out)
-    assert status == 2 and err.startswith("error: --out") and "its own input" in err and err.count("\n") == 1
-    assert sorted(p.name for p in root.rglob("*")) == before
+    linked = tmp_path / "linked"
+    (linked / review.THUMBS).mkdir(parents=True)
+    (linked / review.PAGE).symlink_to(root / "ufo" / "train.json")
+    (linked / review.THUMBS / "00000_x.jpg").hardlink_to(pred)
+    out = {"root": root, "pred": pred, "linked": linked}[where]
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    status, _, err = run_review(capsys, root, pred, out, "--force")
+    assert status == 2 and err.startswith("error: --out") and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 
 def test_a_folder_no_review_wrote_needs_force(review_set, tmp_path, capsys):
@@ -84,6 +88,27 @@ def test_a_folder_no_review_wrote_needs_force(review_set, tmp_path, capsys):
     assert (tmp_path / "notes.txt").read_text() == "mine" and len(page_data(tmp_path)["images"]) == len(names)
     with Image.open(tmp_path / page_data(tmp_path)["images"][0]["picture"]) as picture:
         assert picture.format == "JPEG"
+
+
+def test_a_later_review_deletes_only_what_a_review_wrote(review_set, tmp_path, capsys):
+    """--force into the user's folder, whose images/ holds the user's own files: the next review (plain, then
+    forced) deletes the pictures a review wrote and nothing else; a user's file under a name a review would write
+    is refused before anything is deleted."""
+    root, pred, names = review_set
+    mine = tmp_path / "mine"
+    (mine / review.PICTURES).mkdir(parents=True)
+    (mine / review.PICTURES / "holiday.png").write_bytes(b"the user's photo")
+    assert run_review(capsys, root, pred, mine, "--force")[0] == 0
+    status, _, err = run_review(capsys, root, pred, mine)
+    assert status == 2 and "holiday.png" in err and "--force" in err, err
+    first = json.loads((mine / review.MARKER).read_text())["files"]
+    assert run_review(capsys, root, pred, mine, "--force", "--format", "jpg")[0] == 0
+    assert (mine / review.PICTURES / "holiday.png").read_bytes() == b"the user's photo"
+    assert not any((mine / f).exists() for f in first if f.endswith(".png")), "the last review's pictures stay"
+    clash = mine / page_data(mine)["images"][0]["picture"]
+    (mine / review.MARKER).write_text(json.dumps({"files": ["../../etc/passwd", review.PAGE]}))
+    status, _, err = run_review(capsys, root, pred, mine, "--force", "--format", "jpg")
+    assert status == 2 and clash.name in err and clash.exists(), err
 
 
 def test_the_page_lists_images_worst_first_drawn_in_their_own_frame(review_set, tmp_path, capsys):

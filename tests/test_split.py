@@ -134,8 +134,9 @@ def test_every_field_of_the_source_is_kept(tmp_path, capsys):
 
 def test_user_mistakes_are_one_error_line(tmp_path, capsys):
     root = ufo_root(tmp_path, [1, 2, 3])
-    for flags, said in ((["--folds", 1], "--folds 1"), (["--folds", 4], "has 3 images"),
-                        (["--group-by", "("], "not a regular expression"), (["--split", "nope"], "nope.json")):
+    for flags, said in ((["--folds", 1], "--folds: 1: must be an integer >= 2"), (["--folds", 4], "has 3 images"),
+                        (["--group-by", "("], "not a regular expression"), (["--split", "nope"], "nope.json"),
+                        (["--seed", -1], "--seed: -1: must be an integer >= 0")):
         status, _, err = cli_run(capsys, "split", "--data", root, *flags)
         assert status == 2 and err.count("error:") == 1 and said in err, err
     status, _, err = cli_run(capsys, "split", "--data", "s3://bucket/set")

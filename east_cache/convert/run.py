@@ -9,6 +9,10 @@ from east_cache.convert.rules import SHOW_BAD, Page, Problems, Source, Summary, 
 from east_cache.convert.writer import IMAGES_DIR, check_output, check_prefix, ufo_path, write_root
 from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
 
+# The files of a source folder that a reader reads: those at its top (annotations, and images beside them), and
+# cord's json/ and image/. A root converted into the folder (--out SRC, SRC/conv) is none of them.
+SOURCE_READS = ("*", "json/*", "image/*")
+
 
 def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix: str = "",
             skip_bad: bool = False, force: bool = False, images=None, subset: str | None = None) -> Summary:
@@ -21,8 +25,9 @@ def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix
     if images is not None and not Path(images).is_dir():
         raise UsageError(f"--images {images}: not a folder")
     check_output(out, split, force)
-    refuse_overwrite("--out", out, [Input("the source SRC", src, tree=src.is_dir()),
-                                    Input("the images --images", images, tree=True)], (str(ufo_path(".", split)),))
+    refuse_overwrite("--out", out, [Input("the source SRC", src, tree=src.is_dir(), reads=SOURCE_READS),
+                                    Input("the images --images", images, tree=True)],
+                     (ufo_path(".", split).as_posix(), IMAGES_DIR))
     check_prefix(prefix)
     module, reader, trusted, _ = FORMATS[fmt]
     read = getattr(importlib.import_module(f"east_cache.convert.{module}"), reader)

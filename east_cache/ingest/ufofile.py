@@ -8,6 +8,7 @@ import io
 import json
 import math
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from east_cache.errors import DataError
 from east_cache.ingest import jsonstream, ufo
@@ -22,16 +23,37 @@ PREDICTED_BY = "predicted_by"
 WORD_SCORE = "score"
 
 
+MIN_POINTS = 3   # a predicted word is a polygon: at least three vertices (east-predict writes quads)
+
+
+class PredictedWord(NamedTuple):
+    """A predicted word as every command reads it (predicted_word)."""
+    points: list[tuple[float, float]]   # its vertices, image px, each finite
+    score: float | None                  # its WORD_SCORE in [0, 1], None where it has none
+
+
 def word_score(word, where: str) -> float | None:
     """A predicted word's WORD_SCORE, None where it has none; a DataError naming `where` (the file, image and word)
-    where it is not a finite number."""
+    where it is not a finite number in [0, 1] (east-predict's scores are sigmoid outputs)."""
     value = word.get(WORD_SCORE) if isinstance(word, dict) else None
     if value is None:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise DataError(f"{where}: \"{WORD_SCORE}\" must be a finite number, not {value!r}; fix the prediction or "
-                        f"delete the field")
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise DataError(f"{where}: \"{WORD_SCORE}\" must be a finite number in [0, 1], not {value!r}; fix the "
+                        f"prediction or delete the field")
     return float(value)
+
+
+def predicted_word(word, where: str, quad: bool = False) -> PredictedWord:
+    """One word of a predictions file, checked as `evaluate`, `review` and `pseudo` all read it: "points" a list of
+    at least MIN_POINTS (quad: exactly 4) [x, y] pairs of finite numbers, "score" (word_score) finite in [0, 1]
+    where present; anything else is a DataError naming `where` (the file, the image and the word)."""
+    points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
+    if points is None or len(points) < MIN_POINTS or (quad and len(points) != 4):
+        want = "exactly 4" if quad else f"at least {MIN_POINTS}"
+        raise DataError(f"{where}: \"points\" must be a list of {want} [x, y] pairs of finite numbers; fix the "
+                        f"prediction")
+    return PredictedWord(points, word_score(word, where))
 
 
 def read_entries(json_path, rest: dict | None = None) -> Iterator[tuple[str, dict]]:

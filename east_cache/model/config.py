@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, flag_number
+from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
 from east_cache.model.report import REPORT_TO, chosen
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
@@ -182,7 +182,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="update a stale cache (train or val) before training, or rebuild one that other sample code "
                            "or another cache format version made (default: off; such a cache stops the run with the "
                            "command that updates it)")
-    data.add_argument("--workers", type=flag_number(COUNT_OR_ZERO),
+    data.add_argument("--workers", type=flag_number(WORKERS),
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            f"ahead in a thread, enough for a --crop build cache (`{cache_command('bench CACHE')}` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "

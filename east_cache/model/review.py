@@ -10,7 +10,8 @@ prediction matched), false (a counted prediction that matched nothing) or don't 
     images/NNNNN_*.png  each image at --size px on its long side, its words drawn over it, a legend below (.jpg
                         with --format jpg: a few times smaller, its thin lines a little blurred)
     thumbs/NNNNN_*.jpg  the same at THUMB_SIDE px for the page's list, loaded as they scroll into view
-    .east-cache-review  marks the folder as a review's, so that the next review may replace it
+    .east-cache-review  the list of the files this review wrote: the next review deletes those, and only those
+                        (a folder that holds other files needs --force, and keeps them)
 """
 from __future__ import annotations
 
@@ -18,20 +19,21 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
+from east_cache.bounds import MAX_PROCESSES, NON_NEGATIVE, Bound, flag_number
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from east_cache.errors import DataError, UsageError, check_output
-from east_cache.ingest.files import NotAllowed, contained
+from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
+from east_cache.ingest.files import NotAllowed, contained, open_regular
 from east_cache.ingest.imageio import oriented_size
 from east_cache.model import deteval_rect, review_draw as rd, scoring
 from east_cache.model.review_page import write_page
 from east_cache.progress import Progress
+from east_cache.store.atomic import write_atomic
 
 EPILOG = """example:
   east-predict --checkpoint runs/east/best.pt --data data/receipts --split val --out val_pred.json
@@ -44,6 +46,7 @@ and false words, sortable and filtered by word tag and by score, above a summary
 MARKER = ".east-cache-review"
 PAGE = "index.html"
 PICTURES, THUMBS = "images", "thumbs"
+WRITES = (PAGE, MARKER, PICTURES, f"{PICTURES}/*", THUMBS, f"{THUMBS}/*")   # what --out gets (refuse_overwrite)
 DEFAULT_SIDE = 1024     # px, long side of an image's picture: a 12 MP photo is decoded and drawn at about 1/4
 THUMB_SIDE = 320        # px, long side of a thumbnail in the page's list
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -73,12 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="folder to write the page into (made if missing; a previous review there is replaced)")
     p.add_argument("--force", action="store_true",
                    help="write into an existing folder that holds other files (they are kept) (default: off)")
-    p.add_argument("--size", type=int, default=DEFAULT_SIDE,
+    p.add_argument("--size", type=flag_number(Bound(least=1, note="px")), default=DEFAULT_SIDE,
                    help="long side of each image's picture, px (default: %(default)s; smaller images stay as they are)")
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="of each image's picture: png, exact colours and lines; jpg, a few times smaller "
                         "(default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=0, help="images drawn at once (default: one per core)")
+    p.add_argument("--jobs", type=flag_number(Bound(least=0, most=MAX_PROCESSES, note="0: one per core")), default=0,
+                   help="images drawn at once (default: 0, one per core)")
     p.add_argument("--skip-bad", action="store_true",
                    help="draw the words of a missing or unreadable image on a grey page instead of stopping "
                         "(default: off)")
@@ -86,27 +90,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # which words are don't-care: the build's rules and defaults, as `evaluate` takes them
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care word (default: %(default)s)")
-    p.add_argument("--min-area", type=float, default=d.min_area,
+    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), default=d.min_area,
                    help="px^2; smaller words are don't-care (default: %(default)s)")
-    p.add_argument("--drop-area", type=float, default=d.drop_area,
+    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), default=d.drop_area,
                    help="px^2; smaller words are dropped (default: %(default)s)")
     p.add_argument("--fit-polygons", action="store_true",
                    help="fit words with 5+ points to a min-area quad instead of making them don't-care (default: off)")
 
 
-def check_out(out: Path, inputs: dict[str, Path], force: bool) -> None:
-    """Refuse, before any work, an --out that is or holds one of the inputs, a file, a folder that cannot be
-    written, or a folder with files no review wrote (without force)."""
-    where = out.resolve()
-    for flag, path in inputs.items():
-        real = Path(path).resolve()
-        if real == where or where in real.parents:
-            raise UsageError(f"--out {out}: {'it is' if real == where else 'it holds'} {flag} {path}; the review "
-                             f"would write over its own input: pass a new folder, such as review/")
+def check_out(out: Path, inputs: list[Input], force: bool) -> set[str]:
+    """Refuse, before any work, an --out that is a file or cannot be written, a file written there that is an input
+    or a link to one, or a folder holding one (errors.refuse_overwrite), and, without force, a folder with files
+    no review wrote. Returns what the last review there wrote (its marker's list; nothing for another folder)."""
     check_output(out, "--out", folder=True)
-    if out.is_dir() and not (out / MARKER).exists() and any(out.iterdir()) and not force:
-        raise UsageError(f"--out {out}: the folder holds files that no review wrote; pass a new or empty folder, "
+    refuse_overwrite("--out", out, inputs, WRITES)
+    own = written_before(out)
+    others = [p for p in sorted(out.rglob("*")) if not p.is_dir() and p.relative_to(out).as_posix() not in own
+              and p.name != MARKER] if out.is_dir() else []
+    if others and not force:
+        raise UsageError(f"--out {out}: the folder holds files that no review wrote ({others[0]}"
+                         f"{f' and {len(others) - 1} more' if len(others) > 1 else ''}); pass a new or empty folder, "
                          f"or --force to write into it (its other files are kept)")
+    return own
+
+
+def written_before(out: Path) -> set[str]:
+    """The files the marker says a review wrote in out (index.html, images/NAME, thumbs/NAME, paths relative to
+    out; any other entry is ignored, so a marker edited by hand can delete nothing else); nothing where there is
+    no marker, or one that cannot be read."""
+    try:
+        with open_regular(out / MARKER) as f:
+            files = json.loads(f.read()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {f for f in files if isinstance(f, str) and (f == PAGE or own_picture(f))}
+
+
+def own_picture(rel: str) -> bool:
+    folder, _, name = rel.partition("/")
+    return folder in (PICTURES, THUMBS) and bool(name) and "/" not in name and not name.startswith(".")
 
 
 def classify(gt: scoring.Words, det: scoring.Words) -> tuple:
@@ -202,21 +224,26 @@ def page_items(gt, pred, scores, info, picture_format: str = "png") -> list[dict
     return items
 
 
-def prepare(out: Path) -> None:
-    """A previous review's pictures go (a new set may hold other images); anything else in out stays."""
-    if (out / MARKER).exists():
-        for sub in (PICTURES, THUMBS):
-            shutil.rmtree(out / sub, ignore_errors=True)
+def prepare(out: Path, own: set[str], items: list[dict]) -> None:
+    """The last review's files go (a new set may hold other images), and only they; a file of another's under a
+    name this review writes is refused before anything is deleted."""
+    names = [PAGE] + [it[k] for it in items for k in ("picture", "thumb")]
+    taken = next((n for n in names if n not in own and os.path.lexists(out / n)), None)
+    if taken is not None:
+        raise UsageError(f"--out {out}: {out / taken} is no review's file and this review would write it; move it, "
+                         f"or pass another --out")
+    for rel in own:
+        if os.path.islink(out / rel) or (out / rel).is_file():
+            (out / rel).unlink()
     for sub in (PICTURES, THUMBS):
         (out / sub).mkdir(parents=True, exist_ok=True)
 
 
 def run(a: argparse.Namespace) -> int:
-    """`review`: check the flags and --out, read and match, draw every image (threads: OpenCV and PIL release
-    the GIL), write the page, then the marker."""
-    if a.size < 1:
-        raise UsageError(f"--size {a.size}: give the long side of the pictures in px, at least 1")
-    check_out(a.out, {"--gt": a.gt, "--pred": a.pred, "--images": a.images}, a.force)
+    """`review`: check the flags and --out, read and match, list what it writes in the marker, draw every image
+    (threads: OpenCV and PIL release the GIL), write the page."""
+    own = check_out(a.out, [Input("the ground truth --gt", a.gt), Input("the predictions --pred", a.pred),
+                            Input("the images --images", a.images, tree=True)], a.force)
     if not a.images.is_dir():
         raise UsageError(f"--images {a.images}: not a folder; give the folder that holds the --gt images")
     rules = BuildConfig(ignore_tags=tuple(t.strip() for t in a.ignore_tags.split(",") if t.strip()),
@@ -231,13 +258,15 @@ def run(a: argparse.Namespace) -> int:
     items = page_items(gt, pred, scores, info, a.format)
     for it in items:
         it["path"] = image_path(a.images, it["name"], a.skip_bad)
-    prepare(a.out)
+    prepare(a.out, own, items)
+    wrote = [PAGE] + [it[k] for it in items for k in ("picture", "thumb")]
+    # listed before they are written: a review that fails half way leaves files the next one deletes
+    write_atomic(a.out / MARKER, json.dumps({"page": PAGE, "files": wrote}) + "\n")
     jobs = a.jobs if a.jobs > 0 else (os.cpu_count() or 1)
     with Progress(len(items), "images", quiet=a.quiet, desc="review") as bar, ThreadPoolExecutor(jobs) as pool:
         for _ in pool.map(lambda it: draw_one(it, a, has_scores), items):
             bar.update()
     page = write_page(a.out / PAGE, items, result, has_scores, {"gt": str(a.gt), "pred": str(a.pred)})
-    (a.out / MARKER).write_text(json.dumps({"page": PAGE}) + "\n")
     print(f"{page}: {len(items)} images, rect DetEval precision {result['precision']:.4f} recall "
           f"{result['recall']:.4f} hmean {result['hmean']:.4f}; open it in a browser")
     return 0

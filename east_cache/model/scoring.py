@@ -26,13 +26,13 @@ from east_cache.model import deteval, deteval_rect
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
 from east_cache.errors import CacheHint, DataError, Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
-# PREDICTED_BY: a --gt with it is refused
-from east_cache.ingest.ufofile import PREDICTED_BY, read_entries, word_score
+# PREDICTED_BY, and a pseudo-label file's marks: a --gt with them is refused
+from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, is_pseudo
+from east_cache.ingest.ufofile import PREDICTED_BY, predicted_word, read_entries
 from east_cache.store.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")
-MIN_POINTS = 3          # a detection is a polygon: at least three vertices
 SHOW_UNKNOWN = 5        # names of unknown prediction images quoted in the error
 LEGIBILITY = "illegibility"   # a ground-truth word's flag, which no prediction carries
 SWAP_HINT = CacheHint("{command} evaluate --gt ROOT/ufo/SPLIT.json --pred PREDICTIONS.json")
@@ -73,13 +73,15 @@ class WordInfo(NamedTuple):
 def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = None,
                       info: dict[str, WordInfo] | None = None) -> dict[str, Words]:
     """{image name: its words} of a UFO file, each word cared-for or don't-care by the build's rules. A file
-    east-predict wrote is refused. notes, when given, gets a line for what ground truth states and this file
-    does not (image sizes, legibility flags); info, when given, each image's WordInfo."""
+    east-predict wrote is refused, and so is one of pseudo-labels (`pseudo` wrote it, or an image of it carries the
+    pseudo tag): a model scored against its own predictions gets hmean 1. notes, when given, gets a line for what
+    ground truth states and this file does not (image sizes, legibility flags); info, when given, each image's
+    WordInfo."""
     json_path, out, top = source_path(json_path), {}, {}
     summary = ufo.IngestSummary()
     sized = flagged = 0
     for name, entry in read_entries(json_path, top):
-        refuse_predictions(json_path, top)
+        refuse_predictions(json_path, top, name, entry)
         where, words = f"{json_path}: image {name!r}", entry.get("words") or {}
         frame = _stated_frame(entry)
         sized += frame is not None
@@ -98,10 +100,18 @@ def load_ground_truth(json_path, cfg: BuildConfig, notes: list[str] | None = Non
     return out
 
 
-def refuse_predictions(json_path: Path, top: dict) -> None:
+def refuse_predictions(json_path: Path, top: dict, name: str | None = None, entry: dict | None = None) -> None:
+    """A --gt that is predictions (PREDICTED_BY) or pseudo-labels (their file's PROVENANCE member, wherever the file
+    has it: the check runs at every image and after the last; or an image tagged PSEUDO_TAG) is refused."""
     if PREDICTED_BY in top:
         raise DataError(f"--gt {json_path}: this is a predictions file (east-predict wrote it: it has "
                         f"\"{PREDICTED_BY}\"), not ground truth; the order is {SWAP_HINT}")
+    marked = PROVENANCE in top
+    if marked or (entry is not None and is_pseudo(entry)):
+        why = f"it has \"{PROVENANCE}\"" if marked else f"image {name!r} has the tag \"{PSEUDO_TAG}\""
+        raise DataError(f"--gt {json_path}: these are pseudo-labels ({why}: a model's predictions that `pseudo` kept), "
+                        f"not ground truth: scored against them a model meets its own predictions; pass the "
+                        f"annotated split, e.g. ROOT/ufo/val.json")
 
 
 def gaps(json_path: Path, images: int, sized: int, flagged: int) -> list[str]:
@@ -122,21 +132,18 @@ def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None =
     each image's float64 (K,) word score of its detections, NaN where a word has none."""
     json_path, out, top = source_path(json_path), {}, {}
     for name, entry in read_entries(json_path, top):
-        words, polygons = entry.get("words") or {}, []
-        if scores is not None:
-            scores[name] = np.array([scored(words[k], json_path, name, k)
-                                     for k in sorted(words, key=ufo.word_id_key)], np.float64)
+        words, polygons, found = entry.get("words") or {}, [], []
         for word_id in sorted(words, key=ufo.word_id_key):
             word = words[word_id]
             if isinstance(word, dict) and LEGIBILITY in word and PREDICTED_BY not in top:
                 raise DataError(f"--pred {json_path}: looks like ground truth (image {name!r}, word {word_id!r} has "
                                 f"an \"{LEGIBILITY}\" flag, which predictions do not have); the order is "
                                 f"{SWAP_HINT}")
-            points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
-            if points is None or len(points) < MIN_POINTS:
-                raise DataError(f"{json_path}: image {name!r}, word {word_id!r}: \"points\" must be a list of at least "
-                                f"{MIN_POINTS} [x, y] pairs of finite numbers; fix the prediction")
-            polygons.append(points)
+            w = predicted_word(word, f"{json_path}: image {name!r}, word {word_id!r}")
+            polygons.append(w.points)
+            found.append(float("nan") if w.score is None else w.score)
+        if scores is not None:
+            scores[name] = np.array(found, np.float64)
         out[name] = Words(np.array([xy for p in polygons for xy in p], np.float64).reshape(-1, 2),
                           np.cumsum([0] + [len(p) for p in polygons]).astype(np.int64), np.ones(len(polygons), bool))
     unknown = sorted(set(out) - set(gt_names))
@@ -146,12 +153,6 @@ def load_predictions(json_path, gt_names, scores: dict[str, np.ndarray] | None =
                         f"{', '.join(map(repr, unknown[:SHOW_UNKNOWN]))}{more}; predict on the same split as the "
                         f"--gt file, or remove those entries")
     return out
-
-
-def scored(word, json_path: Path, name: str, word_id: str) -> float:
-    """A predicted word's score (ufofile.word_score), NaN where it has none."""
-    score = word_score(word, f"{json_path}: image {name!r}, word {word_id!r}")
-    return float("nan") if score is None else score
 
 
 def score_image(gt: Words, det: Words, metric: str = "rect") -> deteval.ImageCounts:

@@ -136,9 +136,9 @@ class RecordReader:
 
     def _load_sidecar(self, f: int) -> dict:
         if self.remote is None:
-            return load_sidecar(self.path(f), self.manifest.files[f].rows)
+            return load_sidecar(self.path(f), self.manifest.files[f].rows, self.manifest.files[f].checksum)
         with self.remote.sidecar(self.files[f]):
-            return load_sidecar(self.path(f), self.manifest.files[f].rows)
+            return load_sidecar(self.path(f), self.manifest.files[f].rows, self.manifest.files[f].checksum)
 
     def open_files(self) -> dict[int, str]:
         """The files this process holds open, by index: "ram" (read whole, in_memory) or "lazy" (a memory map or

@@ -46,10 +46,11 @@ def replacing(path, tmp_suffix: str | None = None) -> Iterator[Path]:
     fsync_path(path.parent)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """text as path's new content, durably and atomically (replacing)."""
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """content (text, or bytes) as path's new content, durably and atomically (replacing): a link at path is
+    replaced, never written through."""
     with replacing(path) as tmp:
-        tmp.write_text(text)
+        tmp.write_bytes(content) if isinstance(content, bytes) else tmp.write_text(content)
 
 
 @contextmanager

@@ -357,7 +357,8 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> Fi
         format_of(final).pack(stage, tmp, spec, [r.lengths for r in ordered])
     final_quads = quads_path(final)
     tmp_quads = final_quads.with_name(tmp_name(final_quads.name))
-    np.savez(tmp_quads, **sidecar_arrays(ordered))
+    checksum = rows_checksum(r.crc for r in ordered)
+    np.savez(tmp_quads, **sidecar_arrays(ordered, checksum))
     for p in (tmp_quads, tmp):
         fsync_path(p)
     os.replace(tmp_quads, final_quads)
@@ -365,7 +366,7 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> Fi
     fmt.install(tmp, final)
     for p in (stage, data_path(out, journal_name(f.name))):   # kept until now: a kill before leaves the rows
         p.unlink(missing_ok=True)
-    return _file_entry(final, f, rows_checksum(r.crc for r in ordered), fmt)
+    return _file_entry(final, f, checksum, fmt)
 
 
 def _entry_from_disk(out: Path, f: FilePlan, cfg: BuildConfig) -> FileEntry:

@@ -12,6 +12,7 @@ they are given, and a worker stores attribute `name` of the sample it made into 
 """
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,13 @@ from east_cache.config import BuildConfig
 from east_cache.errors import Input
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 4   # 4: pages stored resized only, warped at read time (--geometry read); 3: packed page files
+FORMAT_VERSION = 5   # 5: a packed file's head names its record kind, a sidecar its data file's checksum; 4: pages
+#                      stored resized only, warped at read time (--geometry read); 3: packed page files
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
 MAP_CODEC = "zstd:1"         # codec of the target maps, where a format compresses (formats/zarr.py)
+IMAGE_HASHES = "image_hashes.json"   # in CACHE/: the train/val check's image hashes (tools/phash.py)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,13 @@ class RecordKind:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
+
+    @property
+    def code(self) -> int:
+        """The kind as a number a data file's own head carries (formats/packed.py): CRC32 of its name, image codec
+        and fields' names and dtypes, so that a manifest edited to another kind or codec is caught by the file."""
+        text = ";".join([self.name, str(self.page_codec), *(f"{f.name}:{f.dtype.str}" for f in self.fields)])
+        return zlib.crc32(text.encode())
 
     def dtype(self, cfg: BuildConfig) -> np.dtype:
         return np.dtype([(f.name, f.dtype, f.shape(cfg)) for f in self.fields])

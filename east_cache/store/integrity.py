@@ -49,7 +49,7 @@ def file_problem(m: Manifest, cache_dir, entry: FileEntry) -> str | None:
         return f"its word quads sidecar {sidecar.name} is missing"
     if not stat.S_ISREG(st.st_mode):
         return f"its word quads sidecar {sidecar.name} is not a file"
-    why = sidecar_file_problem(path, entry.rows)
+    why = sidecar_file_problem(path, entry.rows, entry.checksum)
     return f"its word quads sidecar {sidecar.name}: {why}" if why else None
 
 

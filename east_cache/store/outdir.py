@@ -16,7 +16,7 @@ from pathlib import Path
 from east_cache.errors import BuildError, cache_command
 from east_cache.ingest.files import open_regular
 from east_cache.store.atomic import made_folders
-from east_cache.store.format import DATA_DIR, MANIFEST, QUADS_SUFFIX
+from east_cache.store.format import DATA_DIR, IMAGE_HASHES, MANIFEST, QUADS_SUFFIX
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path
 from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, TMP_SUFFIX, Plan, temp_names, tmp_name
@@ -25,7 +25,7 @@ from east_cache.store.sidecar import quads_path
 LOCK = ".lock"
 # Keys every manifest a build of ours wrote has had: a manifest.json without them is someone else's file.
 # what a build writes in --out (errors.refuse_overwrite): no input may lie there
-BUILD_WRITES = (MANIFEST, LOCK, CORRUPT_MARKER, DATA_DIR, f"{DATA_DIR}/*")
+BUILD_WRITES = (MANIFEST, LOCK, CORRUPT_MARKER, IMAGE_HASHES, DATA_DIR, f"{DATA_DIR}/*")
 OWN_MANIFEST_KEYS = ("format_version", "build_fingerprint")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 from collections import Counter
@@ -17,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.bounds import Bound, flag_number
 from east_cache.config import BuildConfig
-from east_cache.errors import UsageError, check_output
+from east_cache.errors import UsageError, check_output, refuse_overwrite
 from east_cache.ingest.objects import is_url
-from east_cache.ingest.ufo import find_split, load_ufo, read_images
+from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo, read_images
+from east_cache.store.atomic import write_atomic
 from east_cache.tools.anomalies import KINDS, Found, WordShapes, entry_anomalies, frame_problem
 from east_cache.tools.leak import validation_split
 from east_cache.tools.phash import HASH_BITS, NEAR_DISTANCE, HashStore, ImageHash, near_pairs
@@ -29,6 +32,7 @@ from east_cache.tools.wordplot import draw_histograms, histograms
 EXIT_FOUND = 1
 SHOWN = 8            # findings of each list printed; --out's files hold them all
 REPORT, DUPLICATES, ANOMALIES, FIGURE = "report.json", "duplicates.csv", "anomalies.csv", "words.png"
+WRITES = (REPORT, DUPLICATES, ANOMALIES, FIGURE)   # what --out gets, each written atomically (never through a link)
 EPILOG = f"""examples:
   east-cache check --data data/receipts --out check/
   east-cache check --data data/receipts --data data/external --split train0 --split val0
@@ -61,9 +65,11 @@ def register(sub) -> None:
     c.add_argument("--split", action="append", metavar="S",
                    help="a split to check, repeatable (default: every ufo/*.json of each root)")
     c.add_argument("--out", type=Path, metavar="REPORT_DIR",
-                   help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); outside "
-                        f"every root (default: none, the summary is printed only)")
-    c.add_argument("--distance", type=int, default=NEAR_DISTANCE, metavar="BITS",
+                   help=f"folder for {REPORT}, {DUPLICATES}, {ANOMALIES} and {FIGURE} (the histograms); not in a "
+                        f"root's ufo/, and none of them an input or a link to one (default: none, the summary is "
+                        f"printed only)")
+    c.add_argument("--distance", type=flag_number(Bound(least=0, most=HASH_BITS - 1)), default=NEAR_DISTANCE,
+                   metavar="BITS",
                    help=f"largest Hamming distance (bits of {HASH_BITS}) of a near-duplicate pair "
                         f"(default {NEAR_DISTANCE})")
     c.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
@@ -72,7 +78,7 @@ def register(sub) -> None:
 
 def run(a: argparse.Namespace) -> int:
     roots = [Path(r) for r in a.data]
-    check_flags(roots, a.out, a.distance)
+    check_flags(roots, a.out)
     files = gather(roots, a.split)
     words = sum(len(entry.get("words") or {}) for f in files for entry, frame, _ in f.entries.values() if frame)
     hashed = HashStore().hashes([f.path for f in files], a.quiet, "hashing images")
@@ -87,11 +93,10 @@ def run(a: argparse.Namespace) -> int:
     return EXIT_FOUND if duplicates or anomalies else 0
 
 
-def check_flags(roots: list[Path], out: Path | None, limit: int) -> None:
-    """Refuse, before any work, what cannot be checked or written: a URL, a folder that is no root, an --out inside
-    a root (it would write beside the inputs; ufo/ would take report.json for a split)."""
-    if not 0 <= limit < HASH_BITS:
-        raise UsageError(f"--distance {limit}: give a number of bits from 0 to {HASH_BITS - 1}")
+def check_flags(roots: list[Path], out: Path | None) -> None:
+    """Refuse, before any work, what cannot be checked or written: a URL, a folder that is no root, an --out whose
+    files would be an input or a link to one (errors.refuse_overwrite), an --out in a root's ufo/ (its .json files
+    are read as splits: report.json would be one)."""
     for r in roots:
         if is_url(str(r)):
             raise UsageError(f"--data {r}: check reads local folders; copy the set to a folder first")
@@ -101,9 +106,12 @@ def check_flags(roots: list[Path], out: Path | None, limit: int) -> None:
         return
     where = out.resolve()
     for r in roots:
-        if where == r.resolve() or r.resolve() in where.parents:
-            raise UsageError(f"--out {out}: inside the dataset root {r}, an input; pass a folder outside it")
+        ufo = (r / "ufo").resolve()
+        if where == ufo or ufo in where.parents:
+            raise UsageError(f"--out {out}: inside {r / 'ufo'}, whose .json files are read as splits; pass a folder "
+                             f"outside it")
     check_output(out, "--out", folder=True)
+    refuse_overwrite("--out", out, [i for r in roots for i in dataset_inputs(r, "--data")], WRITES)
 
 
 def gather(roots: list[Path], splits: list[str] | None) -> list[ImageFile]:
@@ -179,19 +187,23 @@ def find_anomalies(files: list[ImageFile], hashed: list) -> tuple[list[dict], Wo
 
 def write_report(out: Path, report: dict, title: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / REPORT).write_text(json.dumps(report, indent=1) + "\n")
-    with open(out / DUPLICATES, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["kind", "distance", "leak", "root_a", "image_a", "splits_a", "root_b", "image_b", "splits_b"])
-        for p in report["duplicates"]:
-            sides = [v for s in (p["a"], p["b"]) for v in (s["root"], s["name"], " ".join(s["splits"]))]
-            w.writerow([p["kind"], p["distance"], p["leak"], *sides])
-    with open(out / ANOMALIES, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["kind", "root", "image", "word", "detail", "splits"])
-        for r in report["anomalies"]:
-            w.writerow([r["kind"], r["root"], r["image"], r["word"], r["detail"], " ".join(r["splits"])])
+    write_atomic(out / REPORT, json.dumps(report, indent=1) + "\n")
+    rows = [["kind", "distance", "leak", "root_a", "image_a", "splits_a", "root_b", "image_b", "splits_b"]]
+    for p in report["duplicates"]:
+        sides = [v for s in (p["a"], p["b"]) for v in (s["root"], s["name"], " ".join(s["splits"]))]
+        rows.append([p["kind"], p["distance"], p["leak"], *sides])
+    write_atomic(out / DUPLICATES, csv_text(rows))
+    rows = [["kind", "root", "image", "word", "detail", "splits"]]
+    rows += [[r["kind"], r["root"], r["image"], r["word"], r["detail"], " ".join(r["splits"])]
+             for r in report["anomalies"]]
+    write_atomic(out / ANOMALIES, csv_text(rows))
     draw_histograms(report["histograms"], out / FIGURE, title)
+
+
+def csv_text(rows: list[list]) -> str:
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
 
 
 def summary(report: dict, out: Path | None) -> str:

@@ -25,6 +25,7 @@ from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.progress import Progress
 from east_cache.store.atomic import write_atomic
 from east_cache.store.fingerprint import file_fingerprint
+from east_cache.store.format import IMAGE_HASHES
 
 HASH_BITS = 64
 DCT_SIDE = 32            # px, the gray image the DCT hash is taken of
@@ -35,7 +36,7 @@ DECODE_SIDE = 2 * DCT_SIDE   # px, the short side a decode keeps at least: a JPE
 # finds nearly every planted copy and few pairs of distinct images (docs/guide.md, "Checking a data set").
 NEAR_DISTANCE = 10
 HASH_VERSION = 1         # of the cached hashes: bump when the hash changes, so that cached ones are made again
-CACHE_FILE = "image_hashes.json"
+CACHE_FILE = IMAGE_HASHES   # kept in a cache's folder (store/format.py names a cache's files)
 PAIR_BLOCK = 1 << 22     # distances computed per block of rows: at most this many bytes at a time
 THREADS = min(8, os.cpu_count() or 1)   # decoders release the GIL; a few threads overlap reading and decoding
 

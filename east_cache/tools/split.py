@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.bounds import SEED, Bound, flag_number
 from east_cache.config import BuildConfig
 from east_cache.errors import Input, UsageError, refuse_overwrite
 from east_cache.ingest import ufo
@@ -47,12 +48,12 @@ def register(sub) -> None:
     p.add_argument("--data", type=flag_location, required=True, metavar="ROOT",
                    help="dataset root holding ufo/SPLIT.json and images/; the folds are written into ROOT/ufo/")
     p.add_argument("--split", default="train", help="the split to divide (default: train)")
-    p.add_argument("--folds", type=int, default=DEFAULT_FOLDS, metavar="K",
+    p.add_argument("--folds", type=flag_number(Bound(least=2)), default=DEFAULT_FOLDS, metavar="K",
                    help=f"number of folds, 2 or more (default {DEFAULT_FOLDS})")
     p.add_argument("--group-by", metavar="REGEX",
                    help="images whose names give the same match of REGEX (its group 1 where it has groups) stay in "
                         "one fold; an image it does not match is a group of its own (default: every image alone)")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+    p.add_argument("--seed", type=flag_number(SEED), default=DEFAULT_SEED,
                    help=f"seed of the order among equals: the same seed gives the same folds (default {DEFAULT_SEED})")
     p.add_argument("--force", action="store_true", help="replace fold files that exist (never the split itself)")
     p.add_argument("--quiet", action="store_true", help="no progress and no table")
@@ -134,8 +135,6 @@ def check_outputs(source: Path, outputs: list[Path], force: bool, split: str) ->
 def run(a: argparse.Namespace) -> int:
     if is_remote(a.data):
         raise UsageError(f"--data {a.data}: split writes beside a local UFO file; copy the root to a folder first")
-    if a.folds < 2:
-        raise UsageError(f"--folds {a.folds}: give 2 or more")
     json_path, image_dir = ufo.find_split(a.data, a.split)
     if Path(image_dir) != Path(a.data) / "images":
         raise UsageError(f"{a.data}: the images lie in {image_dir}, a folder per split, which the fold files would "

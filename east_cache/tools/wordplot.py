@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.store.atomic import write_atomic
+
 HEIGHT_EDGES = [0.0] + [2.0 ** k for k in range(1, 11)] + [float("inf")]   # px: <2, 2-4, ..., 512-1024, >=1024
 ANGLE_STEP = 15                                                          # degrees per angle bin
 ANGLE_EDGES = list(range(-180, 181, ANGLE_STEP))
@@ -35,8 +37,10 @@ def draw_histograms(hist: dict, path: Path, title: str) -> None:
     figure = np.full((PANEL[1] + 30, 2 * PANEL[0], 3), 255, np.uint8)
     cv2.putText(figure, title[:120], (10, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.5, INK, 1, cv2.LINE_AA)
     figure[30:, :PANEL[0]], figure[30:, PANEL[0]:] = left, right
-    if not cv2.imwrite(str(path), figure):
-        raise OSError(f"cannot write {path}")
+    ok, png = cv2.imencode(".png", figure)
+    if not ok:
+        raise OSError(f"cannot encode {path}")
+    write_atomic(path, png.tobytes())
 
 
 def _panel(counts: list[int], labels: list[str], title: str) -> np.ndarray:

@@ -5,7 +5,7 @@ A build's workers fill a sparse staging file of fixed slots in place (npy of the
 writes any row, a copied row is a prefix copy); once every row is in, `pack` writes the packed file from it in
 one sequential pass. The packed file is a `.npy` array of uint8 (np.load maps it), laid out as:
 
-    head     int64 (3,)            PACKED_MAGIC, rows R, fields F
+    head     int64 (4,)            PACKED_MAGIC, rows R, fields F, the record kind's code (RecordKind.code)
     index    int64 (R, F, 2)       (start, bytes) of field k of record r, from the array's first byte
     records  each field's bytes at an ALIGN-byte boundary, zero padding between, records in row order
 
@@ -23,10 +23,10 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from east_cache.errors import REPAIR, CacheError
-from east_cache.store.format import Fixed, RecordSpec
+from east_cache.store.format import RECORD_KINDS, Fixed, RecordSpec
 
-PACKED_MAGIC = int.from_bytes(b"EASTPK01", "little")   # bump the digits when the layout changes
-HEAD_VALUES = 3
+PACKED_MAGIC = int.from_bytes(b"EASTPK02", "little")   # bump the digits when the layout changes
+HEAD_VALUES = 4
 ALIGN = 64   # bytes: every field starts on a cache line, so its views are aligned for any dtype
 
 
@@ -61,7 +61,7 @@ def pack(stage: Path, dst: Path, spec: RecordSpec, lengths: list) -> None:
     slots = np.load(stage, mmap_mode="r")
     index, total = layout(spec, lengths)
     out = npformat.open_memmap(dst, mode="w+", dtype=np.uint8, shape=(total,))
-    head = np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names)], "<i8")
+    head = np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names), spec.kind.code], "<i8")
     out[:8 * HEAD_VALUES] = head.view(np.uint8)
     out[8 * HEAD_VALUES:8 * (HEAD_VALUES + index.size)] = index.astype("<i8").ravel().view(np.uint8)
     for r, row in enumerate(index):
@@ -102,11 +102,17 @@ class PackedRecords:
 def index_problem(head: np.ndarray, size: int, spec: RecordSpec, rows: int | None = None) -> str | None:
     """What is wrong with a packed file's head and index, None when they add up: head, the array's first bytes (at
     least its head and index); size, the array's bytes. Its magic, records (rows, where known) and fields, every
-    field within the array, aligned, in order, of whole values."""
+    field within the array, aligned, in order, of whole values; its record kind the manifest's (the image codec
+    included: a manifest edited from jpeg to raw is caught here)."""
     fields = len(spec.kind.names)
     if head.size < 8 * HEAD_VALUES:
         return f"its packed array of {size} bytes is shorter than its head"
-    magic, found, f = (int(v) for v in head[:8 * HEAD_VALUES].view("<i8"))
+    magic, found, f, code = (int(v) for v in head[:8 * HEAD_VALUES].view("<i8"))
+    if magic == PACKED_MAGIC and code != spec.kind.code:
+        kind = next((k for k in RECORD_KINDS.values() if k.code == code), None)
+        held = f"{kind.name} records (image codec {kind.page_codec})" if kind else f"records of unknown kind {code:#x}"
+        return (f"its own head says it holds {held}, where the manifest says {spec.kind.name} (image codec "
+                f"{spec.kind.page_codec}): the manifest does not describe this file")
     if magic != PACKED_MAGIC or f != fields or found < 0 or (rows is not None and found != rows):
         return (f"its packed head says {found} records of {f} fields (magic {magic:#x}), where the cache's "
                 f"{spec.kind.name} records have {fields} fields")
