@@ -120,6 +120,8 @@ def test_plot_writes_the_curves_and_refuses_to_replace_a_log(three, tmp_path, ca
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli.main(["runs", str(three / "a"), "--plot", str(three / "a" / runs.LOG)]) == 2
     assert "--plot" in capsys.readouterr().err and (three / "a" / runs.LOG).read_text().startswith("{")
+    assert cli.main(["runs", str(three / "a"), "--plot", str(tmp_path / "runs.txt")]) == 2
+    assert capsys.readouterr().err.startswith("error: --plot ") and not (tmp_path / "runs.txt").exists()
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ RECENT_S = 1800.0    # s: a run started on another host whose log was written to
 CELL = 24            # characters of an option's value shown; longer ones keep their head and tail
 METRICS = ("hmean", "val_loss", "loss")   # what best and --plot follow: the first any run has
 HIGHER_IS_BETTER = ("hmean",)
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg")   # what --plot writes, by its name (matplotlib's formats)
 DESCRIPTION = """Training runs side by side, from their folders alone: a row per run folder (its log.jsonl, and the
 eval.jsonl of --eval-only), the best first. Columns: the options in which the runs differ (only those), the best
 validation hmean and its epoch (else the lowest validation loss), the last training loss, the median samples/s of
@@ -93,6 +94,8 @@ def run(a: argparse.Namespace) -> int:
         check_output(a.plot, "--plot", folder=False)
         refuse_overwrite("--plot", a.plot, [Input(f"the log of run {f}", f / name) for f in folders
                                             for name in (LOG, EVAL_LOG)])
+        if a.plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise UsageError(f"--plot {a.plot}: name an image file ending in {', '.join(PLOT_SUFFIXES)}")
         plt = pyplot()
     found = [f for f in folders if (f / LOG).is_file()]
     if not found:
