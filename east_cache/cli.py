@@ -1,5 +1,5 @@
 """The east-cache command (also `python -m preprocess`): build, convert, info, verify, bench, show, evaluate, review,
-ensemble, split, pseudo, check.
+ensemble, split, pseudo, check, runs.
 
 The command-line front, the one module that dispatches to every side: the build side's commands (store, tools,
 convert), the predictions' (evaluate, review, ensemble: east_cache/evaluate/) and, imported only inside their
@@ -304,6 +304,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     from east_cache.evaluate import ensemble, review, scoring   # their flags: numpy and DetEval, no torch
+    from east_cache.model import runs   # runs' flags: no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)
@@ -369,10 +370,8 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                          "recall, hmean")
     scoring.add_arguments(ev)
     ev.set_defaults(func=scoring.run)
-    for tool in (split, pseudo, check):   # each registers its own subcommand: flags, help, run
+    for tool in (split, pseudo, check, review, ensemble, runs):   # each registers its own subcommand: flags, help, run
         tool.register(sub)
-    review.register(sub)
-    ensemble.register(sub)
     return p
 
 

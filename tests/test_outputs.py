@@ -145,6 +145,8 @@ CASES = {
                                                   ("--split", "would replace the split")),
     "train --export-onnx the checkpoint": ("train", ["--export-onnx", "{w}/ck.pt", "--checkpoint", "{w}/ck.pt"],
                                            ("--export-onnx", "the checkpoint --checkpoint")),
+    "runs --plot a hard link to a run's log": ("cli", ["runs", "{w}/hard", "--plot", "{w}/cache/manifest.json"],
+                                               ("--plot", "the log of run")),
 }
 
 

@@ -39,6 +39,7 @@ def test_a_run_stopped_by_ctrl_c_resumes_exactly(tiny_cache, tmp_path, monkeypat
     assert train.run(run_args(tiny_cache, cut, *FLAGS)) == INTERRUPTED
     assert signal.getsignal(signal.SIGINT) is before, "the run's handler is removed after the run"
     log = read_log(cut)
+    assert log[-1].pop("time").endswith("+00:00")
     assert log[-1] == {"event": "interrupted", "signal": signal.SIGINT, "epoch": 2, "step": 3,
                        "checkpoint": str(cut / "epoch_2_step_3.pt")}
     assert [(r["epoch"], r["complete"]) for r in epochs_of(log)] == [(1, True), (2, False)]

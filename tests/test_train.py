@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -500,9 +501,10 @@ def test_a_stale_cache_stops_cleanly_or_is_rebuilt(tiny_data, tmp_path):
 
 @pytest.mark.slow
 def test_two_processes_with_torchrun(cache, tmp_path):
+    report = ["--report-to", "tensorboard"] if importlib.util.find_spec("tensorboard") else []   # rank 0's alone
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
            "--cache", str(cache), "--out", str(tmp_path), "--epochs", "2", "--batch-size", "1", "--workers", "0",
-           "--log-every", "1", "--backbone-weights", "random"]
+           "--log-every", "1", "--backbone-weights", "random", *report]
     # PYTHONFAULTHANDLER: if a rank dies of a signal, its stderr says which thread was where
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONFAULTHANDLER": "1"})
@@ -511,6 +513,7 @@ def test_two_processes_with_torchrun(cache, tmp_path):
     assert [r["step"] for r in ep] == [1, 2], "two images over two ranks: one step per epoch"
     assert all(r["samples_per_s"] > 0 and math.isfinite(r["loss"]) for r in ep)
     assert (tmp_path / "latest.pt").exists()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == (1 if report else 0), "only rank 0 reports"
 
 
 class Recorder:

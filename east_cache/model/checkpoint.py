@@ -30,6 +30,7 @@ from east_cache.reader import CacheDataset
 from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
+from east_cache.model.report import IDS_FILE
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
 from east_cache.store.atomic import fsync_path, replacing
@@ -38,7 +39,8 @@ LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint 
 # what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
 # run it continues writes there)
 EVAL_LOG = "eval.jsonl"   # what --eval-only writes there
-RUN_WRITES = (LATEST, BEST, "epoch_*.pt", "*.tmp", "log.jsonl", EVAL_LOG, "profile_trace.json")
+RUN_WRITES = (LATEST, BEST, "epoch_*.pt", "*.tmp", "log.jsonl", EVAL_LOG, "profile_trace.json",
+              "events.out.tfevents.*", "wandb", IDS_FILE)   # the last three: --report-to's
 COMPLETE_NAME = re.compile(r"epoch_(\d+)\.pt")   # what checkpoint_name calls a complete epoch's file
 CUT_NAME = re.compile(r"epoch_(\d+)_step_\d+\.pt")   # and a checkpoint saved inside epoch N (Ctrl-C, a limit)
 ONNX_OPSET = 17              # --export-onnx; run by every onnxruntime since 1.13

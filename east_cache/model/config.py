@@ -18,6 +18,7 @@ import torch
 
 from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
+from east_cache.model.report import REPORT_TO, chosen
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
 from east_cache.location import flag_location, is_remote
@@ -74,6 +75,8 @@ class TrainConfig:
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
     threads: int | None = None             # torch intra-op threads of each process; None: torch's default
+    report_to: tuple[str, ...] = ()        # experiment trackers the run reports to (east_cache.model.report)
+    run_name: str | None = None            # the run's name there; None: --out's folder name
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -131,6 +134,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
         given.update(epochs=1, max_steps=CPU_BUDGET_STEPS, time_limit=CPU_BUDGET_SECONDS, check_run=True)
     if args.eval_every is None:
         given["eval_every"] = 1 if args.val_cache or getattr(args, "val_data", None) else 0
+    given["report_to"] = chosen(getattr(args, "report_to", None))
     if args.out is None:
         checkpoint = getattr(args, "checkpoint", None)
         given["out"] = checkpoint.parent if getattr(args, "eval_only", False) and checkpoint else OUT
@@ -144,6 +148,8 @@ EXAMPLES = """examples:
   {train} --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
+  {train} --cache cache/train --out runs/lr3e-4 --lr 3e-4 --report-to tensorboard wandb
+                                                  also to TensorBoard and (offline) wandb; `{runs}`
   {train} --eval-only --checkpoint runs/east/latest.pt --val-data /data/set
   {train} --export-onnx east.onnx --checkpoint runs/east/latest.pt
 """
@@ -157,7 +163,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         description=f"Train the EAST text detector on a cache built by `{cache_command('build')}`, evaluate a "
                     "checkpoint (--eval-only) or export one to ONNX (--export-onnx). Ctrl-C stops at the next "
                     "step and saves a checkpoint that --resume continues from exactly.",
-        epilog=EXAMPLES.format(train=shlex.join(invoked_as())), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES.format(train=shlex.join(invoked_as()), runs=cache_command("runs runs/*")), formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--cache", type=flag_location,
                       help=f"training cache directory, or URL (s3://bucket/prefix, read through --local-cache) "
@@ -254,6 +260,14 @@ def get_args_parser() -> argparse.ArgumentParser:
                           "(default: only at epoch ends)")
     out.add_argument("--log-every", type=flag_number(COUNT), metavar="N",
                      help=f"optimiser steps between loss records in log.jsonl (default: {d.log_every})")
+    out.add_argument("--report-to", nargs="+", action="extend", choices=REPORT_TO, metavar="NAME",
+                     help="also send the run to experiment trackers, one or more of tensorboard (event files in "
+                          "--out), wandb (offline in OUT/wandb unless you are logged in or WANDB_MODE says), mlflow "
+                          "(MLFLOW_TRACKING_URI, else MLflow's local store in the working folder): losses, lr, "
+                          "samples/s, data wait, validation metrics, the whole recipe as config, the first batch and "
+                          "the worst validation images as pictures; each needs its extra, e.g. pip install -e "
+                          "\".[wandb]\" (default: none)")
+    out.add_argument("--run-name", help="the run's name in the trackers (default: --out's folder name)")
     out.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda when there is one)")
     out.add_argument("--threads", type=flag_number(THREADS), metavar="N",
                      help="torch's intra-op threads in each process, for the model's work on a CPU (default: torch's, "

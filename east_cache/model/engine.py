@@ -32,6 +32,8 @@ class Context:
     log: Callable[[dict], None] | None = None   # JSONL writer on rank 0, None elsewhere
     on_step: Callable[[], None] | None = None   # profiler hook
     save: Callable[[], None] | None = None      # writes a mid-epoch checkpoint (--save-every-steps)
+    first_batch: Callable[[Batch], None] | None = None   # shown this run's first batch once (--report-to), then unset
+    report: object | None = None                # east_cache.model.report.Reporting on rank 0 with --report-to
 
     def autocast(self):
         return torch.autocast(self.rt.device.type, dtype=self.cfg.amp_dtype, enabled=self.cfg.amp_dtype is not None)
@@ -98,6 +100,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
     window = torch.zeros_like(state.epoch_sums)
     acc = torch.zeros(len(LOSS_KEYS), device=ctx.rt.device)
     wait, steps, t0 = 0.0, 0, time.perf_counter()
+    pace = Pace(t0, accum * cfg.batch_size * ctx.rt.world)
     optimizer.zero_grad(set_to_none=True)
     progress = Progress(n_micro // accum, "steps", quiet=ctx.rt.rank != 0, initial=first // accum,
                         desc=f"epoch {state.epoch + 1}/{cfg.epochs}")
@@ -106,6 +109,9 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
         t = time.perf_counter()
         batch = next(it)
         wait += time.perf_counter() - t
+        if ctx.first_batch is not None:
+            ctx.first_batch(batch)
+            ctx.first_batch = None
         last = (i + 1) % accum == 0
         sync = nullcontext() if last or ctx.rt.world == 1 else model.no_sync()
         with sync:
@@ -121,7 +127,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
         if ctx.on_step:
             ctx.on_step()
         if state.step % cfg.log_every == 0:
-            log_window(window, ctx, optimizer, progress)
+            log_window(window, ctx, optimizer, progress, lambda: pace.since(wait, steps))
         if should_stop(ctx):
             state.stopped = True
             break
@@ -182,9 +188,26 @@ def means(v: list[float]) -> dict:
     return {k: (v[j] / v[-1] if v[-1] else math.nan) for j, k in enumerate(LOSS_KEYS)}
 
 
-def log_window(window: torch.Tensor, ctx: Context, optimizer, progress: Progress) -> None:
-    """The only per-interval host sync: mean losses of the last --log-every steps, and the bad-step check."""
+class Pace:
+    """Samples/s and the share of the time spent waiting for data since the previous log, read after the log's
+    host sync (so the GPU work queued until then counts)."""
+
+    def __init__(self, t0: float, samples_per_step: int):
+        self.t, self.wait, self.steps, self.per_step = t0, 0.0, 0, samples_per_step
+
+    def since(self, wait: float, steps: int) -> dict:
+        now = time.perf_counter()
+        dt = max(now - self.t, 1e-9)
+        pace = {"samples_per_s": (steps - self.steps) * self.per_step / dt, "data_wait": (wait - self.wait) / dt}
+        self.t, self.wait, self.steps = now, wait, steps
+        return pace
+
+
+def log_window(window: torch.Tensor, ctx: Context, optimizer, progress: Progress, pace=None) -> None:
+    """The only per-interval host sync: mean losses of the last --log-every steps, and the bad-step check; pace()
+    gives the interval's samples/s and data wait."""
     m = means(window.tolist())
+    m.update(pace() if pace is not None else {})
     window.zero_()
     check_bad_steps(ctx)
     if ctx.rt.rank != 0:

@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 import os
 import signal
+import socket
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -108,6 +109,20 @@ def stop_on_signals(state: RunState, rt: Runtime):
             signal.signal(s, handler)
 
 
+@contextmanager
+def failure_recorded(log, state: RunState, report=None):
+    """An error inside ends the run's records with an `end` record (reason failed, the error's type) and its
+    trackers' runs (report: east_cache.model.report.Reporting) as failed; the error itself goes up."""
+    try:
+        yield
+    except BaseException as e:
+        if log:
+            log({"event": "end", "reason": "failed", "error": type(e).__name__, "step": state.step, "time": now()})
+        if report:
+            report.finish(status=1)
+        raise
+
+
 def jsonl_writer(path: Path):
     def write(record: dict) -> None:
         with open(path, "a") as f:
@@ -117,11 +132,19 @@ def jsonl_writer(path: Path):
 
 def run_header(cfg: TrainConfig, rt: Runtime, argv: list[str], ds: CacheDataset, val: CacheDataset | None,
                origin: str) -> dict:
-    """The record that starts a run's lines in log.jsonl: several runs (resumes) append to one file."""
-    return {"event": "run", "time": datetime.now(UTC).isoformat(timespec="seconds"), "argv": argv,
+    """The record that starts a run's lines in log.jsonl: several runs (resumes) append to one file. It holds the
+    run's whole recipe (east_cache.model.report.recipe reads it: `east-cache runs`, --report-to), and the host and
+    process id, by which `runs` tells a run still going from one that died without its `end` record."""
+    return {"event": "run", "time": now(), "argv": argv,
             "config": cfg.to_dict(), "code_version": code_version(), "device": str(rt.device), "world": rt.world,
-            "cache": str(cfg.cache), "cache_fingerprint": ds.fingerprint,
-            "val_cache_fingerprint": val.fingerprint if val is not None else None, "weights": origin}
+            "cache": str(cfg.cache), "cache_fingerprint": ds.fingerprint, "cache_config": ds.config.to_dict(),
+            "val_cache_fingerprint": val.fingerprint if val is not None else None, "weights": origin,
+            "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def now() -> str:
+    """The wall-clock time of a log record, UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @functools.lru_cache(maxsize=1)

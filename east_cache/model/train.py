@@ -41,10 +41,13 @@ from east_cache.model.checkpoint import (
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
+from east_cache.model.report import check_report_flags, records_to, start_reporting
 from east_cache.model.runtime import (
     Runtime,
+    failure_recorded,
     jsonl_writer,
     leave_group,
+    now,
     profiler,
     run_header,
     setup_device,
@@ -93,6 +96,7 @@ def run(argv: list[str] | None = None) -> int:
     args = get_args_parser().parse_args(argv)
     check_flags(args)
     setup_threads(args.threads)
+    check_report_flags(args)
     if args.export_onnx:
         check_output(args.export_onnx, "--export-onnx", folder=False)
         refuse_overwrite("--export-onnx", args.export_onnx, [Input("the checkpoint --checkpoint", args.checkpoint)])
@@ -170,24 +174,33 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
         rt.say(line)
     if cfg.val_data and rt.rank == 0:   # a validation split that shares images with the training data
         warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
+    pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     cfg.out.mkdir(parents=True, exist_ok=True)
-    ctx.log = jsonl_writer(cfg.out / "log.jsonl") if rt.rank == 0 else None
+    report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
+    ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
         ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.transform and ds.transform.record})
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
-    pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
-    with stop_on_signals(ctx.state, rt):
-        try:
-            run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
-        except TransformError as e:   # the recipe failed on a crop: the steps done so far are saved first
-            if ctx.save is None or rt.world > 1:   # (under DDP a save is a collective the other ranks are not in)
-                raise
-            ctx.save()
-            raise TransformError(f"{e}; saved {ctx.state.last_checkpoint}: fix the recipe, then --resume it with "
-                                 f"--augment RECIPE") from None
-    return finish(ctx, argv)
+    with failure_recorded(ctx.log, ctx.state, report), stop_on_signals(ctx.state, rt):
+        run_saving(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
+    status = finish(ctx, argv)
+    if report:
+        report.finish(status)
+    return status
+
+
+def run_saving(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages) -> None:
+    """run_epochs; where the --augment recipe fails on a crop, the steps done so far are saved first."""
+    try:
+        run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
+    except TransformError as e:
+        if ctx.save is None or ctx.rt.world > 1:   # (under DDP a save is a collective the other ranks are not in)
+            raise
+        ctx.save()
+        raise TransformError(f"{e}; saved {ctx.state.last_checkpoint}: fix the recipe, then --resume it with "
+                             f"--augment RECIPE") from None
 
 
 def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
@@ -232,8 +245,11 @@ def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
                 stats.update(validation_loss(net, loaders[1], ctx))
             if cfg.eval_every and state.signal is None and (complete and (epoch + 1) % cfg.eval_every == 0
                                                             or last_epoch(epoch, ctx)):
-                stats.update(full_page_metrics(model, pages, rt) if pages is not None
+                worst = ctx.report.worst_pages() if ctx.report and pages is not None else None
+                stats.update(full_page_metrics(model, pages, rt, worst) if pages is not None
                              else detection_metrics(model, loaders[1].dataset, ctx))
+                if worst is not None:
+                    ctx.report.show_worst(worst, state.step)
             end_epoch(stats, complete, lr, model, optimizer, scheduler, ctx, ds)
             if complete:
                 state.epoch, state.epoch_micro, state.epoch_sums = epoch + 1, 0, None
@@ -250,7 +266,7 @@ def end_epoch(stats: dict, complete: bool, lr: float, model, optimizer, schedule
     cfg, state, number = ctx.cfg, ctx.state, ctx.state.epoch + 1
     if ctx.rt.rank == 0:
         ctx.log({"event": "epoch", "epoch": number, "complete": complete, "step": state.step, "lr": lr, **stats,
-                 "bad_steps": int(state.bad_total)})
+                 "bad_steps": int(state.bad_total), "time": now()})
         val = f", val loss {stats['val_loss']:.4f}" if "val_loss" in stats else ""
         if "hmean" in stats:
             val += f", precision {stats['precision']:.4f}, recall {stats['recall']:.4f}, hmean {stats['hmean']:.4f}"
@@ -302,7 +318,7 @@ def finish(ctx: Context, argv: list[str]) -> int:
         epoch = state.epoch + 1 if inside else state.epoch
         if ctx.log:
             ctx.log({"event": "interrupted", "signal": state.signal, "epoch": epoch, "step": state.step,
-                     "checkpoint": str(saved) if saved else None})
+                     "checkpoint": str(saved) if saved else None, "time": now()})
         where = f"inside epoch {epoch}" if inside else f"after epoch {epoch}"
         rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}{no_best(cfg, state)}")
         return INTERRUPTED
@@ -313,6 +329,10 @@ def finish(ctx: Context, argv: list[str]) -> int:
             note = f"; stopped at --max-steps {cfg.max_steps}; to go on: {go_on} --max-steps N (N > {state.step})"
         else:
             note = f"; stopped at --time-limit{again}"
+    if ctx.log:
+        reason = "finished" if not state.stopped else "max-steps" if reached(state.step, state.step_limit) \
+            else "time-limit"
+        ctx.log({"event": "end", "reason": reason, "epoch": state.epoch, "step": state.step, "time": now()})
     rt.say(f"done: {state.step} steps, {int(state.bad_total)} skipped as non-finite; outputs in {cfg.out}{note}"
            f"{no_best(cfg, state)}")
     return 0

@@ -85,10 +85,11 @@ def val_pages(root: Path, split: str, cache_cfg: BuildConfig, batch_size: int) -
                                            batch_size=batch_size))
 
 
-def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
+def full_page_metrics(model, pages: ValPages, rt: Runtime, seen=None) -> dict:
     """{"precision", "recall", "hmean", "detections", "eval_seconds"} of rect DetEval over the pages. Takes the
     bare model, not DDP's wrapper: under torchrun each rank predicts every world-th image and the counts are
-    summed over the ranks, so every rank returns the same figures."""
+    summed over the ranks, so every rank returns the same figures. seen(record, found Words, scores, ImageCounts),
+    when given, is called for each of this rank's images (the reported worst pages)."""
     t0 = time.perf_counter()
     if isinstance(model, torch.nn.Module):
         model.eval()
@@ -98,7 +99,10 @@ def full_page_metrics(model, pages: ValPages, rt: Runtime) -> dict:
     counts = np.zeros(4)   # cared-for gts, kept detections, recall credits, precision credits
     for rec in mine:
         found = Words.from_quads(results[rec.name][0])
-        counts += score_image(Words.from_record(rec), found, FULL_PAGE_METRIC)[:4]
+        image_counts = score_image(Words.from_record(rec), found, FULL_PAGE_METRIC)
+        counts += image_counts[:4]
+        if seen is not None:
+            seen(rec, found, results[rec.name][1], image_counts)
     return {**dataset_metrics(sum_over_ranks(counts, rt)), "eval_seconds": time.perf_counter() - t0}
 
 
