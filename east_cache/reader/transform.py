@@ -28,8 +28,10 @@ again.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import sys
+import threading
 import warnings
 from typing import NamedTuple
 
@@ -179,27 +181,41 @@ def signed_area(quads: np.ndarray) -> np.ndarray:
 
 class seeded:
     """Inside, numpy's and Python's global generators (and torch's, torch_too) seeded with `seed`; after, each
-    back where it was, so that a reading thread leaves the training process's streams as they were."""
+    back where it was, so that a reading thread leaves the training process's streams as they were. One thread of
+    a process at a time: the generators are the process's, and a second thread seeding them between another's seed
+    and draw (a reading thread beside the caller's own CacheDataset, or a pipeline object both use) would give that
+    crop another thread's numbers."""
+    lock = threading.Lock()
 
     def __init__(self, seed: int, torch_too: bool = False):
         self.seed, self.torch_too = seed, torch_too
 
     def __enter__(self):
+        self.lock.acquire()
         self.numpy_state, self.python_state = np.random.get_state(), random.getstate()
         np.random.seed(self.seed)
         random.seed(self.seed)
         if self.torch_too:
-            import torch
-            self.torch_rng = torch.random.fork_rng(devices=[])
-            self.torch_rng.__enter__()
-            torch.manual_seed(self.seed)
+            try:
+                import torch
+                self.torch_rng = torch.random.fork_rng(devices=[])
+                self.torch_rng.__enter__()
+                torch.manual_seed(self.seed)
+            except BaseException:
+                self.__exit__(None, None, None)   # the generators put back and the lock released
+                raise
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.torch_too:
+        if self.torch_too and hasattr(self, "torch_rng"):
             self.torch_rng.__exit__(*exc)
         np.random.set_state(self.numpy_state)
         random.setstate(self.python_state)
+        self.lock.release()
+
+
+# a process forked while one of its threads held the lock would wait for it forever: the child starts with its own
+os.register_at_fork(after_in_child=lambda: setattr(seeded, "lock", threading.Lock()))
 
 
 def torch_tensor(image: np.ndarray):
