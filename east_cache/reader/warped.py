@@ -1,8 +1,9 @@
 """A crop of a page stored resized only (--geometry read): the epoch's warp applied once, its targets made under it.
 
-The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px. The crop's image is
-the page's pixels under the crop's inverse image (a rotated square: its box of the raw rows read in place, or the
-JPEG tiles that box touches decoded) warped once by that matrix, bilinear, zeros beyond the page; its targets are
+The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px, a homography (affine
+without a perspective). The crop's image is the page's pixels under the crop's inverse image (a quadrilateral: its
+box of the raw rows read in place, or the JPEG tiles that box touches decoded) warped once by that matrix, bilinear
+(cv2.warpAffine where the matrix is affine, warpPerspective where not), zeros beyond the page; its targets are
 make_targets of the page's words mapped by the same matrix (make.words_in_crop: the words whose box overlaps the
 crop, the legible ones it cuts made don't-care), so they equal, bit for bit, what make_sample's path gives for
 that draw. A compact item (train.py's) carries the crop's packed maps (owner | don't-care bit, as a page's) and
@@ -16,11 +17,14 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.sample.epoch_geometry import EpochGeometry, shifted, source_rect
+from east_cache.sample.epoch_geometry import EpochGeometry, from_shifted, is_affine, map_points, source_rect
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
 from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
+
+
+IDENTITY = np.eye(3)
 
 
 class WarpedImage(NamedTuple):
@@ -44,9 +48,13 @@ class WarpedImage(NamedTuple):
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
-        to_crop = shifted(self.matrix, self.matrix[:, :2] @ (x, y))   # the region's px -> crop px
-        cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
-                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        to_crop = from_shifted(self.matrix, (x, y))   # the region's px -> crop px
+        if is_affine(to_crop):   # no perspective: the cheaper warp, the same pixels
+            cv2.warpAffine(region, to_crop[:2], (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        else:
+            cv2.warpPerspective(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
+                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.empty(self.shape, np.uint8)
@@ -55,9 +63,12 @@ class WarpedImage(NamedTuple):
 
 
 def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows."""
-    points, offsets, care, _ = words_in_crop(page.points, page.offsets, page.care > 0, geometry.cut,
-                                             geometry.matrix, size)
+    """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows: the
+    page's points mapped by the draw's matrix (an affine one by its 2 x 3 rows, a homography divided by w)."""
+    matrix, points = geometry.matrix, page.points
+    if not is_affine(matrix):   # mapped here, then taken as they are
+        matrix, points = IDENTITY, map_points(matrix, page.points)
+    points, offsets, care, _ = words_in_crop(points, page.offsets, page.care > 0, geometry.cut, matrix[:2], size)
     return points, offsets, care
 
 

@@ -139,6 +139,9 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = Tru
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
     owner = owner_map(quads, cfg.map_scale, shape) if maps else None
     roi = roi_map(points, offsets, care, cfg.map_scale, shape) if maps else None
-    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale))
+    # for the crop side of cfg.stored(): a page stored resized only has weights for the default side (a reader that
+    # cuts another derives its own, reader/pages.py), so the crop side a reader picks leaves the stored page as it is
+    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.stored().input_size,
+                          grid_step(cfg.map_scale))
     return PageContent(image.transpose(2, 0, 1), owner, roi, points, offsets, care, min_rect_angles(quads), weight,
                        d.warning, d.exif_applied)

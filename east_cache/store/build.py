@@ -242,7 +242,7 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
         return cfg, STRATEGY_BY_FLAG
     if old is not None:
         kept = dataclasses.replace(cfg, strategy=old.config.strategy)
-        if kept == old.config:
+        if kept.stored() == old.config.stored():   # options only a reader uses leave the layout as it is
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
     members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
     per_sample = sample_bytes(cfg, records, members) // max(1, len(members))
@@ -251,7 +251,7 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:
-    was, new = old.config.to_dict(), cfg.to_dict()
+    was, new = old.config.stored().to_dict(), cfg.stored().to_dict()
     fields = [k for k in sorted(set(was) | set(new)) if was.get(k) != new.get(k)]
     if fields:
         return "the build configuration changed (" + ", ".join(f"{k}: {was.get(k)} -> {new.get(k)}" for k in fields) + ")"
