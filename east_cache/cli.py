@@ -194,6 +194,10 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
                         file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file)
     if not a.quiet:   # a validation split that shares images with the training data
         warn_build(data, req.split, a.out, say)
+    if r.up_to_date and r.reader_defaults:   # pages stored resized only do not depend on what only a reader uses
+        say(f"cache {shown}: {r.images} images, {r.samples} samples: computed 0, every page kept; recorded the "
+            f"readers' new defaults ({r.reader_defaults}) [{r.seconds:.2f} s]")
+        return 0
     if r.up_to_date:
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
             f"to do [{r.seconds:.2f} s]")

@@ -34,9 +34,12 @@ from east_cache.model.checkpoint import (
     resume,
     resume_command,
     rng_states,
+    run_augment,
     save_checkpoint,
     validation_score,
 )
+from east_cache.augment import FLAGS as AUGMENT_FLAGS
+from east_cache.augment import Augment
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
@@ -132,7 +135,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ds = open_run_cache(cfg, rt, cfg.cache)
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
-    check_caches(ds, val)
+    given = {k: getattr(cfg, k) for k in AUGMENT_FLAGS}
+    if not cfg.resume:   # a resume takes the checkpoint's (below); its flags are checked against it there
+        read_by(ds, val, run_augment(given, ds))
     model = EAST(ds.config.map_scale)
     if cfg.init_from:
         origin = init_from(cfg.init_from, model, ds)
@@ -143,7 +148,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=ctx.fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, cfg.epochs // 2)], gamma=0.1)
     if cfg.resume:
-        resume(cfg.resume, model, optimizer, scheduler, ctx, ds)
+        ck = resume(cfg.resume, model, optimizer, scheduler, ctx, ds)
+        read_by(ds, val, run_augment(given, ds, ck, cfg.resume))
         origin = f"resumed from {cfg.resume}"
     # --profile N stops after its N steps and the warm-up step, counted from where this run starts
     ctx.state.step_limit = ctx.state.step + cfg.profile + 1 if cfg.profile else cfg.max_steps
@@ -170,6 +176,15 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     with stop_on_signals(ctx.state, rt):
         run_epochs(net, model, loaders, optimizer, scheduler, ctx, ds, pages)
     return finish(ctx, argv)
+
+
+def read_by(ds: CacheDataset, val: CacheDataset | None, aug: Augment) -> None:
+    """The training cache drawn by the run's Augment; the validation cache read at its crop size, drawing none of
+    it (Loader(train=False)); both checked alike (check_caches)."""
+    ds.augment = aug
+    if val is not None:
+        val.augment = Augment.of_cache(val.config, input_size=aug.input_size)
+    check_caches(ds, val)
 
 
 def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
@@ -312,21 +327,21 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     best = f" and {BEST}" if cfg.eval_every or cfg.val_cache else ""   # what validation_score judges by
     saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST}{best}; {disk}"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
-             f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
-            (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(c, cfg.nvjpeg)}, "
+             f"input {ds.size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
+            (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(ds, cfg.nvjpeg)}, "
              f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]
 
 
-def describe_geometry(c, nvjpeg: bool) -> str:
-    """How the cache's crops get their height, rotation and crop, in words (c: its BuildConfig)."""
+def describe_geometry(ds: CacheDataset, nvjpeg: bool) -> str:
+    """How the cache's crops get their geometry, in words: the run's Augment (--geometry read), or the build's."""
+    c = ds.config
     if not c.warps_at_read:
         return f"{c.variants} variant(s) warped at build time"
     unused = "; --nvjpeg unused: its crops are decoded and warped by the loader" if nvjpeg else ""
-    return (f"each epoch a new height x U[{1 - c.height_jitter:g}, {1 + c.height_jitter:g}], rotation "
-            f"U[-{c.max_rotation:g}, {c.max_rotation:g}] degrees and crop{unused}")
+    return f"augmentation: each epoch {ds.aug.describe()}{unused}"
 
 
 def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> str:
