@@ -148,16 +148,19 @@ def add_flags(parser, what: str = "each crop") -> None:
     """The Augment flags on an argparse parser, default None: the cache's build values (scale 1, perspective 0)."""
     g = parser.add_argument_group("augmentation (--geometry read caches; default: the values the cache was built "
                                   "with, scale 1, no perspective)")
-    g.add_argument("--height-jitter", type=flag_number(HEIGHT_JITTER), help=f"{what}: height x U[1-j, 1+j]")
-    g.add_argument("--max-rotation", type=flag_number(MAX_ROTATION), help=f"{what}: rotation U[-r, r] degrees")
-    g.add_argument("--input-size", type=flag_number(INPUT_SIZE), help="crop side, px (a multiple of 32)")
-    g.add_argument("--scale", type=parse_scale, metavar="S0,S1", help=f"{what}: the page's sides x U[S0, S1]")
+    cache = " (default: the cache's)"
+    g.add_argument("--height-jitter", type=flag_number(HEIGHT_JITTER), help=f"{what}: height x U[1-j, 1+j]{cache}")
+    g.add_argument("--max-rotation", type=flag_number(MAX_ROTATION),
+                   help=f"{what}: rotation U[-r, r] degrees{cache}")
+    g.add_argument("--input-size", type=flag_number(INPUT_SIZE), help=f"crop side, px (a multiple of 32){cache}")
+    g.add_argument("--scale", type=parse_scale, metavar="S0,S1",
+                   help=f"{what}: the page's sides x U[S0, S1] (default: 1,1, off)")
     g.add_argument("--perspective", type=flag_number(PERSPECTIVE),
-                   help=f"{what}: each corner of the crop's source moved by up to P x its side")
-    g.add_argument("--scale-p", type=flag_number(PROBABILITY), help="chance of a scale draw (default 1)")
-    g.add_argument("--perspective-p", type=flag_number(PROBABILITY), help="chance of a perspective draw (default 1)")
+                   help=f"{what}: each corner of the crop's source moved by up to P x its side (default: 0, off)")
+    g.add_argument("--scale-p", type=flag_number(PROBABILITY), help="chance of a scale draw (default: 1)")
+    g.add_argument("--perspective-p", type=flag_number(PROBABILITY), help="chance of a perspective draw (default: 1)")
 
 
-def from_args(args, cfg: BuildConfig) -> Augment:
-    """The Augment that add_flags' flags ask for over the cache's build values (cfg)."""
-    return Augment.of_cache(cfg, **{k: getattr(args, k, None) for k in FLAGS})
+def given(args) -> dict:
+    """The add_flags flags given (field name -> value): what Augment.of_cache changes of a cache's build values."""
+    return {k: getattr(args, k) for k in FLAGS if getattr(args, k, None) is not None}

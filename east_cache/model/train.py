@@ -201,11 +201,15 @@ def run_loader(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, train: bool, sha
                   nvjpeg_decode=cfg.nvjpeg)
 
 
-def training_loader(cache, batch_size: int, workers: int | None, device) -> Loader:
-    """The training loader train.py --cache CACHE --batch-size B --workers W --device D reads by, its other flags
-    at their defaults (`bench` sets it beside a loop of your own)."""
-    cfg, rt = TrainConfig(cache=cache, batch_size=batch_size, workers=workers), Runtime(torch.device(device))
-    return run_loader(cfg, rt, open_run_cache(cfg, rt, cfg.cache), train=True)
+def training_loader(cache, batch_size: int, workers: int | None, device, augment: dict | None = None) -> Loader:
+    """The training loader train.py --cache CACHE --batch-size B --workers W --device D reads by, its augmentation
+    flags as augment says (Augment fields), its other flags at their defaults (`bench` sets it beside a loop of your
+    own)."""
+    cfg = TrainConfig(cache=cache, batch_size=batch_size, workers=workers, **(augment or {}))
+    rt = Runtime(torch.device(device))
+    ds = open_run_cache(cfg, rt, cfg.cache)
+    read_by(ds, None, run_augment({k: getattr(cfg, k) for k in AUGMENT_FLAGS}, ds))
+    return run_loader(cfg, rt, ds, train=True)
 
 
 def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages=None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from east_cache.augment import Augment
 from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
 from east_cache.store.format import cache_inputs
@@ -13,13 +14,15 @@ from east_cache.tools.show import render_sample, words_caption
 
 
 def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, local_cache=None,
-                local_cache_limit: str | int = 0) -> None:
+                local_cache_limit: str | int = 0, augment: dict | None = None) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
     `out`: its crop at the epoch that reads that variant; of a page warped at read time, its crop at `epoch`, with
-    that epoch's height and rotation. A stale cache is drawn with a note saying so. A cache at a URL is read through
+    that epoch's draw under the cache's build values changed by `augment` (Augment fields: east-train's flags of the
+    same names), the draw in the caption. A stale cache is drawn with a note saying so. A cache at a URL is read through
     the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit)."""
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
+    ds.augment = Augment.of_cache(ds.config, **(augment or {}))
     stale = check_stale(ds.manifest)
     if stale.stale:
         print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)
@@ -35,6 +38,7 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
     drawn = f"variant {variant}"
     if warped:
         g = ds.cropper.geometry(i, variant, epoch)
-        drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg"
+        drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg, scale x{g.scale:.3f}" + (
+            f", perspective corners moved up to {abs(g.corners).max():.3f} of the crop" if g.corners.any() else "")
     caption = f"{ds.names[i]} (#{i}) {drawn}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
     render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
