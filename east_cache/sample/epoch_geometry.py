@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import cv2
 import numpy as np
 
 from east_cache.augment import Augment
@@ -73,12 +72,18 @@ def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int
 def tilt(corners: np.ndarray, size: int) -> np.ndarray:
     """float64 (3, 3): the perspective of a crop of side `size` whose source square's corners (top left, top right,
     bottom right, bottom left) moved by corners (4, 2) x size: the moved quadrilateral mapped onto the square (the
-    identity when nothing moved)."""
-    square = np.array([[0, 0], [size, 0], [size, size], [0, size]], np.float64)
+    identity when nothing moved). The inverse of the square -> quadrilateral map in closed form (Heckbert 1989)."""
     if not np.any(corners):
         return np.eye(3)
-    return cv2.getPerspectiveTransform((square + corners * size).astype(np.float32), square.astype(np.float32)
-                                       ).astype(np.float64)
+    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = np.array([[0, 0], [1, 0], [1, 1], [0, 1]]) * size + corners * size
+    sx, sy = x0 - x1 + x2 - x3, y0 - y1 + y2 - y3
+    dx1, dx2, dy1, dy2 = x1 - x2, x3 - x2, y1 - y2, y3 - y2
+    den = dx1 * dy2 - dx2 * dy1
+    g, h = (sx * dy2 - dx2 * sy) / den, (dx1 * sy - sx * dy1) / den
+    unit_to_quad = np.array([[x1 - x0 + g * x1, x3 - x0 + h * x3, x0], [y1 - y0 + g * y1, y3 - y0 + h * y3, y0],
+                             [g, h, 1.0]])
+    out = np.linalg.inv(unit_to_quad @ np.diag([1 / size, 1 / size, 1.0]))
+    return out / out[2, 2]
 
 
 def map_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
