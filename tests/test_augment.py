@@ -280,3 +280,33 @@ def test_a_run_records_its_augmentation_and_a_resume_keeps_it(tiny_cache, tmp_pa
     assert "scale U[0.5, 1]" in capsys.readouterr().out   # the recorded one, no flag given
     train_run(tiny_cache, tmp_path / "new", "--init-from", str(run / "latest.pt"), "--epochs", "1")
     assert "scale" not in capsys.readouterr().out.split("weights:")[0]   # a new run: its own (none given)
+
+
+# ---------------------------------------------------------------- strong downscales read a reduced level
+
+def test_a_crop_that_halves_the_page_reads_its_half_level():
+    from east_cache.sample.epoch_geometry import read_level
+    turn = lambda s, a=7.0: np.vstack([cv2.getRotationMatrix2D((0, 0), a, s), [0, 0, 1]])   # noqa: E731
+    assert [read_level(turn(s), 512) for s in (1.0, 0.6, 0.5, 0.3, 0.25, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
+    tilted = np.array([[0.5, 0, 0], [0, 0.5, 0], [2e-4, 0, 1.0]])   # shrinks by less than 2 at its far side
+    assert read_level(tilted, 512) == 1
+
+
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_the_half_level_is_the_page_averaged_then_warped(caches, codec):
+    """At scale 0.5 the crop is the page averaged over 2 x 2 then warped (resize-then-warp), not a bilinear warp of
+    the full page that skips 3 px in 4; the words are the same either way."""
+    from east_cache.sample.epoch_geometry import level_matrix
+    from helpers import psnr
+    ds = CacheDataset(caches[codec], augment=Augment(height_jitter=0, max_rotation=10, input_size=64,
+                                                     scale=(0.5, 0.5)))
+    for i in range(len(ds)):
+        page = ds.cropper.page(i, 0)
+        full = np.ascontiguousarray(page.image.array().transpose(1, 2, 0))
+        half = cv2.resize(full[:full.shape[0] // 2 * 2, :full.shape[1] // 2 * 2],
+                          (full.shape[1] // 2, full.shape[0] // 2), interpolation=cv2.INTER_AREA)
+        g = ds.cropper.geometry(i, 0, 1)
+        reference = cv2.warpAffine(half, (g.matrix @ level_matrix(2))[:2], (64, 64), flags=cv2.INTER_LINEAR)
+        crop = ds[(1, i)]["image"].transpose(1, 2, 0)
+        whole = np.asarray(WarpedImage(page.image, g.matrix, 64, levels=False))
+        assert psnr(crop, reference) >= 40 and psnr(crop, reference) > psnr(whole, reference)

@@ -168,6 +168,28 @@ def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads:
                          grid_step(cfg.map_scale), augment)
 
 
+LEVELS = (8, 4, 2)   # the reduced levels a crop may read its page at: 1/8, 1/4, 1/2 of its px per side
+
+
+def read_level(matrix: np.ndarray, size: int) -> int:
+    """f in (1, *LEVELS): the page may be read at 1/f of its px per side for the crop of side `size` under matrix
+    (page px -> crop px) without any part of the crop being magnified: f times the largest local scale (the largest
+    singular value of the matrix's Jacobian, at the crop's corners, where a homography's is largest or least) is at
+    most 1. A bilinear warp that shrinks by more than 2 skips source px (aliasing); from the level it shrinks by at
+    most 2, and a level costs fewer px to read or decode."""
+    full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
+    corners = map_points(np.linalg.inv(full), np.array([[0, 0], [size, 0], [size, size], [0, size]], np.float64))
+    q = np.column_stack([corners, np.ones(4)]) @ full.T   # (u, v, w) at each corner's preimage
+    jac = (full[None, :2, :2] - q[:, :2, None] * full[None, 2:3, :2] / q[:, 2:3, None]) / q[:, 2:3, None]
+    largest = float(np.linalg.svd(jac, compute_uv=False)[:, 0].max())
+    return next((f for f in LEVELS if f * largest <= 1 + 1e-9), 1)
+
+
+def level_matrix(f: int) -> np.ndarray:
+    """(3, 3): px of the page's level 1/f -> page px; level px k covers page px [f k, f k + f), centre f k + (f-1)/2."""
+    return np.array([[f, 0, (f - 1) / 2], [0, f, (f - 1) / 2], [0, 0, 1]], np.float64)
+
+
 def source_rect(matrix: np.ndarray, size: int, margin: int = 1) -> tuple[int, int, int, int]:
     """(x, y, w, h): the page px a crop of side `size` under matrix (page px -> crop px, affine or a homography whose
     horizon lies off the crop) reads, bilinear interpolation's neighbours and `margin` px more included: the box of
