@@ -18,7 +18,14 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
   from the source image (reader/onthefly.py, a fresh draw per crop); arms alternated --repeat times, each timed over
   at least --cpu-seconds of CPU: median [min-max]; and crops/s of wall time (the machine may be shared);
 - image error: PSNR of read-mode crops against make_sample's single warp of the decoded source for the same draw
-  (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst.
+  (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst;
+- the run's augmentation (east_cache/augment.py), camera photos: crops per CPU second of a loader worker from the one
+  read-mode cache built at 1024 px, read at 1024 and 512 px, raw and jpeg, under the baseline geometry (the cache's
+  height and rotation), + scale U[0.5, 1], + perspective 0.1, and all on, arms alternated; the build's seconds after
+  each option only a reader uses changed (computed 0); crops at scale 0.5 against resize-then-warp (the page
+  averaged over 2 x 2, then warped) read at the page's half level (the reader's way) and from the full page, PSNR
+  and crops per CPU second; on the sample set and the photo-like set, word coverage after 1/5/20 epochs under the
+  baseline geometry and all on.
 
     python benchmarks/bench_geometry.py [--images 12] [--photos 10] [--cameras 4] [--repeat 3] [--cpu-seconds 1.5]
         [--psnr-epochs 3]

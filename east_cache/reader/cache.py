@@ -58,7 +58,8 @@ class CacheDataset(RecordReader, Dataset):
       roi    uint8 (1, m, m): 0 inside don't-care words (illegible, tagged, not quads, too small, or legible
              words the crop cuts), else 1 (also past the page, where the image is 0)
     A page-mode cache stored resized only (--geometry read, the default) warps each item's crop from its page with
-    the epoch's height factor and rotation (augment); its compact items (compact=True) hold
+    the epoch's draw (augment: height, rotation, scale, perspective; S the Augment's input size); its compact items
+    (compact=True) hold
       image_hwc  uint8 (S, S, 3): the crop, RGB channels last, warped where the item is written into its batch
                  (np.asarray warps it; expand_batch hands it on channels first, a view)
       crop_maps  uint16 (m, m): bits 0-14 the owner (1 + the row of table of the word whose shrunk quad covers the
@@ -85,6 +86,9 @@ class CacheDataset(RecordReader, Dataset):
     A crop-mode cache (--crop build) ignores compact. The keys of a store's crop record (store/format.py CROP) and
     those above (store/page_record.py) are declared there once.
 
+    augment: True (the default) draws each epoch's geometry of a --geometry read page by the cache's build values;
+    an Augment (east_cache/augment.py: height jitter, rotation, crop side, scale, perspective) by that (a cache
+    whose pages are stored warped refuses one that differs from its build); False: no geometry (a validation read).
     in_memory: read every data file into RAM once (forked loader workers share it copy-on-write); check_stale:
     refuse (StaleCacheError) a cache whose source changed since its build or that other sample code made. A
     CacheDataset pickles without its open files: whoever unpickles it opens its own.

@@ -1,7 +1,8 @@
 """PageCropper: the crops of a page-mode cache (--crop read), made from its records by one reading process.
 
 Item i at epoch e is a crop of page (image i, variant v). A page stored resized only (--geometry read) gets the
-epoch's height, rotation and crop (sample/epoch_geometry.py) and is warped and its targets made by
+epoch's height, rotation, scale, perspective and crop under the reader's Augment (east_cache/augment.py;
+sample/epoch_geometry.py) and is warped and its targets made by
 east_cache/reader/warped.py; a page stored warped gets the epoch's origin (crop_draw.epoch_crop) and is cut out of
 its record (east_cache/reader/crop.py). Either draw comes from (seed, e, image name, v) alone, whoever reads it.
 Every epoch draws from the same pages, so a process keeps what it derives from each of them, within its
