@@ -473,9 +473,11 @@ def main() -> None:
                  "/ build mode (same codec)", "/ make_sample"], t.read))
     print("\n### Image error: read-mode crops against make_sample's single warp of the source, same draw\n")
     print(table(["data, crop", "codec", "crops", "median PSNR dB", "worst PSNR dB"], t.error))
+    print("\n### The issue's targets\n")
+    print(table(["what", "goal", "measured"], target_rows(sets, t.done)))
     print("\n### The run's augmentation: crops per CPU second of a loader worker, one --geometry read cache\n")
     print(table(["data, crop", "codec", "augmentation", "crops per CPU s", "/ baseline geometry"], t.augment))
-    print(f"\n### Build after an option only a reader uses changed (--geometry read, raw, one job)\n")
+    print("\n### Build after an option only a reader uses changed (--geometry read, raw, one job)\n")
     print(table(["data", "build", "s", "computed", "copied", "files kept"], t.options))
     print("\n### Scale 0.5 against resize-then-warp: the page's half level, or the full page\n")
     print(table(["data, crop", "codec", "read", "crops", "median PSNR dB", "worst PSNR dB", "crops per CPU s"],
@@ -484,8 +486,6 @@ def main() -> None:
           f"{PERSPECTIVE:g})\n")
     print(table(["data", "augmentation", *(f"{e} epoch{'s' * (e > 1)}" for e in COVERAGE_EPOCHS),
                  "text-free crops"], t.aug_coverage))
-    print("\n### The issue's targets\n")
-    print(table(["what", "goal", "measured"], target_rows(sets, t.done)))
 
 
 if __name__ == "__main__":

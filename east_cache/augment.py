@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from east_cache.bounds import Bound, flag_number
 from east_cache.config import HEIGHT_JITTER, INPUT_SIZE, MAX_ROTATION, BuildConfig
-from east_cache.errors import UsageError
+from east_cache.errors import UsageError, cache_command
 
 SCALE = Bound(integer=False, least=0.125, most=4, note="the page's sides times U[s0, s1]")
 PERSPECTIVE = Bound(integer=False, least=0, most=0.25, note="each corner of the crop's source moved by up to p of "
@@ -112,11 +112,12 @@ class Augment:
             return
         changed = [f"--{flag(k)} {fmt(getattr(self, k))} (built with {fmt(getattr(frozen, k))})" for k in FLAGS
                    if getattr(self, k) != getattr(frozen, k)]
+        variants = " --variants 1" if cfg.variants > 1 else ""
         raise UsageError(f"{where} stores its pages warped (--geometry {cfg.geometry}, --crop {cfg.crop}): its height, "
                          f"rotation and crop size were drawn at its build and it draws no scale or perspective, so "
-                         f"{', '.join(changed)} cannot be read from it; rebuild it with --geometry read (east-cache "
-                         f"build --out {where} --geometry read) to choose the augmentation when training, or drop "
-                         f"those flags")
+                         f"{', '.join(changed)} cannot be read from it; rebuild it with `{cache_command('build')} "
+                         f"--out {where} --geometry read --crop read{variants}` to choose the augmentation when "
+                         f"training, or drop those flags")
 
 
 def flag(name: str) -> str:
