@@ -310,3 +310,35 @@ def test_the_half_level_is_the_page_averaged_then_warped(caches, codec):
         crop = ds[(1, i)]["image"].transpose(1, 2, 0)
         whole = np.asarray(WarpedImage(page.image, g.matrix, 64, levels=False))
         assert psnr(crop, reference) >= 40 and psnr(crop, reference) > psnr(whole, reference)
+
+
+@pytest.mark.slow
+def test_words_far_from_a_tilted_crop_or_past_its_horizon_are_clipped_to_it():
+    """A big page, small crops, the strongest perspective: words reach the homography's horizon, where their
+    mapped points are huge or torn in two; each is clipped to the crop first (don't-care where legible), so the
+    targets stay bounded and the legible words of the crop stay quads."""
+    from east_cache.reader.warped import warped_words
+    from east_cache.sample.epoch_geometry import far_words
+    from east_cache.sample.geometry import gather_quads
+    rng = np.random.default_rng(0)
+    n, side = 300, 6000
+    xy, wh = rng.uniform(0, side - 300, (n, 2)), rng.uniform([30, 10], [300, 60], (n, 2))
+    zero = np.zeros(n)
+    quads = np.stack([xy, xy + np.c_[wh[:, 0], zero], xy + wh, xy + np.c_[zero, wh[:, 1]]], 1)
+    quads[:4] = [[[0, 100 + k * 1500], [side, 120 + k * 1500], [side, 160 + k * 1500], [0, 140 + k * 1500]]
+                 for k in range(4)]   # lines across the whole page
+    care = (np.arange(n) % 7 > 0).astype(np.uint8)
+
+    class Words:
+        points, offsets = quads.reshape(-1, 2).astype(np.float32), np.arange(0, 4 * n + 1, 4)
+    Words.care = care
+    aug = Augment(height_jitter=0.2, max_rotation=30, input_size=128, scale=(0.125, 0.2), perspective=0.25)
+    far = 0
+    for seed in range(60):
+        g = draw_geometry(np.random.default_rng(seed), quads[care > 0], (side, side), np.ones(care.sum()), aug, 4)
+        far += far_words(g.matrix, Words.points, Words.offsets, 128).sum()
+        points, offsets, kept = warped_words(Words, g, 128)
+        assert not len(points) or np.abs(points).max() < 128 * 3
+        gather_quads(points, offsets, kept > 0)   # legible words are quads
+        make_targets(points, offsets, kept, 128, 0.5)
+    assert far > 1000   # the case was met

@@ -20,6 +20,9 @@ import numpy as np
 from east_cache.errors import REPAIR, CacheError
 from east_cache.sample.epoch_geometry import (
     EpochGeometry,
+    clip_convex,
+    crop_preimage,
+    far_words,
     from_shifted,
     is_affine,
     level_matrix,
@@ -133,11 +136,31 @@ def decode_reduced(stream: bytes, out: np.ndarray, f: int, where: str) -> None:
 def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows: the
     page's points mapped by the draw's matrix (an affine one by its 2 x 3 rows, a homography divided by w)."""
-    matrix, points = geometry.matrix, page.points
-    if not is_affine(matrix):   # mapped here, then taken as they are
-        matrix, points = IDENTITY, map_points(matrix, page.points)
-    points, offsets, care, _ = words_in_crop(points, page.offsets, page.care > 0, geometry.cut, matrix[:2], size)
+    matrix, points, offsets = geometry.matrix, page.points, page.offsets
+    if not is_affine(matrix):   # mapped here (words far from the crop clipped to it first), then taken as they are
+        points, offsets = near_words(matrix, points, offsets, size)
+        matrix, points = IDENTITY, map_points(matrix, points)
+    points, offsets, care, _ = words_in_crop(points, offsets, page.care > 0, geometry.cut, matrix[:2], size)
     return points, offsets, care
+
+
+def near_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(points, offsets) page px: the words a homography maps partly far from the crop or past its horizon
+    (epoch_geometry.far_words) and meeting the crop clipped to its preimage and CLIP_MARGIN px around it (only
+    what lies in the crop is drawn; a legible one is cut, hence don't-care); one that misses it is sent off the
+    crop."""
+    far = far_words(matrix, points, offsets, size)
+    if not far.any():
+        return points, offsets
+    crop, region = crop_preimage(matrix, size, 0), crop_preimage(matrix, size)
+    away = map_points(np.linalg.inv(matrix), np.array([[-4.0 * size, -4.0 * size]]))[0]
+    words = []
+    for k in range(len(offsets) - 1):
+        word = np.asarray(points[offsets[k]:offsets[k + 1]], np.float64)
+        if far[k]:   # meets the crop (as tilted_cuts asks: a legible one is then cut), or is sent off it
+            word = clip_convex(word, region) if len(clip_convex(word, crop)) else np.repeat(away[None], 3, axis=0)
+        words.append(word)
+    return np.concatenate(words), np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
 
 
 def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float,

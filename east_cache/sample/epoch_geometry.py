@@ -95,6 +95,54 @@ def map_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
     return q[..., :2] / q[..., 2:]
 
 
+NEAR = 1.0       # crop sides: a word whose points map farther than this from the crop, or on or past the horizon of
+                 # a homography (w <= HORIZON), is clipped to the crop first (far_words, clip_to_crop)
+HORIZON = 1e-6   # w of a mapped point at or past the horizon (a homography maps the crop's preimage to w > 0)
+CLIP_MARGIN = 8  # crop px around the crop that a clipped word keeps: its edges lie outside every map px of the crop
+
+
+def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> np.ndarray:
+    """bool (N,): the words (points (P, 2) page px, offsets (N + 1,)) that a homography maps partly far from the
+    crop or past its horizon, where their mapped points are huge or meaningless (a line through the horizon is
+    torn in two): those are clipped to the crop first. None for an affine matrix."""
+    if is_affine(matrix) or len(offsets) < 2:
+        return np.zeros(max(len(offsets) - 1, 0), bool)
+    pts = np.asarray(points, np.float64)
+    w = pts @ matrix[2, :2] + matrix[2, 2]
+    xy = map_points(matrix, pts)
+    bad = (w <= HORIZON) | np.any((xy < -NEAR * size) | (xy > (1 + NEAR) * size), axis=1)
+    return np.add.reduceat(bad.astype(np.int64), offsets[:-1]) > 0 if len(pts) else np.zeros(len(offsets) - 1, bool)
+
+
+def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) -> np.ndarray:
+    """float64 (4, 2): the page px of the corners of the square [-margin, size + margin]^2 (clockwise on screen),
+    a convex quadrilateral on the near side of the horizon."""
+    full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
+    square = np.array([[-margin, -margin], [size + margin, -margin], [size + margin, size + margin],
+                       [-margin, size + margin]], np.float64)
+    return map_points(np.linalg.inv(full), square)
+
+
+def clip_convex(polygon: np.ndarray, clip: np.ndarray) -> np.ndarray:
+    """float64 (K', 2): polygon (K, 2) clipped to the convex polygon clip (M, 2), both in one orientation
+    (Sutherland-Hodgman); (0, 2) where they do not meet."""
+    out = np.asarray(polygon, np.float64)
+    sign = np.sign(np.cross(clip[1] - clip[0], clip[2] - clip[1]))   # the clip's orientation
+    for a, b in zip(clip, np.roll(clip, -1, axis=0)):
+        if not len(out):
+            break
+        side = sign * np.cross(b - a, out - a)   # >= 0: on the clip's side of edge a -> b
+        nxt, nside = np.roll(out, -1, axis=0), np.roll(side, -1)
+        kept = []
+        for p, q, sp, sq in zip(out, nxt, side, nside):
+            if sp >= 0:
+                kept.append(p)
+            if (sp >= 0) != (sq >= 0):
+                kept.append(p + (q - p) * (sp / (sp - sq)))
+        out = np.array(kept).reshape(-1, 2)
+    return out
+
+
 def shifted(matrix: np.ndarray, by) -> np.ndarray:
     """matrix (2, 3) or (3, 3) followed by a shift of `by` px (x, y), a new matrix: compose(translation, matrix)
     without its 3 x 3 products (an affine matrix's last row is 0, 0, 1: its shift column alone moves)."""
@@ -153,8 +201,21 @@ def draw_geometry(rng: np.random.Generator, quads: np.ndarray, page_size: tuple[
     matrix = np.vstack([shifted(warp, -origin), [0.0, 0.0, 1.0]])
     if np.any(corners):   # the crop's source square tilted: the words it cuts are those of the final matrix
         matrix = tilt(corners, aug.input_size) @ matrix
-        cut = cuts_at(quad_boxes(map_points(matrix, quads)), (0, 0), aug.input_size) if len(quads) else cut
+        cut = tilted_cuts(matrix, quads, aug.input_size) if len(quads) else cut
     return EpochGeometry(height, angle, scale, corners, origin, matrix, cut)
+
+
+def tilted_cuts(matrix: np.ndarray, quads: np.ndarray, size: int) -> np.ndarray:
+    """bool (L,): the legible quads (L, 4, 2) page px that the crop under a homography cuts: their mapped boxes
+    overlap it but do not lie in it; a quad mapped partly far or past the horizon (far_words) cannot lie in it, and is
+    cut where it meets the crop's preimage."""
+    q = np.asarray(quads, np.float64).reshape(-1, 4, 2)
+    far = far_words(matrix, q.reshape(-1, 2), np.arange(0, 4 * len(q) + 1, 4), size)
+    cut = cuts_at(quad_boxes(map_points(matrix, q)), (0, 0), size)
+    if far.any():
+        inside = crop_preimage(matrix, size, 0)
+        cut[far] = [len(clip_convex(quad, inside)) > 0 for quad in q[far]]
+    return cut
 
 
 def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads: np.ndarray,
