@@ -338,7 +338,7 @@ def test_words_far_from_a_tilted_crop_or_past_its_horizon_are_clipped_to_it():
         g = draw_geometry(np.random.default_rng(seed), quads[care > 0], (side, side), np.ones(care.sum()), aug, 4)
         far += far_words(g.matrix, Words.points, Words.offsets, 128).sum()
         points, offsets, kept = warped_words(Words, g, 128)
-        assert not len(points) or np.abs(points).max() < 128 * 3
+        assert not len(points) or np.abs(points - 64).max() <= 128 * 4 + 1e-3
         gather_quads(points, offsets, kept > 0)   # legible words are quads
         make_targets(points, offsets, kept, 128, 0.5)
     assert far > 1000   # the case was met

@@ -95,23 +95,28 @@ def map_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
     return q[..., :2] / q[..., 2:]
 
 
-NEAR = 1.0       # crop sides: a word whose points map farther than this from the crop, or on or past the horizon of
-                 # a homography (w <= HORIZON), is clipped to the crop first (far_words, clip_to_crop)
+FAR = 4.0        # crop sides from the crop's centre: a word that a homography maps past the horizon (w <= HORIZON),
+                 # or that overlaps the crop and reaches farther than this, is clipped to the crop first (far_words)
 HORIZON = 1e-6   # w of a mapped point at or past the horizon (a homography maps the crop's preimage to w > 0)
 CLIP_MARGIN = 8  # crop px around the crop that a clipped word keeps: its edges lie outside every map px of the crop
 
 
 def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> np.ndarray:
-    """bool (N,): the words (points (P, 2) page px, offsets (N + 1,)) that a homography maps partly far from the
-    crop or past its horizon, where their mapped points are huge or meaningless (a line through the horizon is
-    torn in two): those are clipped to the crop first. None for an affine matrix."""
-    if is_affine(matrix) or len(offsets) < 2:
-        return np.zeros(max(len(offsets) - 1, 0), bool)
+    """bool (N,): the words (points (P, 2) page px, offsets (N + 1,)) whose mapped points a homography makes
+    meaningless (a point past the horizon: a line through it is torn in two) or huge where the word meets the crop
+    (near the horizon): those are clipped to the crop first. Words that map far from the crop and miss it are left
+    as they are (they are dropped). None for an affine matrix."""
+    n = max(len(offsets) - 1, 0)
+    if is_affine(matrix) or not n or not len(points):
+        return np.zeros(n, bool)
     pts = np.asarray(points, np.float64)
     w = pts @ matrix[2, :2] + matrix[2, 2]
     xy = map_points(matrix, pts)
-    bad = (w <= HORIZON) | np.any((xy < -NEAR * size) | (xy > (1 + NEAR) * size), axis=1)
-    return np.add.reduceat(bad.astype(np.int64), offsets[:-1]) > 0 if len(pts) else np.zeros(len(offsets) - 1, bool)
+    behind = np.add.reduceat((w <= HORIZON).astype(np.int64), offsets[:-1]) > 0
+    huge = np.add.reduceat(np.any(np.abs(xy - size / 2) > FAR * size, axis=1).astype(np.int64), offsets[:-1]) > 0
+    lo, hi = np.minimum.reduceat(xy, offsets[:-1], axis=0), np.maximum.reduceat(xy, offsets[:-1], axis=0)
+    meets = np.all((hi > 0) & (lo < size), axis=1)
+    return behind | (huge & meets)
 
 
 def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) -> np.ndarray:
