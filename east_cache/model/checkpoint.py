@@ -120,7 +120,7 @@ def sample_set(ds: CacheDataset) -> dict:
     images = {name: [src.ann, image_file(src.file)] for name, src in sorted(ds.manifest.images.items())}
     text = json.dumps({"images": images, "variants": ds.config.variants}, sort_keys=True)
     return {"cache": str(ds.cache_dir), "samples": hashlib.blake2b(text.encode(), digest_size=16).hexdigest(),
-            "images": len(images), "input_size": ds.config.stored().input_size, "map_scale": ds.config.map_scale}
+            "images": len(images), "input_size": ds.config.input_size, "map_scale": ds.config.map_scale}
 
 
 def checkpoint_name(epoch: int, step: int, complete: bool) -> str:
@@ -222,7 +222,8 @@ def check_same_samples(ck: dict, path: Path, ds: CacheDataset, say) -> None:
         say(f"{path} does not record the cache it was trained on (an older train.py wrote it): resuming on "
             f"{ds.cache_dir} unchecked")
         return
-    if (was["samples"], was["input_size"]) != (now["samples"], now["input_size"]):
+    # the crop side of a cache stored resized only is the run's choice (its Augment, checked by run_augment)
+    if was["samples"] != now["samples"] or (not ds.config.warps_at_read and was["input_size"] != now["input_size"]):
         raise UsageError(f"--resume {path}: it was trained on {was['cache']} ({was['images']} images, "
                          f"{was['input_size']} px), but --cache {ds.cache_dir} holds another sample set "
                          f"({now['images']} images, {now['input_size']} px); resume with --cache {was['cache']}, "
