@@ -18,7 +18,14 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
   from the source image (reader/onthefly.py, a fresh draw per crop); arms alternated --repeat times, each timed over
   at least --cpu-seconds of CPU: median [min-max]; and crops/s of wall time (the machine may be shared);
 - image error: PSNR of read-mode crops against make_sample's single warp of the decoded source for the same draw
-  (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst.
+  (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst;
+- the run's augmentation (east_cache/augment.py), camera photos: crops per CPU second of a loader worker from the one
+  read-mode cache built at 1024 px, read at 1024 and 512 px, raw and jpeg, under the baseline geometry (the cache's
+  height and rotation), + scale U[0.5, 1], + perspective 0.1, and all on, arms alternated; the build's seconds after
+  each option only a reader uses changed (computed 0); crops at scale 0.5 against resize-then-warp (the page
+  averaged over 2 x 2, then warped) read at the page's half level (the reader's way) and from the full page, PSNR
+  and crops per CPU second; on the sample set and the photo-like set, word coverage after 1/5/20 epochs under the
+  baseline geometry and all on.
 
     python benchmarks/bench_geometry.py [--images 12] [--photos 10] [--cameras 4] [--repeat 3] [--cpu-seconds 1.5]
         [--psnr-epochs 3]
@@ -38,12 +45,15 @@ import numpy as np
 from common import BENCH_DATA, bench_photos, machine, table, write_sample_dataset
 from helpers import psnr
 
+from east_cache.augment import Augment
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import load_splits
 from east_cache.reader import CacheDataset
 from east_cache.reader.collate import copy_item, field_layouts
 from east_cache.reader.onthefly import OnTheFlyDataset
+from east_cache.reader.warped import WarpedImage
 from east_cache.reader.workers import Slot, cv2_single_threaded
+from east_cache.sample.epoch_geometry import level_matrix
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decode_for, warp
 from east_cache.sample.page import page_geometry, page_params
@@ -215,7 +225,7 @@ def image_error(s: DataSet, work: Path, size: int, codec: str, epochs: int) -> l
             to_page[name] = page_geometry(rec, ds.config, 0)[1]
         for e in range(epochs):
             g = ds.cropper.geometry(i, ds.variant(i, e), e)
-            frame_to_crop = compose(g.matrix, to_page[name])
+            frame_to_crop = compose(g.matrix[:2], to_page[name])   # the cache's own draw: affine
             reference = warp(decode_for(rec, frame_to_crop), frame_to_crop, (size, size)).transpose(2, 0, 1)
             out.append(psnr(ds[(e, i)]["image"], reference))
     return out
@@ -226,6 +236,7 @@ class Tables:
 
     def __init__(self):
         self.draws, self.coverage, self.cost, self.read, self.error, self.done = [], [], [], [], [], {}
+        self.augment, self.options, self.levels, self.aug_coverage = [], [], [], []
 
 
 def measure_cost(s: DataSet, work: Path, repeat: int, t: Tables) -> None:
@@ -290,6 +301,96 @@ def measure_reads(s: DataSet, size: int, work: Path, a, t: Tables) -> None:
         t.done[(s.label, size, c, "psnr")] = min(p)
 
 
+# ---------------------------------------------------------------- the run's augmentation (east_cache/augment.py)
+
+SCALE = (0.5, 1.0)      # multi-scale training's range, as the teams' random_scale((0.5, 1.0))
+PERSPECTIVE = 0.1       # each corner of the crop's source moved by up to 10% of its side
+AUGMENTS = {"baseline geometry (height, rotation)": {}, "+ scale U[0.5, 1]": dict(scale=SCALE),
+            f"+ perspective {PERSPECTIVE:g}": dict(perspective=PERSPECTIVE),
+            "all on (height, rotation, scale, perspective)": dict(scale=SCALE, perspective=PERSPECTIVE)}
+ALL_ON = "all on (height, rotation, scale, perspective)"
+
+
+def augment_arm(cache: Path, changes: dict, size: int) -> Arm:
+    """cache_arm with the crops drawn by the cache's build values changed by `changes` (Augment fields)."""
+    ds = CacheDataset(cache, compact=True)
+    ds.augment = Augment.of_cache(ds.config, input_size=size, **changes)
+    slot = new_slot(ds)
+    return Arm(lambda epoch, i, row: copy_item(slot.arrays, row, ds[(epoch, i)]), len(ds))
+
+
+def measure_augments(s: DataSet, work: Path, a, t: Tables) -> None:
+    """Crops per CPU second of a loader worker under each augmentation, read from the read-mode caches of the first
+    crop size (the crop side chosen by the reader: no other cache), arms alternated a.repeat times."""
+    for size in s.crops:
+        for c in CODECS:
+            arms = {k: augment_arm(folder(work, s, "read", c, s.crops[0]), v, size) for k, v in AUGMENTS.items()}
+            rates = {k: [] for k in arms}
+            with cv2_single_threaded():
+                for _ in range(a.repeat):
+                    for k, arm in arms.items():
+                        rates[k].append(arm.turn(a.cpu_seconds)[0])
+            base = rates[next(iter(AUGMENTS))]
+            for k, r in rates.items():
+                t.augment.append([f"{s.label}, {size} px", c, k, spread(r), spread([x / y for x, y in zip(r, base)],
+                                                                                  "{:.2f}")])
+                t.done[(s.label, size, c, k)] = statistics.median(x / y for x, y in zip(r, base))
+
+
+def measure_reader_options(s: DataSet, work: Path, t: Tables) -> None:
+    """Build seconds of a read-mode raw cache, then of a build after each option only a reader uses changed."""
+    out = work / f"{s.root.name}-options"
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = dataclasses.replace(s.cfg, image_codec="raw")
+    for name, value in (("first build", None), ("max_rotation", 20.0), ("height_jitter", 0.1), ("input_size", 512)):
+        if value is not None:
+            cfg = dataclasses.replace(cfg, **{name: value})
+        t0 = time.perf_counter()
+        r = build_cache(cfg, [s.root], out, jobs=1, quiet=True)
+        label = name if value is None else f"--{name.replace('_', '-')} {value:g}"
+        t.options.append([s.label, label, f"{time.perf_counter() - t0:.2f}", str(r.computed), str(r.copied),
+                          str(r.files_reused)])
+
+
+def level_psnr(s: DataSet, work: Path, size: int, epochs: int, t: Tables) -> None:
+    """Crops at scale 0.5 (height 1, the cache's rotation) against resize-then-warp (the page averaged over 2 x 2,
+    cv2.INTER_AREA, then warped by the same matrix): read at the page's half level (the reader's way) and warped
+    from the full page (bilinear, skipping px: aliasing); PSNR and crops per CPU second of each."""
+    for c in CODECS:
+        ds = CacheDataset(folder(work, s, "read", c, s.crops[0]))
+        ds.augment = Augment.of_cache(ds.config, input_size=size, height_jitter=0.0, scale=(0.5, 0.5))
+        ratios, seconds = {True: [], False: []}, {True: 0.0, False: 0.0}
+        for i in range(len(ds)):
+            page = ds.cropper.page(i, 0)
+            full = np.ascontiguousarray(page.image.array().transpose(1, 2, 0))
+            half = cv2.resize(full[:full.shape[0] // 2 * 2, :full.shape[1] // 2 * 2],
+                              (full.shape[1] // 2, full.shape[0] // 2), interpolation=cv2.INTER_AREA)
+            for e in range(epochs):
+                g = ds.cropper.geometry(i, 0, e)
+                reference = cv2.warpAffine(half, (g.matrix @ level_matrix(2))[:2], (size, size),
+                                           flags=cv2.INTER_LINEAR)
+                for levels in (True, False):
+                    c0 = time.process_time()
+                    crop = np.asarray(WarpedImage(page.image, g.matrix, size, levels))
+                    seconds[levels] += time.process_time() - c0
+                    ratios[levels].append(psnr(crop.transpose(2, 0, 1), reference.transpose(2, 0, 1)))
+        n = len(ratios[True])
+        for levels, label in ((True, "half level read, one warp (the reader)"), (False, "full page, one warp")):
+            t.levels.append([f"{s.label}, {size} px", c, label, str(n), f"{statistics.median(ratios[levels]):.1f}",
+                             f"{min(ratios[levels]):.1f}", f"{n / seconds[levels]:.0f}"])
+        t.done[(s.label, size, c, "level psnr")] = (statistics.median(ratios[True]), statistics.median(ratios[False]))
+
+
+def augment_coverage(s: DataSet, work: Path, t: Tables) -> None:
+    """Word coverage after 1/5/20 epochs of the read-mode raw cache, the baseline geometry and all on."""
+    cache = folder(work, s, "read", "raw", s.crops[0])
+    for label in (next(iter(AUGMENTS)), ALL_ON):
+        aug = Augment.of_cache(Manifest.load(cache).config, **AUGMENTS[label])
+        cov, _ = cache_coverage(cache, COVERAGE_EPOCHS, aug=aug)
+        t.aug_coverage.append([s.label, label, *(f"{x:.1%}" for x in cov.seen), f"{cov.text_free:.1%}"])
+        t.done[(s.label, label, "coverage")] = cov.seen[-1]
+
+
 def target_rows(sets: list[DataSet], done: dict) -> list[list[str]]:
     """The issue's "done when", each figure against its goal."""
     pages, photos, camera = (s.label for s in sets)
@@ -307,6 +408,14 @@ def target_rows(sets: list[DataSet], done: dict) -> list[list[str]]:
                          f"{done[(camera, size, 'read', c)]:.0f}"])
     rows.append([f"{photos}: 512-px crops per CPU s, raw / jpeg, read mode", ">= 300 / 150",
                  f"{done[(photos, 512, 'read', 'raw')]:.0f} / {done[(photos, 512, 'read', 'jpeg')]:.0f}"])
+    for size in (1024, 512):
+        for c in CODECS:
+            rows.append([f"{camera}: {size}-px crops per CPU s, {c}, all on / baseline geometry", ">= 0.90",
+                         f"{done[(camera, size, c, ALL_ON)]:.2f}"])
+    for c in CODECS:
+        level, whole = done[(camera, 1024, c, "level psnr")]
+        rows.append([f"{camera}, {c}: PSNR at scale 0.5 vs resize-then-warp, half level / full page", "higher",
+                     f"{level:.1f} / {whole:.1f} dB"])
     worst = min(v for k, v in done.items() if k[-1] == "psnr")
     rows.append(["read-mode crops vs make_sample's single warp, worst PSNR", ">= 30 dB", f"{worst:.1f} dB"])
     for s in (pages, camera):
@@ -339,6 +448,12 @@ def main() -> None:
                         for m in MODES:
                             build(s, m, c, size, work)
                 measure_reads(s, size, work, a, t)
+            if s.draws:
+                augment_coverage(s, work, t)
+            else:   # camera photos: the run's augmentation
+                measure_augments(s, work, a, t)
+                level_psnr(s, work, s.crops[0], a.psnr_epochs, t)
+                measure_reader_options(s, work, t)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"Machine: {machine()}; cv2 on 1 thread in the read arms (as in the loader workers), "
@@ -360,6 +475,17 @@ def main() -> None:
     print(table(["data, crop", "codec", "crops", "median PSNR dB", "worst PSNR dB"], t.error))
     print("\n### The issue's targets\n")
     print(table(["what", "goal", "measured"], target_rows(sets, t.done)))
+    print("\n### The run's augmentation: crops per CPU second of a loader worker, one --geometry read cache\n")
+    print(table(["data, crop", "codec", "augmentation", "crops per CPU s", "/ baseline geometry"], t.augment))
+    print("\n### Build after an option only a reader uses changed (--geometry read, raw, one job)\n")
+    print(table(["data", "build", "s", "computed", "copied", "files kept"], t.options))
+    print("\n### Scale 0.5 against resize-then-warp: the page's half level, or the full page\n")
+    print(table(["data, crop", "codec", "read", "crops", "median PSNR dB", "worst PSNR dB", "crops per CPU s"],
+                t.levels))
+    print(f"\n### Word coverage under the run's augmentation (scale U[{SCALE[0]:g}, {SCALE[1]:g}], perspective "
+          f"{PERSPECTIVE:g})\n")
+    print(table(["data", "augmentation", *(f"{e} epoch{'s' * (e > 1)}" for e in COVERAGE_EPOCHS),
+                 "text-free crops"], t.aug_coverage))
 
 
 if __name__ == "__main__":

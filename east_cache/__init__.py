@@ -13,7 +13,7 @@ import importlib
 # Loaded on first use, so that the command line does not pay for torch until it reads a cache.
 _PUBLIC = {"Loader": "east_cache.reader", "Batch": "east_cache.reader", "CacheDataset": "east_cache.reader",
            "EpochSampler": "east_cache.reader", "StaleCacheError": "east_cache.reader", "collate": "east_cache.reader",
-           "SameCropsWarning": "east_cache.reader", "CacheError": "east_cache.errors"}
+           "SameCropsWarning": "east_cache.reader", "CacheError": "east_cache.errors", "Augment": "east_cache.augment"}
 __all__ = sorted(_PUBLIC)
 
 

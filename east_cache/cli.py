@@ -13,6 +13,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from east_cache.augment import add_flags as add_augment_flags, given
 from east_cache.bounds import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, WORKERS, flag_number, flag_numbers
 from east_cache.config import (
     AUTO,
@@ -197,9 +198,10 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
         from east_cache.tools.advice import empty_root_warning
         for warning in filter(None, (empty_root_warning(root, req.split) for root in data)):
             say(f"warning: {warning}")
-    if r.up_to_date:
-        say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); nothing "
-            f"to do [{r.seconds:.2f} s]")
+    if r.up_to_date:   # pages stored resized only do not depend on what only a reader uses: computed 0
+        done = f"computed 0, readers' defaults now {r.reader_defaults}" if r.reader_defaults else "nothing to do"
+        say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); {done} "
+            f"[{r.seconds:.2f} s]")
         return 0
     resumed = f", kept {r.resumed} from the interrupted build" if r.resumed else ""
     say(f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
@@ -252,7 +254,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         from east_cache.tools.remote import describe_at
         print(describe_at(Location.parse(a.cache), a.json, a.epochs, local_settings(a.local_cache)))
         return 0
-    print(describe(a.cache, as_json=a.json, epochs=a.epochs))
+    print(describe(a.cache, as_json=a.json, epochs=a.epochs, augment=given(a)))
     return 0
 
 
@@ -272,8 +274,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     if a.augment is not None:
         return print(augment_report(a.cache, a.augment)) or 0
     workers = a.workers or default_workers()
-    print(run(a.cache, workers, a.batch_sizes, a.batches), flush=True)
-    print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device, training_loader))
+    print(run(a.cache, workers, a.batch_sizes, a.batches, given(a)), flush=True)
+    print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device,
+                              lambda *loader: training_loader(*loader, augment=given(a))))
     return 0
 
 
@@ -283,14 +286,14 @@ def cmd_show(a: argparse.Namespace) -> int:
             from east_cache.tools.show import show_source   # a sample made now: no reader, no torch
             if a.name is None or a.cache is not None:
                 raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
-            cfg = BuildConfig(input_size=a.input_size, map_scale=a.map_scale, seed=a.seed)
+            cfg = BuildConfig(input_size=a.input_size or BuildConfig.input_size, map_scale=a.map_scale, seed=a.seed)
             show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
         else:
             from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
             show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit, a.epochs,
-                        a.augment)
+                        a.augment, given(a))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -322,6 +325,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print the manifest summary as JSON")
     i.add_argument("--epochs", type=flag_number(COUNT), default=TRAIN_EPOCHS,
                    help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
+    add_augment_flags(i, "coverage of crops that draw")
     i.set_defaults(func=cmd_info)
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
     v.add_argument("cache", type=flag_location, help="cache directory or URL (whose files are downloaded to check)")
@@ -339,6 +343,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                                      "--device (default: cuda when there is one, else cpu)")
     bn.add_argument("--augment", metavar="RECIPE", help="instead: a worker core's crops per CPU second without and "
                     "with this recipe (east-train --augment's), and each transform's share (default: none)")
+    add_augment_flags(bn, "crops timed that draw")
     bn.set_defaults(func=cmd_bench)
     d = BuildConfig()
     sh = sub.add_parser("show", help="draw one sample (crop, score, words, geometry, ROI) into a PNG")
@@ -359,8 +364,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
                          "(default: none, draw from CACHE)")
     sh.add_argument("--name", help="with --source: image file name as in the UFO JSON (no default: needed there)")
     sh.add_argument("--split", default="train", help="with --source: which ufo/{split}.json to read (default: train)")
-    sh.add_argument("--input-size", type=flag_number(INPUT_SIZE), default=d.input_size,
-                    help=f"with --source: crop side, px (default {d.input_size})")
+    add_augment_flags(sh, "the crop drawn at --epoch draws (--source: --input-size only)")
     sh.add_argument("--map-scale", type=float, choices=MAP_SCALES, default=d.map_scale,
                     help=f"with --source: target map resolution / input (default {d.map_scale})")
     sh.add_argument("--seed", type=flag_number(SEED), default=d.seed,

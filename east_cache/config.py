@@ -32,6 +32,11 @@ IMAGE_CHROMAS = ("420", "444")
 # Where a page's height jitter and rotation are drawn (--crop read): read = every epoch, by the reader, from a page
 # stored resized only (sample/epoch_geometry.py); build = once per variant, at build time, the page stored warped.
 GEOMETRY_MODES = ("read", "build")
+# Options that only a reader uses where pages are stored resized only (warps_at_read): the height jitter and rotation
+# it draws and the crop side it cuts (east_cache/augment.py Augment; a page's stored word weights are for STORED's crop
+# side, and a reader of another derives its own). They stay out of what the stored pages depend on (stored()): a
+# build that changes only them copies every page and records the new values as the readers' defaults.
+READER_ONLY = ("height_jitter", "max_rotation", "input_size")
 
 # The ranges of the build's numbers (east_cache/bounds.py): its flags' types, and BuildConfig checks them too
 INPUT_SIZE = Bound(least=32, note="a multiple of 32, the VGG backbone's stride")
@@ -104,6 +109,13 @@ class BuildConfig:
         """Pages stored resized only, each epoch's height, rotation and crop drawn by the reader."""
         return self.crop == "read" and self.geometry == "read"
 
+    def stored(self) -> "BuildConfig":
+        """What the stored samples depend on: this config, with READER_ONLY's fields at their defaults where the
+        pages are stored resized only (warps_at_read)."""
+        if not self.warps_at_read:
+            return self
+        return dataclasses.replace(self, **{k: getattr(BuildConfig, k) for k in READER_ONLY})
+
     @property
     def map_size(self) -> int:
         """Side of the square target maps, in map pixels."""
@@ -120,8 +132,9 @@ class BuildConfig:
         return cls(**{k: (tuple(v) if k == "ignore_tags" else v) for k, v in d.items() if k in known})
 
     def fingerprint(self) -> str:
-        """Hash of every field; equal fingerprints mean equal samples (with the same code version). Only a
-        resolved config has one: "auto" would make one fingerprint stand for several layouts or codecs."""
+        """Hash of every field the stored samples depend on (stored()); equal fingerprints mean equal samples (with
+        the same code version). Only a resolved config has one: "auto" would make one fingerprint stand for several
+        layouts or codecs."""
         assert AUTO not in (self.strategy, self.image_codec), "resolve the strategy and codec before fingerprinting"
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        blob = json.dumps(self.stored().to_dict(), sort_keys=True).encode()
         return hashlib.blake2b(blob, digest_size=16).hexdigest()

@@ -16,7 +16,7 @@ from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import collate
 from east_cache.reader.expand import expand_batch
 from east_cache.sample.crop_draw import cuts_at, grid_step
-from east_cache.sample.epoch_geometry import page_warp, quad_boxes
+from east_cache.sample.epoch_geometry import is_affine, page_warp, quad_boxes
 from east_cache.sample.geometry import compose, transform_points
 from east_cache.sample.make import decode_for, warp, words_in_crop
 from east_cache.sample.page import make_page, page_geometry
@@ -56,6 +56,8 @@ def source_reference(rec, cfg: BuildConfig, matrix: np.ndarray, cut: np.ndarray)
     matrix (frame -> page -> crop), and make_targets of the page's words (frame -> page, as the build keeps them)
     mapped by the draw's matrix."""
     _, frame_to_page, _ = page_geometry(rec, cfg, 0)
+    assert is_affine(matrix)
+    matrix = matrix[:2]
     frame_to_crop = compose(matrix, frame_to_page)
     image = warp(decode_for(rec, frame_to_crop), frame_to_crop, (cfg.input_size, cfg.input_size)).transpose(2, 0, 1)
     page = make_page(rec, cfg, 0, maps=False)

@@ -284,8 +284,9 @@ DAMAGE = {
                                  "manifest.json"),
     "manifest variants edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(variants=2)),
                                  "manifest.json"),
-    "manifest input size edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(input_size=96)),
-                                   ("FILE", "build fingerprint")),   # page records do not depend on it
+    # (not the input size: a --geometry read cache's is the readers' default, which a build changes in place)
+    "manifest seed edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(seed=7)),
+                             ("FILE", "build fingerprint")),
     "manifest map scale edited": (lambda c, s: edit_manifest(c, lambda m: m["config"].update(map_scale=0.25)),
                                   ("FILE", "build fingerprint")),   # a packed page file's index holds any maps
     "manifest image removed": (lambda c, s: edit_manifest(c, lambda m: m["images"].pop(min(m["images"]))),

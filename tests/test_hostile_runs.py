@@ -143,7 +143,7 @@ def test_keep_last_also_removes_a_checkpoint_saved_inside_an_epoch_once_a_later_
 def test_the_start_up_line_promises_best_pt_only_where_validation_makes_one(tiny_cache):
     from east_cache.model.config import RunState
     from east_cache.model.runtime import Runtime
-    from east_cache.model.train import started_lines
+    from east_cache.model.started import started_lines
     from east_cache.reader import CacheDataset
     ds = CacheDataset(tiny_cache)
     for over, promised in (({}, False), ({"val_cache": tiny_cache}, True), ({"val_data": tiny_cache}, False),

@@ -48,6 +48,15 @@ TRAIN = [
     (["--local-cache-limit", "0.5"], "--local-cache-limit: '0.5' is less than a byte: give 0 for no limit"),
     (["--local-cache-limit=-1G"], "--local-cache-limit: '-1G' is not a size"),
     (["--nvjpeg", "--device", "cpu"], "--nvjpeg decodes on a CUDA device, and this run's is cpu"),
+    (["--scale", "0,1"], "--scale: '0,1': must be S0,S1 with S0 <= S1, each a finite number in [0.125, 4]"),
+    (["--scale", "1,0.5"], "--scale: '1,0.5': must be S0,S1 with S0 <= S1"),
+    (["--scale", "nan"], "--scale: 'nan': must be S0,S1"),
+    (["--perspective", "0.5"], "--perspective: 0.5: must be a finite number in [0, 0.25]"),
+    (["--scale-p", "1.5"], "--scale-p: 1.5: must be a finite number in [0, 1]"),
+    (["--perspective-p", "-1"], "--perspective-p: -1: must be a finite number in [0, 1]"),
+    (["--max-rotation", "181"], "--max-rotation: 181: must be a finite number in [0, 180] (degrees)"),
+    (["--height-jitter", "1"], "--height-jitter: 1: must be a finite number in [0, 1)"),
+    (["--input-size", "100"], "--input-size 100 must be a positive multiple of 32"),
 ]
 
 # east-cache's subcommands: (arguments, words); {data}, {out} and {cache} are filled in, {out} must stay absent

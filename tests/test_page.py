@@ -283,24 +283,26 @@ def dense_records(tmp_path, n: int, words: int, seed: int, size=(640, 360)):
 
 def test_a_page_warped_at_read_time_weighs_its_words_in_its_warped_frames_too(tmp_path):
     """--geometry read: the draw weights are word_weights over the upright page and the four corner warps of the
-    reader's draw (height 1 -/+ jitter, angle -/+ rotation); a pre-warped page (--geometry build), which the reader
-    does not warp again, or a reader that draws no warp, keeps the upright page's weights."""
+    default draw (height 1 -/+ jitter, angle -/+ rotation, crop side: cfg.stored()'s, so that the reader-only options
+    a build is given leave the stored page as it is); a pre-warped page (--geometry build), which the reader does not
+    warp again, keeps the upright page's weights."""
     from east_cache.sample.crop_draw import word_boxes, word_weights
     from east_cache.sample.page import warped_frames
     (rec,) = dense_records(tmp_path, 1, 40, seed=5)
-    cfg = BuildConfig(image_size=640, input_size=256)
+    cfg = BuildConfig(image_size=2048, input_size=256)
     page = make_page(rec, cfg, 0, maps=False)
     boxes, step = word_boxes(page.points, page.offsets)[page.care > 0], grid_step(cfg.map_scale)
     quads = gather_quads(page.points, page.offsets, page.care > 0)
-    frames = warped_frames(quads, page.size, cfg)
+    kept = cfg.stored()
+    frames = warped_frames(quads, page.size, kept)
     assert len(frames) == 4 and all(b.shape == boxes.shape for b, _ in frames)
     assert {size for _, size in frames} != {page.size}, "the rotated canvas is larger than the page"
-    np.testing.assert_allclose(page.weight, word_weights(boxes, page.size, cfg.input_size, step, frames))
-    upright = word_weights(boxes, page.size, cfg.input_size, step)
+    np.testing.assert_allclose(page.weight, word_weights(boxes, page.size, kept.input_size, step, frames))
+    upright = word_weights(boxes, page.size, kept.input_size, step)
     assert not np.allclose(page.weight, upright)
-    still = BuildConfig(image_size=640, input_size=256, height_jitter=0, max_rotation=0)
-    np.testing.assert_allclose(make_page(rec, still, 0, maps=False).weight, upright)
-    prewarped = make_page(rec, BuildConfig(image_size=640, input_size=256, geometry="build"), 0, maps=False)
+    still = BuildConfig(image_size=2048, input_size=512, height_jitter=0, max_rotation=0)
+    np.testing.assert_array_equal(make_page(rec, still, 0, maps=False).weight, page.weight)
+    prewarped = make_page(rec, BuildConfig(image_size=2048, input_size=256, geometry="build"), 0, maps=False)
     np.testing.assert_allclose(prewarped.weight, word_weights(word_boxes(prewarped.points, prewarped.offsets)[
         prewarped.care > 0], prewarped.size, cfg.input_size, step))
 

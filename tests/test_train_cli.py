@@ -54,8 +54,8 @@ def test_a_run_says_what_it_runs_and_max_steps_changes_nothing_else(tiny_cache, 
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "device cpu (1 process); batch 1 per process, 1 per step; input 64 px, maps at x0.5; amp off"
-    assert lines[1].startswith(f"cache {tiny_cache}: 2 images, each epoch a new height x U[0.8, 1.2], rotation "
-                               f"U[-10, 10] degrees and crop")
+    assert lines[1].startswith(f"cache {tiny_cache}: 2 images, augmentation: each epoch height x U[0.8, 1.2], "
+                               f"rotation U[-10, 10] deg, 64 px crop")
     assert lines[2] == "weights: random initialisation"
     assert lines[3] == "length: 50 epoch(s) of 2 step(s), stopping at step 1", "no time budget, no check run"
     assert re.fullmatch(rf"output: {re.escape(str(out))} \(log\.jsonl, a checkpoint every 1 epoch\(s\), keeping the "

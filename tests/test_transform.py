@@ -259,7 +259,7 @@ def test_east_train_augment_records_the_recipe_and_a_resume_inside_an_epoch_is_e
     flags = ("--epochs", "2", "--batch-size", "1", "--augment", str(recipe))
     whole = tmp_path / "whole"
     log = train_run(tiny_cache, whole, *flags)
-    assert log[0]["augment"]["text"] == recipe.read_text() and log[0]["config"]["augment"] == str(recipe)
+    assert log[0]["transform"]["text"] == recipe.read_text() and log[0]["config"]["augment"] == str(recipe)
     assert "each training crop through --augment" in capsys.readouterr().out
     cut = tmp_path / "cut"
     train_run(tiny_cache, cut, *flags, "--max-steps", "3")   # stops after the first step of epoch 2
@@ -267,7 +267,7 @@ def test_east_train_augment_records_the_recipe_and_a_resume_inside_an_epoch_is_e
     train_run(tiny_cache, cut, "--epochs", "2", "--batch-size", "1", "--resume", str(cut / "latest.pt"))
     assert "as recorded in" in capsys.readouterr().out
     a, b = (torch.load(d / "latest.pt", weights_only=True) for d in (whole, cut))
-    assert a["step"] == b["step"] == 4 and b["augment"]["text"] == a["augment"]["text"]
+    assert a["step"] == b["step"] == 4 and b["transform"]["text"] == a["transform"]["text"]
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
 
@@ -291,7 +291,7 @@ def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_lin
     assert re.match(rf"error: --augment {re.escape(str(recipe))}:third: transform third failed on image \S+ "
                     rf"\(variant 0, epoch 1\): RuntimeError: the third crop; saved {re.escape(str(out))}/epoch_2_step_",
                     err[0]), err[0]
-    assert torch.load(out / "latest.pt", weights_only=True)["augment"]["name"] == "third"
+    assert torch.load(out / "latest.pt", weights_only=True)["transform"]["name"] == "third"
 
 
 def test_east_train_refuses_a_recipe_that_does_not_load_before_the_caches_open(tmp_path, capsys):

@@ -10,6 +10,7 @@ and its file (by the bytes where the build hashed them, --check-content; else by
 data set with new modification times is the same set), and the variants per image."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from east_cache.augment import FLAGS, Augment, flag, fmt
 from east_cache.reader import CacheDataset
 from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
@@ -150,8 +152,8 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
             "epoch_sums": None if complete else s.epoch_sums.tolist(),
             "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
             "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict(),
-            "trained_on": sample_set(ds), "best": s.best,
-            "augment": ds.transform.record if ds.transform is not None else None}
+            "trained_on": sample_set(ds), "best": s.best, "augment": ds.aug.to_dict(),
+            "transform": ds.transform.record if ds.transform is not None else None}
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -197,12 +199,35 @@ def inference_model(ck: dict, path: Path, device: torch.device) -> EAST:
 def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:
     """A model predicts maps at the scale it was trained for: a cache at another scale (or crop size, as
     check_caches demands of a validation cache) would be scored against targets it never learnt."""
-    want = (ck["config"]["input_size"], ck["config"]["map_scale"])
-    have = (ds.config.input_size, ds.config.map_scale)
+    want = (trained_size(ck), ck["config"]["map_scale"])
+    have = (ds.size, ds.config.map_scale)
     if want != have:
         raise UsageError(f"{path} was trained on {want[0]}px crops with maps at x{want[1]} but {ds.cache_dir} holds "
                          f"{have[0]}px at x{have[1]}; evaluate on a cache built with `{cache_command('build')} "
                          f"--input-size {want[0]} --map-scale {want[1]}`")
+
+
+def trained_size(ck: dict) -> int:
+    """The crop side a checkpoint was trained on: its recorded augmentation's, else its cache's."""
+    return (ck.get("augment") or ck["config"])["input_size"]
+
+
+def run_augment(given: dict, ds: CacheDataset, ck: dict | None = None, path: Path | None = None) -> Augment:
+    """The run's Augment: the flags given (field names, None: not given) over the cache's build values; with
+    --resume (ck, the checkpoint at path) the recorded one, and a flag that asks for another value is refused: an
+    exact resume draws the crops the run would have drawn (start a new run from the weights with --init-from)."""
+    recorded = ck.get("augment") if ck is not None else None
+    if recorded is None:   # a new run, or a checkpoint from before the augmentation was recorded
+        return Augment.of_cache(ds.config, **given)
+    aug = Augment.from_dict(recorded)
+    other = dataclasses.replace(aug, **{k: v for k, v in given.items() if v is not None})
+    if other != aug:
+        flags = ", ".join(f"--{flag(k)} {fmt(getattr(other, k))} (recorded {fmt(getattr(aug, k))})"
+                          for k in FLAGS if getattr(other, k) != getattr(aug, k))
+        raise UsageError(f"--resume {path}: {flags}: the run was trained with {aug.describe()}, and a resume goes on "
+                         f"with the recorded augmentation so that it draws the crops the run would have drawn; drop "
+                         f"those flags, or start a new run from its weights with --init-from {path}")
+    return aug
 
 
 def check_same_samples(ck: dict, path: Path, ds: CacheDataset, say) -> None:
@@ -214,7 +239,8 @@ def check_same_samples(ck: dict, path: Path, ds: CacheDataset, say) -> None:
         say(f"{path} does not record the cache it was trained on (an older train.py wrote it): resuming on "
             f"{ds.cache_dir} unchecked")
         return
-    if (was["samples"], was["input_size"]) != (now["samples"], now["input_size"]):
+    # the crop side of a cache stored resized only is the run's choice (its Augment, checked by run_augment)
+    if was["samples"] != now["samples"] or (not ds.config.warps_at_read and was["input_size"] != now["input_size"]):
         raise UsageError(f"--resume {path}: it was trained on {was['cache']} ({was['images']} images, "
                          f"{was['input_size']} px), but --cache {ds.cache_dir} holds another sample set "
                          f"({now['images']} images, {now['input_size']} px); resume with --cache {was['cache']}, "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from east_cache.augment import add_flags as add_augment_flags
 from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
 from east_cache.model.report import REPORT_TO, chosen
@@ -54,6 +55,15 @@ class TrainConfig:
     compile: bool = False                  # torch.compile the model
     jitter: float = BASELINE_JITTER        # colour jitter strength (0: off), see east_cache.reader.images.color_jitter
     augment: str | None = None             # a recipe of per-crop transforms (east_cache/reader/transform.py); None: none
+    # the reader's geometric draw (east_cache/augment.py Augment, flags of the same names); None: the cache's build
+    # value (scale 1, perspective 0), or with --resume the checkpoint's
+    height_jitter: float | None = None
+    max_rotation: float | None = None
+    input_size: int | None = None
+    scale: tuple[float, float] | None = None
+    perspective: float | None = None
+    scale_p: float | None = None
+    perspective_p: float | None = None
     workers: int | None = None             # loader worker processes; 0: a prefetch thread in this process; None: auto
     seed: int = 0                          # seed of shuffling, jitter and initialisation
     backbone_weights: str = "imagenet"     # "imagenet" (torchvision's, downloaded once), "random" or a .pth file
@@ -145,6 +155,8 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
 
 EXAMPLES = """examples:
   {train} --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
+  {train} --cache cache/train --scale 0.5,1 --perspective 0.05 --max-rotation 15
+                                                  choose the crops' geometry: no rebuild (--geometry read caches)
   {train} --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
@@ -232,6 +244,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                           "(a pipeline or callable image -> image in a Python file); recorded in the checkpoint, "
                           "which --resume reuses; never on validation (default: none; needs pip install -e "
                           "\".[augment]\")")
+    add_augment_flags(p)
     opt.add_argument("--seed", type=flag_number(SEED),
                      help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",

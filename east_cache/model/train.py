@@ -20,7 +20,6 @@ from east_cache.reader import CacheDataset
 from east_cache.model.checkpoint import (
     BEST,
     EVAL_LOG,
-    LATEST,
     RUN_WRITES,
     checkpoint_name,
     checkpoint_state,
@@ -34,14 +33,18 @@ from east_cache.model.checkpoint import (
     resume,
     resume_command,
     rng_states,
+    run_augment,
     save_checkpoint,
     validation_score,
     warning_line,
 )
+from east_cache.augment import FLAGS as AUGMENT_FLAGS
+from east_cache.augment import Augment
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.report import check_report_flags, records_to, start_reporting
+from east_cache.model.started import started_lines
 from east_cache.model.runtime import (
     Runtime,
     failure_recorded,
@@ -57,7 +60,7 @@ from east_cache.model.runtime import (
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split
-from east_cache.reader.loader import Loader, check_caches, describe_reading, loader_workers, open_cache
+from east_cache.reader.loader import Loader, check_caches, open_cache
 from east_cache.reader.recipe import load_recipe, run_recipe
 from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
@@ -143,7 +146,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ds = open_run_cache(cfg, rt, cfg.cache)
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
-    check_caches(ds, val)
+    given = {k: getattr(cfg, k) for k in AUGMENT_FLAGS}
+    if not cfg.resume:   # a resume takes the checkpoint's (below); its flags are checked against it there
+        read_by(ds, val, run_augment(given, ds))
     model = EAST(ds.config.map_scale)
     if cfg.init_from:
         origin = init_from(cfg.init_from, model, ds)
@@ -155,7 +160,9 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, cfg.epochs // 2)], gamma=0.1)
     recorded = None
     if cfg.resume:
-        recorded = resume(cfg.resume, model, optimizer, scheduler, ctx, ds).get("augment")
+        ck = resume(cfg.resume, model, optimizer, scheduler, ctx, ds)
+        read_by(ds, val, run_augment(given, ds, ck, cfg.resume))
+        recorded = ck.get("transform")
         origin = f"resumed from {cfg.resume}"
     recipe = run_recipe(cfg.augment, recorded, cfg.resume and str(cfg.resume), rt.say,
                         warning_line if rt.rank == 0 else rt.say)
@@ -179,7 +186,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
-        ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.transform and ds.transform.record})
+        ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.aug.to_dict(),
+                 "transform": ds.transform and ds.transform.record})
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
@@ -203,6 +211,15 @@ def run_saving(net, model, loaders, optimizer, scheduler, ctx: Context, ds: Cach
                              f"--augment RECIPE") from None
 
 
+def read_by(ds: CacheDataset, val: CacheDataset | None, aug: Augment) -> None:
+    """The training cache drawn by the run's Augment; the validation cache read at its crop size, drawing none of
+    it (Loader(train=False)); both checked alike (check_caches)."""
+    ds.augment = aug
+    if val is not None:
+        val.augment = Augment.of_cache(val.config, input_size=aug.input_size)
+    check_caches(ds, val)
+
+
 def open_run_cache(cfg: TrainConfig, rt: Runtime, path) -> CacheDataset:
     """A cache of the run (its training or validation cache) opened for this process, brought up to date with
     --rebuild; one at a URL downloaded into the run's local cache folder."""
@@ -217,11 +234,15 @@ def run_loader(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, train: bool, sha
                   nvjpeg_decode=cfg.nvjpeg)
 
 
-def training_loader(cache, batch_size: int, workers: int | None, device) -> Loader:
-    """The training loader train.py --cache CACHE --batch-size B --workers W --device D reads by, its other flags
-    at their defaults (`bench` sets it beside a loop of your own)."""
-    cfg, rt = TrainConfig(cache=cache, batch_size=batch_size, workers=workers), Runtime(torch.device(device))
-    return run_loader(cfg, rt, open_run_cache(cfg, rt, cfg.cache), train=True)
+def training_loader(cache, batch_size: int, workers: int | None, device, augment: dict | None = None) -> Loader:
+    """The training loader train.py --cache CACHE --batch-size B --workers W --device D reads by, its augmentation
+    flags as augment says (Augment fields), its other flags at their defaults (`bench` sets it beside a loop of your
+    own)."""
+    cfg = TrainConfig(cache=cache, batch_size=batch_size, workers=workers, **(augment or {}))
+    rt = Runtime(torch.device(device))
+    ds = open_run_cache(cfg, rt, cfg.cache)
+    read_by(ds, None, run_augment({k: getattr(cfg, k) for k in AUGMENT_FLAGS}, ds))
+    return run_loader(cfg, rt, ds, train=True)
 
 
 def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages=None) -> None:
@@ -345,55 +366,6 @@ def no_best(cfg: TrainConfig, state: RunState) -> str:
         return ""
     return (f"; no {BEST} (no epoch was validated before the stop): predict with {state.last_checkpoint}, or "
             f"resume to finish an epoch")
-
-
-def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
-                  steps_per_epoch: int, disk: str) -> list[str]:
-    c, procs = ds.config, f"{rt.world} processes" if rt.world > 1 else "1 process"
-    procs += f", {cfg.threads} torch thread(s) each" if cfg.threads else ""
-    val = f"validation cache {cfg.val_cache}" if cfg.val_cache else "no validation cache (--val-cache)"
-    if cfg.val_data:
-        val += f"; validation images {cfg.val_data} ({cfg.val_split} split, full pages)"
-    if cfg.resume:
-        where = (f"inside epoch {state.epoch + 1}, {state.epoch_micro // cfg.accum_steps} of its steps done"
-                 if state.epoch_micro else f"after epoch {state.epoch}")
-        origin = f"{origin}: step {state.step}, {where}"
-    steps = f" and every {cfg.save_every_steps} steps" if cfg.save_every_steps else ""
-    kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
-    best = f" and {BEST}" if cfg.eval_every or cfg.val_cache else ""   # what validation_score judges by
-    saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST}{best}; {disk}"
-    return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
-             f"input {c.input_size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
-            (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(c, cfg.nvjpeg)}, "
-             f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"
-             + (f"; each training crop through --augment {ds.transform.recipe}" if ds.transform else "")),
-            f"weights: {origin}",
-            describe_length(cfg, state, steps_per_epoch),
-            f"output: {cfg.out} (log.jsonl, {saves})"]
-
-
-def describe_geometry(c, nvjpeg: bool) -> str:
-    """How the cache's crops get their height, rotation and crop, in words (c: its BuildConfig)."""
-    if not c.warps_at_read:
-        return f"{c.variants} variant(s) warped at build time"
-    unused = "; --nvjpeg unused: its crops are decoded and warped by the loader" if nvjpeg else ""
-    return (f"each epoch a new height x U[{1 - c.height_jitter:g}, {1 + c.height_jitter:g}], rotation "
-            f"U[-{c.max_rotation:g}, {c.max_rotation:g}] degrees and crop{unused}")
-
-
-def describe_length(cfg: TrainConfig, state: RunState, steps_per_epoch: int) -> str:
-    limits = ([f"profiling {cfg.profile} step(s) after a warm-up one"] if cfg.profile else
-              [f"step {state.step_limit}"] if state.step_limit is not None else [])
-    if cfg.time_limit:
-        limits.append(f"{cfg.time_limit:g} s")
-    text = f"length: {cfg.epochs} epoch(s) of {steps_per_epoch} step(s)"
-    if state.epoch or state.step:
-        text += f", going on from epoch {state.epoch + 1}"
-    if limits:
-        text += ", stopping at " + " or ".join(limits)
-    if cfg.check_run:
-        text += " (the check run without a GPU; --epochs, --max-steps or --time-limit set the length)"
-    return text
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from east_cache.augment import Augment
 from east_cache.reader import CacheDataset, collate
 from east_cache.reader.expand import batch_images
-from east_cache.model.checkpoint import check_fits_cache, inference_model, load_checkpoint
+from east_cache.model.checkpoint import check_fits_cache, inference_model, load_checkpoint, trained_size
 from east_cache.model.config import TrainConfig
 from east_cache.model.decode import decode_maps
 from east_cache.evaluate.deteval import dataset_metrics, evaluate_image, gt_quads
@@ -122,6 +123,9 @@ def evaluate_checkpoint(cfg: TrainConfig, rt: Runtime, checkpoint) -> None:
     else:
         cache = cfg.val_cache or cfg.cache
         ds = open_cache(cache, cfg.rebuild, rt.rank, rt.world, cfg.local_cache, cfg.local_cache_limit)
+        if ds.pages and ds.config.warps_at_read:   # read at the crop side the checkpoint was trained on
+            ds.augment = Augment.of_cache(ds.config, input_size=trained_size(ck))
+        ds.augment = False   # a validation read draws no geometry: the same crops as training's validation loss
         check_fits_cache(ck, checkpoint, ds)
         metrics = detection_metrics(model, ds, new_context(cfg, rt))
         source, n, on = {"cache": str(cache)}, len(ds), str(cache)

@@ -16,6 +16,7 @@ import time
 import numpy as np
 from torch.utils.data import DataLoader
 
+from east_cache.augment import Augment
 from east_cache.errors import CacheError
 from east_cache.reader import BlockSampler, CacheDataset, WorkerLoader, collate, fork_available
 from east_cache.reader import batches as epoch_batches  # `batches` is a count here
@@ -134,9 +135,12 @@ def timed_pass(loader, order: Order, batch: int, batches: int | None) -> tuple[i
     return n, time.perf_counter() - t0
 
 
-def measure(cache, workers: int, batch: int, batches: int | None, paths) -> tuple[float | None, float]:
-    """(cold samples/s or None, warm samples/s) of one setting, on a fresh Dataset with nothing mapped yet."""
+def measure(cache, workers: int, batch: int, batches: int | None, paths,
+            augment: dict | None = None) -> tuple[float | None, float]:
+    """(cold samples/s or None, warm samples/s) of one setting, on a fresh Dataset with nothing mapped yet, its crops
+    drawn by the cache's build values changed by augment (Augment fields)."""
     ds = CacheDataset(cache, check_stale=False, compact=True)   # page mode: the items train.py reads
+    ds.augment = Augment.of_cache(ds.config, **(augment or {}))
     c = ds.config
     order = Order(len(ds), c.batch_size if c.strategy == "batch" else 1)
     if workers and fork_available():   # train.py's worker processes
@@ -159,20 +163,22 @@ def measure(cache, workers: int, batch: int, batches: int | None, paths) -> tupl
     return cold, n * batch / secs
 
 
-def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) -> str:
+def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None, augment: dict | None = None) -> str:
     ds = CacheDataset(cache, check_stale=False, compact=True)
+    ds.augment = Augment.of_cache(ds.config, **(augment or {}))   # refused early where the build froze it
     if len(ds) == 0:
         raise CacheError(f"{cache}: the cache holds no samples; nothing to benchmark")
     for name in ds.files if ds.remote is not None else ():   # a cache at a URL: benchmarked once it is local
         ds.remote.ensure(name)
     paths = [p for f in ds.files for p in ds.manifest.format.stored_files(data_path(ds.cache_dir, f))]   # a zarr file is a directory
     size = ds.item_bytes
+    drawn = f" Crops drawn: {ds.aug.describe()}." if ds.pages and ds.config.warps_at_read else ""
     once = memcpy_rate(ds, 1)
     copy = memcpy_rate(ds, max(1, int(0.5 * once / len(ds))))   # about half a second of copying
     del ds
     gc.collect()
     note = probe_drop(paths) if CAN_DROP else "os.posix_fadvise is not available here: cold figures are not available"
-    results = [(w, b, *measure(cache, w, b, batches, paths)) for b in batch_sizes for w in workers]
+    results = [(w, b, *measure(cache, w, b, batches, paths, augment)) for b in batch_sizes for w in workers]
     fmt = lambda r: [f"{r:.1f}", f"{r * size / 1e6:.1f}", f"{r / copy:.3g}"] if r else ["n/a"] * 3  # noqa: E731
     rows = [[w, b, *fmt(cold), *fmt(warm)] for w, b, cold, warm in results]
     rows.append(["memcpy (1 core, warm)", "-", "-", "-", "-", *fmt(copy)])
@@ -189,7 +195,7 @@ def run(cache, workers: list[int], batch_sizes: list[int], batches: int | None) 
         "workers 0: this process reads, one batch ahead in a thread; N: train.py's worker processes, which cut "
         "batches into shared slots.",
         f"{cache}: {len(paths)} data files, {_size(paths) / 1e6:.1f} MB, {size / 1e6:.2f} MB per sample. "
-        f"{platform.machine()}, {os.cpu_count()} cores.",
+        f"{platform.machine()}, {os.cpu_count()} cores.{drawn}",
         f"Each setting: {f'{batches} batches' if batches else f'about {SECONDS:.0f} s'} cold, then the same batches "
         f"warm; workers are started before the clock.", note, "", table(header, rows), "",
         f"Recommendation: train.py --workers {w} --batch-size {b} ({rate[(w, b)]:.1f} samples/s "

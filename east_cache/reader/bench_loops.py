@@ -44,7 +44,8 @@ def compare(cache, workers: int, batch: int, batches: int | None, device: torch.
             training_loader: Callable[..., Loader]) -> tuple[float, float]:
     """(train.py's crops/s, your own loop's crops/s) of one setting."""
     ours = training_loader(cache, batch, workers, device)
-    loaders = {"A": ours, "B": Loader(cache, batch_size=batch, workers=workers, device=device, jitter=ours.jitter)}
+    loaders = {"A": ours, "B": Loader(cache, batch_size=batch, workers=workers, device=device, jitter=ours.jitter,
+                                      augment=ours.dataset.aug)}
     try:
         for loader in loaders.values():   # start the workers, fault the files in
             for _ in loader:

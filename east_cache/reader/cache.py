@@ -9,6 +9,7 @@ cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import mmap
 import multiprocessing
 import numbers
@@ -17,6 +18,7 @@ import warnings
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from east_cache.augment import Augment
 from east_cache.bounds import COUNT_OR_ZERO, Bound, check_number
 from east_cache.errors import UsageError, cache_command
 from east_cache.reader.collate import collate
@@ -59,7 +61,8 @@ class CacheDataset(RecordReader, Dataset):
       roi    uint8 (1, m, m): 0 inside don't-care words (illegible, tagged, not quads, too small, or legible
              words the crop cuts), else 1 (also past the page, where the image is 0)
     A page-mode cache stored resized only (--geometry read, the default) warps each item's crop from its page with
-    the epoch's height factor and rotation (augment); its compact items (compact=True) hold
+    the epoch's draw (augment: height, rotation, scale, perspective; S the Augment's input size); its compact items
+    (compact=True) hold
       image_hwc  uint8 (S, S, 3): the crop, RGB channels last, warped where the item is written into its batch
                  (np.asarray warps it; expand_batch hands it on channels first, a view)
       crop_maps  uint16 (m, m): bits 0-14 the owner (1 + the row of table of the word whose shrunk quad covers the
@@ -86,6 +89,9 @@ class CacheDataset(RecordReader, Dataset):
     A crop-mode cache (--crop build) ignores compact. The keys of a store's crop record (store/format.py CROP) and
     those above (store/page_record.py) are declared there once.
 
+    augment: True (the default) draws each epoch's geometry of a --geometry read page by the cache's build values;
+    an Augment (east_cache/augment.py: height jitter, rotation, crop side, scale, perspective) by that (a cache
+    whose pages are stored warped refuses one that differs from its build); False: no geometry (a validation read).
     in_memory: read every data file into RAM once (forked loader workers share it copy-on-write); check_stale:
     refuse (StaleCacheError) a cache whose source changed since its build or that other sample code made. A
     CacheDataset pickles without its open files: whoever unpickles it opens its own.
@@ -101,29 +107,14 @@ class CacheDataset(RecordReader, Dataset):
     pages are stored resized only (--geometry read, the default), and only while augment is on."""
 
     def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False,
-                 local_cache=None, local_cache_limit: str | int = 0, transform=None):
+                 local_cache=None, local_cache_limit: str | int = 0, augment: bool | Augment = True,
+                 transform=None):
         super().__init__(cache_dir, in_memory, check_stale, local_settings(local_cache, local_cache_limit))
         self.pages = self.spec.kind.packed   # --crop read: records are pages, items crops of them
         self.jpeg = self.spec.kind.page_codec == "jpeg"
         self.compact = compact and self.pages
         self.cropper = PageCropper(self, self.compact) if self.pages else None
-        # what an item holds, as one structured record: a crop record, whichever kind is stored
-        self.item_dtype = record_spec(self.config, CROP).dtype if self.pages else self.dtype
-        self.fields = self.item_dtype.names
-        warps = self.pages and self.config.warps_at_read
-        if self.compact:
-            self.fields = ((WARPED_IMAGE, CROP_MAPS, WORD_TABLE) if warps else
-                           (JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
-                           (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE))
-        # bytes an item delivers (a compact crop: its warped image and drawn maps, its blocks of tiles, or its decoded
-        # JPEG tiles and drawn maps; its word table is a few hundred more)
-        self.item_bytes = self.item_dtype.itemsize
-        if self.compact and warps:
-            self.item_bytes = 3 * self.config.input_size ** 2 + MAPS_DTYPE().itemsize * self.config.map_size ** 2
-        elif self.compact:
-            n, m = block_tiles(self.config.input_size, JPEG_TILE_PX), self.config.map_size
-            self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
-                               else block_bytes(self.config))
+        self.augment = augment
         self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
         # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
         # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
@@ -178,15 +169,56 @@ class CacheDataset(RecordReader, Dataset):
 
     @property
     def augment(self) -> bool:
-        """Whether a page-mode cache stored resized only (--geometry read) draws each epoch's height and rotation
-        (True, training) or reads unwarped crops, the same every epoch (False, validation). Nothing for other
-        caches: their geometry was drawn at build time."""
+        """Whether a page-mode cache stored resized only (--geometry read) draws each epoch's geometry (True,
+        training: by `aug`) or reads unwarped crops, the same every epoch (False, validation). Nothing for other
+        caches: their geometry was drawn at build time. Set it to a bool, or to an Augment (east_cache/augment.py:
+        height jitter, rotation, crop size, scale, perspective) to draw by (and turn it on)."""
         return self.cropper is None or self.cropper.augment
 
     @augment.setter
-    def augment(self, on: bool) -> None:
+    def augment(self, on: bool | Augment) -> None:
+        if isinstance(on, Augment):
+            if self.cropper is not None:
+                self.cropper.set_aug(on)
+            else:
+                on.check_frozen(self.config, self.where)
+            self._shape_items()
+            on = True
         if self.cropper is not None:
             self.cropper.augment = bool(on)
+        if not hasattr(self, "item_dtype"):
+            self._shape_items()
+
+    @property
+    def aug(self) -> Augment:
+        """The Augment crops are drawn by (the cache's build values unless told otherwise: augment = Augment(...))."""
+        return self.cropper.aug if self.cropper is not None else Augment.of_cache(self.config)
+
+    @property
+    def size(self) -> int:
+        """S: the side of an item's crop, px (the Augment's input size)."""
+        return self.aug.input_size
+
+    def _shape_items(self) -> None:
+        """What an item holds for the crop side read: its fields, its dtype as one crop record, its bytes."""
+        reading = dataclasses.replace(self.config, input_size=self.size)
+        # what an item holds, as one structured record: a crop record, whichever kind is stored
+        self.item_dtype = record_spec(reading, CROP).dtype if self.pages else self.dtype
+        self.fields = self.item_dtype.names
+        warps = self.pages and self.config.warps_at_read
+        if self.compact:
+            self.fields = ((WARPED_IMAGE, CROP_MAPS, WORD_TABLE) if warps else
+                           (JPEG_BLOCK, CROP_IN_BLOCK, CROP_MAPS, WORD_TABLE) if self.jpeg else
+                           (IMAGE_BLOCK, CROP_IN_BLOCK, MAPS_BLOCK, WORD_TABLE))
+        # bytes an item delivers (a compact crop: its warped image and drawn maps, its blocks of tiles, or its decoded
+        # JPEG tiles and drawn maps; its word table is a few hundred more)
+        self.item_bytes = self.item_dtype.itemsize
+        if self.compact and warps:
+            self.item_bytes = 3 * reading.input_size ** 2 + MAPS_DTYPE().itemsize * reading.map_size ** 2
+        elif self.compact:
+            n, m = block_tiles(reading.input_size, JPEG_TILE_PX), reading.map_size
+            self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
+                               else block_bytes(reading))
 
     def variant(self, i: int, epoch: int | None = None) -> int:
         """The variant item i reads at an epoch (default: the current one)."""

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Sampler
 
+from east_cache.augment import Augment
 from east_cache.bounds import COUNT, COUNT_OR_ZERO, SEED, check_number
 from east_cache.errors import CacheError, UsageError, cache_command
 from east_cache.location import Location, is_remote
@@ -221,9 +222,9 @@ def explain_not_a_cache(path: Path) -> str | None:
 
 def check_caches(ds: CacheDataset, val: CacheDataset | None) -> None:
     """A validation cache must match the training cache's crop size and map scale: the model predicts those."""
-    if val is not None and (val.config.input_size, val.config.map_scale) != (ds.config.input_size, ds.config.map_scale):
-        raise CacheError(f"{val.where} has input {val.config.input_size}px at x{val.config.map_scale} but "
-                         f"{ds.where} has {ds.config.input_size}px at x{ds.config.map_scale}; build both alike")
+    if val is not None and (val.size, val.config.map_scale) != (ds.size, ds.config.map_scale):
+        raise CacheError(f"{val.where} is read at input {val.size}px at x{val.config.map_scale} but "
+                         f"{ds.where} at {ds.size}px at x{ds.config.map_scale}; read both alike (--input-size)")
 
 
 def pinned(batch: dict) -> dict:
@@ -269,7 +270,10 @@ class Loader:
     AUTO_WORKERS_MAX; else 0, read in this process). normalize: "imagenet" (this project's EAST), "baseline"
     ((x / 255 - 0.5) / 0.5, the BoostCamp baseline's) or None (uint8 images, to augment and normalise yourself);
     jitter: colour jitter strength applied on the device before normalising (0: none; default BASELINE_JITTER when
-    train, else 0). augment: draw each epoch's height and rotation (default: train). rebuild: bring a stale
+    train, else 0). augment: draw each epoch's geometry (default: train), by the cache's build values (True) or by an
+    Augment (east_cache/augment.py: height_jitter, max_rotation, input_size, scale, perspective, scale_p,
+    perspective_p; the flags of east-train of the same names), e.g.
+    augment=east_cache.Augment(scale=(0.5, 1), perspective=0.05, input_size=1024). rebuild: bring a stale
     cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
     share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.
@@ -282,7 +286,7 @@ class Loader:
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
                  train: bool = True, shuffle: bool | None = None, rank: int | None = None, world: int | None = None,
-                 normalize: str | None = "imagenet", jitter: float | None = None, augment: bool | None = None,
+                 normalize: str | None = "imagenet", jitter: float | None = None, augment: bool | Augment | None = None,
                  rebuild: bool = False, share: NodeShare | None = None, local_cache=None,
                  local_cache_limit: str | int = 0, nvjpeg_decode: bool = False, transform=None):
         shuffle = train if shuffle is None else shuffle

@@ -1,7 +1,8 @@
 """PageCropper: the crops of a page-mode cache (--crop read), made from its records by one reading process.
 
 Item i at epoch e is a crop of page (image i, variant v). A page stored resized only (--geometry read) gets the
-epoch's height, rotation and crop (sample/epoch_geometry.py) and is warped and its targets made by
+epoch's height, rotation, scale, perspective and crop under the reader's Augment (east_cache/augment.py;
+sample/epoch_geometry.py) and is warped and its targets made by
 east_cache/reader/warped.py; a page stored warped gets the epoch's origin (crop_draw.epoch_crop) and is cut out of
 its record (east_cache/reader/crop.py). Either draw comes from (seed, e, image name, v) alone, whoever reads it.
 Every epoch draws from the same pages, so a process keeps what it derives from each of them, within its
@@ -13,19 +14,22 @@ not fault by fault as the next epochs' crops touch them. A jpeg page's crop is d
 """
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 
 import numpy as np
 
+from east_cache.augment import Augment
 from east_cache.budget import ByteBudget
 from east_cache.reader.crop import PageWords, crop_page, crop_page_compact, crop_words, page_words, words_bytes
 from east_cache.reader.jpeg_device import streams_capacity
 from east_cache.reader.records import RecordReader
 from east_cache.reader.transform import CropTransform, CropWords, crop_seed
 from east_cache.reader.warped import warped_crop, warped_words
-from east_cache.sample.crop_draw import epoch_crop, grid_step
-from east_cache.sample.epoch_geometry import EpochGeometry, epoch_geometry
+from east_cache.sample.crop_draw import epoch_crop, grid_step, word_weights
+from east_cache.sample.epoch_geometry import EpochGeometry, epoch_geometry, quad_boxes, weights_side
+from east_cache.sample.page import warped_frames
 from east_cache.store.formats.packed import check_extent
 from east_cache.store.page_jpeg import JPEG_TILE_PX, codec_of
 from east_cache.store.page_record import Page, block_tiles
@@ -38,10 +42,11 @@ class PageCropper:
     """Crops of the pages `records` holds, as items: compact (crop_page_compact: blocks of tiles, maps patch and
     word table, for the device to expand) or not (crop_page: image, score, geo, roi)."""
 
-    def __init__(self, records: RecordReader, compact: bool):
+    def __init__(self, records: RecordReader, compact: bool, aug: Augment | None = None):
         self.records, self.compact = records, compact
         c = records.config
-        self.size, self.map_scale, self.step, self.seed = c.input_size, c.map_scale, grid_step(c.map_scale), c.seed
+        self.map_scale, self.step, self.seed = c.map_scale, grid_step(c.map_scale), c.seed
+        self.set_aug(Augment.of_cache(c) if aug is None else aug)
         self.codec = codec_of(c)
         self.warps = c.warps_at_read   # pages stored resized only: each epoch's warp drawn here (reader/warped.py)
         self.augment = True   # False: unwarped crops, the same every epoch (a validation set's)
@@ -51,6 +56,12 @@ class PageCropper:
         self._reset()
         self._table_rows: int | None = None
         self._fits: bool | None = None   # the data files fit in half the memory (fits_in_memory), once asked
+
+    def set_aug(self, aug: Augment) -> None:
+        """Draw by aug from now on (a cache whose pages are stored warped takes only its build's: check_frozen)."""
+        aug.check_frozen(self.records.config, str(self.records.where))
+        self.aug, self.size = aug, aug.input_size
+        self._weights: dict[tuple[int, int], np.ndarray] = {}
 
     def _reset(self) -> None:
         """Forget what this process keeps of its pages (a pickled cropper's reader derives its own)."""
@@ -107,7 +118,26 @@ class PageCropper:
         variant) alone, whoever reads it; without augment, the unwarped crop of epoch 0, every epoch."""
         page = self.page(i, variant) if page is None else page
         return epoch_geometry(self.records.config, epoch if self.augment else 0, self.records.names[i], variant,
-                              page.legible_quads(), page.size, page.weight, self.augment)
+                              page.legible_quads(), page.size, self.weights(i, variant, page), self.augment, self.aug)
+
+    def weights(self, i: int, variant: int, page: Page) -> np.ndarray:
+        """The draw weights of image i's page's legible words for this reader's crop side and mean scale
+        (weights_side): the stored ones where they are for that side (config.READER_ONLY: a page stored resized only
+        holds weights for the default side), else derived once per page and process (crop_draw.word_weights, in the
+        frames of this reader's height jitter and rotation: page.warped_frames)."""
+        side, stored = weights_side(self.aug, self.step), self.records.config.stored()
+        if (side, self.aug.height_jitter, self.aug.max_rotation) == (stored.input_size, stored.height_jitter,
+                                                                     stored.max_rotation):
+            return page.weight
+        key = self.records.locate(i, variant)
+        kept = self._weights.get(key)
+        if kept is None:
+            quads = page.legible_quads()
+            drawn = dataclasses.replace(self.records.config, height_jitter=self.aug.height_jitter,
+                                        max_rotation=self.aug.max_rotation)   # the frames this reader warps to
+            kept = self._weights[key] = word_weights(quad_boxes(quads), page.size, side, self.step,
+                                                     warped_frames(quads, page.size, drawn))
+        return kept
 
     def crop_origin(self, i: int, variant: int, epoch: int, page: Page | None = None,
                     words: PageWords | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from east_cache.augment import Augment
 from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
 from east_cache.store.format import cache_inputs
@@ -18,16 +19,20 @@ from east_cache.tools.show import GAP, LABEL_H, crop_panel, render_sample, words
 
 
 def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, local_cache=None,
-                local_cache_limit: str | int = 0, epochs: list[int] | None = None, augment=None) -> None:
+                local_cache_limit: str | int = 0, epochs: list[int] | None = None, recipe=None,
+                augment: dict | None = None) -> None:
     """Draw variant `variant` of image `index` (its index in name order, or its name) of the cache into the PNG
     `out`: its crop at the epoch that reads that variant; of a page warped at read time, its crop at `epoch`, with
-    that epoch's height and rotation. A stale cache is drawn with a note saying so. A cache at a URL is read through
-    the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit). With epochs or augment (a
-    recipe): show_epochs's contact sheet of the crops at `epochs` (default [epoch])."""
-    if epochs is not None or augment is not None:
-        return show_epochs(cache, index, epochs or [epoch], out, augment, variant, local_cache, local_cache_limit)
+    that epoch's draw under the cache's build values changed by `augment` (Augment fields: east-train's flags of the
+    same names), the draw in the caption. A stale cache is drawn with a note saying so. A cache at a URL is read through
+    the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit). With epochs or recipe (--augment
+    RECIPE): show_epochs's contact sheet of the crops at `epochs` (default [epoch])."""
+    if epochs is not None or recipe is not None:
+        return show_epochs(cache, index, epochs or [epoch], out, recipe, variant, local_cache, local_cache_limit,
+                           augment)
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
+    ds.augment = Augment.of_cache(ds.config, **(augment or {}))
     stale = check_stale(ds.manifest)
     if stale.stale:
         print(f"note: {cache} is stale ({stale.describe()}); showing what it holds", file=sys.stderr)
@@ -43,7 +48,8 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
     drawn = f"variant {variant}"
     if warped:
         g = ds.cropper.geometry(i, variant, epoch)
-        drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg"
+        drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg, scale x{g.scale:.3f}" + (
+            f", perspective corners moved up to {abs(g.corners).max():.3f} of the crop" if g.corners.any() else "")
     caption = f"{ds.names[i]} (#{i}) {drawn}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
     render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
 
@@ -52,9 +58,10 @@ SHEET_COLUMNS = 4   # crops per row of a contact sheet
 
 
 def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, variant: int = 0, local_cache=None,
-                local_cache_limit: str | int = 0) -> None:
+                local_cache_limit: str | int = 0, augment: dict | None = None) -> None:
     """A contact sheet of image `index`'s crops at each of `epochs` (a cache whose pages are stored resized only):
-    each as training reads it, the epoch's warp then `recipe` (a recipe file or transform, reader/recipe.py), with
+    each as training reads it, the epoch's warp (the cache's build values changed by `augment`, as show_cached) then
+    `recipe` (a recipe file or transform, reader/recipe.py), with
     its score (red), don't-care (dark, hatched) and words (green legible, orange don't-care) where the recipe moved
     them; what a recipe does, seen before training on it."""
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
@@ -64,12 +71,13 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
                          f"--epochs draws a page stored resized only (--geometry read, the default); draw one crop "
                          f"with --variant")
     plain = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
+    ds.augment = plain.augment = Augment.of_cache(ds.config, **(augment or {}))
     ds.transform = recipe
     i = int(index) if index.isdigit() else (ds.names.index(index) if index in ds.names else -1)
     if not 0 <= i < len(ds) or not 0 <= variant < ds.config.variants:
         raise ValueError(f"{cache}: no image {index!r} variant {variant}: it holds images 0..{len(ds) - 1} (or their "
                          f"names), variants 0..{ds.config.variants - 1}")
-    s = ds.config.input_size
+    s = ds.aug.input_size
     cols = min(SHEET_COLUMNS, len(epochs))
     rows = -(-len(epochs) // cols)
     what = f"--augment {ds.transform.recipe}" if ds.transform is not None else "no --augment"
@@ -87,7 +95,7 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
             words = moving(hwc, words)[1]
         g = ds.cropper.geometry(i, variant, epoch)
         x, y = (k % cols) * (s + GAP), (k // cols) * (s + LABEL_H + GAP)
-        draw.text((x, y), f"epoch {epoch}: x{g.height:.2f} {g.angle:+.0f} deg", fill="black", font=font)
+        draw.text((x, y), f"epoch {epoch}: x{g.height:.2f} {g.angle:+.0f} deg" + (f" s{g.scale:.2f}" if g.scale != 1 else ""), fill="black", font=font)
         sheet.paste(Image.fromarray(crop_panel(item["image"], item["score"], item["roi"], *words)), (x, y + LABEL_H))
     for k, line in enumerate(caption):
         draw.text((2, rows * (s + LABEL_H + GAP) + k * LABEL_H), line, fill="black", font=font)

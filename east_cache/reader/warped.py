@@ -1,8 +1,9 @@
 """A crop of a page stored resized only (--geometry read): the epoch's warp applied once, its targets made under it.
 
-The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px. The crop's image is
-the page's pixels under the crop's inverse image (a rotated square: its box of the raw rows read in place, or the
-JPEG tiles that box touches decoded) warped once by that matrix, bilinear, zeros beyond the page; its targets are
+The epoch's draw (east_cache/sample/epoch_geometry.py) gives one matrix, page px -> crop px, a homography (affine
+without a perspective). The crop's image is the page's pixels under the crop's inverse image (a quadrilateral: its
+box of the raw rows read in place, or the JPEG tiles that box touches decoded) warped once by that matrix, bilinear
+(cv2.warpAffine where the matrix is affine, warpPerspective where not), zeros beyond the page; its targets are
 make_targets of the page's words mapped by the same matrix (make.words_in_crop: the words whose box overlaps the
 crop, the legible ones it cuts made don't-care), so they equal, bit for bit, what make_sample's path gives for
 that draw. A compact item (train.py's) carries the crop's packed maps (owner | don't-care bit, as a page's) and
@@ -16,11 +17,28 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.sample.epoch_geometry import EpochGeometry, shifted, source_rect
+from east_cache.errors import REPAIR, CacheError
+from east_cache.sample.epoch_geometry import (
+    EpochGeometry,
+    clip_convex,
+    crop_preimage,
+    far_words,
+    from_shifted,
+    is_affine,
+    level_matrix,
+    map_points,
+    read_level,
+    source_rect,
+)
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
+from east_cache.store.jpeg_tiles import block_of, block_streams, clear_outside, simplejpeg
+from east_cache.store.page_jpeg import JpegImage
 from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
+
+
+IDENTITY = np.eye(3)
 
 
 class WarpedImage(NamedTuple):
@@ -29,6 +47,7 @@ class WarpedImage(NamedTuple):
     page: object           # the page image (page_record.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
     matrix: np.ndarray     # page px -> crop px
     size: int
+    levels: bool = True    # read a crop that shrinks the page by 2 or more at a reduced level (False: full px)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -39,14 +58,23 @@ class WarpedImage(NamedTuple):
         return np.dtype(np.uint8)
 
     def into(self, out: np.ndarray) -> None:
-        # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0
-        region, x, y = self.page.hwc(*source_rect(self.matrix, self.size))
+        # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0. A crop
+        # that shrinks the page by 2 or more reads it at a reduced level (read_level): fewer px, no aliasing
+        f = read_level(self.matrix, self.size) if self.levels else 1
+        rect = source_rect(self.matrix, self.size)
+        region, x, y = self.page.hwc(*rect) if f == 1 else level_region(self.page, rect, f)
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
-        to_crop = shifted(self.matrix, self.matrix[:, :2] @ (x, y))   # the region's px -> crop px
-        cv2.warpAffine(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
-                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        to_crop = from_shifted(self.matrix, (x, y))   # the region's px -> crop px
+        if f > 1:
+            to_crop = to_crop @ level_matrix(f)
+        if is_affine(to_crop):   # no perspective: the cheaper warp, the same pixels
+            cv2.warpAffine(region, to_crop[:2], (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
+                           borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+        else:
+            cv2.warpPerspective(region, to_crop, (self.size, self.size), dst=out, flags=cv2.INTER_LINEAR,
+                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.empty(self.shape, np.uint8)
@@ -54,11 +82,85 @@ class WarpedImage(NamedTuple):
         return out if dtype is None else out.astype(dtype)
 
 
+def level_region(image, rect: tuple[int, int, int, int], f: int) -> tuple[np.ndarray, int, int]:
+    """(px (h', w', 3) of the page's level 1/f, x0, y0): the level's px that cover the page px rect (x, y, w, h),
+    the first one covering page px [x0, x0 + f) x [y0, y0 + f) (level_matrix maps them). Raw rows are averaged over
+    f x f (cv2.INTER_AREA); JPEG tiles decoded at 1/f by libjpeg's own scaling (only the tiles the rect touches,
+    zeros off the page)."""
+    x, y, w, h = rect
+    if isinstance(image, JpegImage):
+        return decode_level(image, x, y, w, h, f)
+    x0, y0 = max(x, 0) // f * f, max(y, 0) // f * f
+    nw, nh = (min(x + w, image.width) - x0) // f, (min(y + h, image.height) - y0) // f
+    if nw <= 0 or nh <= 0:
+        return np.zeros((0, 0, 3), np.uint8), x0, y0
+    region = image.pixels[y0:y0 + nh * f, x0:x0 + nw * f]
+    return cv2.resize(region, (nw, nh), interpolation=cv2.INTER_AREA), x0, y0
+
+
+def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int) -> tuple[np.ndarray, int, int]:
+    """level_region of a JPEG page: the block of tiles under [x, x + w) x [y, y + h), each decoded at 1/f."""
+    tiles = image.tiles
+    t = tiles.tile
+    r = t // f
+    tx, ty, nx, ny = block_of(tiles, x, y, w, h)
+    block = np.empty((ny, nx, r, r, 3), np.uint8)
+    for k, stream in enumerate(block_streams(tiles, tx, ty, nx, ny, image.where)):
+        if stream is not None:   # tiles off the grid: clear_outside
+            decode_reduced(stream, block[k // nx, k % nx], f, image.where)
+    clear_outside(block, tx, ty, -(-tiles.width // f), -(-tiles.height // f))
+    return block.transpose(0, 2, 1, 3, 4).reshape(ny * r, nx * r, 3), tx * t, ty * t
+
+
+def decode_reduced(stream: bytes, out: np.ndarray, f: int, where: str) -> None:
+    """One tile's stream decoded at 1/f of its side into out (T / f, T / f, 3) RGB: libjpeg scales in its inverse
+    DCT (simplejpeg, else OpenCV's IMREAD_REDUCED_COLOR_f)."""
+    side = out.shape[0]
+    try:
+        if simplejpeg is not None:
+            pixels = simplejpeg.decode_jpeg(stream, colorspace="RGB", min_height=side, min_width=side, min_factor=f,
+                                            buffer=out, strict=True)
+        else:
+            flag = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}[f]
+            pixels = cv2.imdecode(np.frombuffer(stream, np.uint8), flag)
+            if pixels is None:
+                raise ValueError("OpenCV refused it")
+            out[...] = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
+    except (ValueError, cv2.error) as e:
+        raise CacheError(f"{where}: a tile of its compressed page does not decode ({e}): {REPAIR}") from None
+    if pixels.shape != out.shape:
+        raise CacheError(f"{where}: a tile of its compressed page decodes to {pixels.shape} at 1/{f}, not "
+                         f"{out.shape}: {REPAIR}")
+
+
 def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows."""
-    points, offsets, care, _ = words_in_crop(page.points, page.offsets, page.care > 0, geometry.cut,
-                                             geometry.matrix, size)
+    """(points float32 (P, 2) crop px, offsets (N + 1,) int64, care uint8 (N,)) of the words the crop shows: the
+    page's points mapped by the draw's matrix (an affine one by its 2 x 3 rows, a homography divided by w)."""
+    matrix, points, offsets = geometry.matrix, page.points, page.offsets
+    if not is_affine(matrix):   # mapped here (words far from the crop clipped to it first), then taken as they are
+        points, offsets = near_words(matrix, points, offsets, size)
+        matrix, points = IDENTITY, map_points(matrix, points)
+    points, offsets, care, _ = words_in_crop(points, offsets, page.care > 0, geometry.cut, matrix[:2], size)
     return points, offsets, care
+
+
+def near_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(points, offsets) page px: the words a homography maps partly far from the crop or past its horizon
+    (epoch_geometry.far_words) and meeting the crop clipped to its preimage and CLIP_MARGIN px around it (only
+    what lies in the crop is drawn; a legible one is cut, hence don't-care); one that misses it is sent off the
+    crop."""
+    far = far_words(matrix, points, offsets, size)
+    if not far.any():
+        return points, offsets
+    crop, region = crop_preimage(matrix, size, 0), crop_preimage(matrix, size)
+    away = map_points(np.linalg.inv(matrix), np.array([[-4.0 * size, -4.0 * size]]))[0]
+    words = []
+    for k in range(len(offsets) - 1):
+        word = np.asarray(points[offsets[k]:offsets[k + 1]], np.float64)
+        if far[k]:   # meets the crop (as tilted_cuts asks: a legible one is then cut), or is sent off it
+            word = clip_convex(word, region) if len(clip_convex(word, crop)) else np.repeat(away[None], 3, axis=0)
+        words.append(word)
+    return np.concatenate(words), np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
 
 
 def warped_crop(page: Page, geometry: EpochGeometry, size: int, map_scale: float,

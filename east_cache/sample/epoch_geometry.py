@@ -1,18 +1,21 @@
-"""The geometry a reader draws every epoch (--geometry read): a page's height factor, rotation and crop.
+"""The geometry a reader draws every epoch (--geometry read): one homography per crop, page px -> crop px.
 
 A page is stored resized only (page.py page_params: height 1, angle 0). At epoch e, item (image name, variant)
-draws, from crop_rng(seed, e, name, variant) alone and in this order, its height factor U[1 - j, 1 + j] and its
-angle U[-r, r] degrees (the order of geometry.sample_params), then its crop. The warp (page_warp) scales the
-page's height by the factor and rotates it, both about the page's centre, as the on-the-fly pipelines do after
+draws, from crop_rng(seed, e, name, variant) alone and in the order east_cache/augment.py gives (Augment), its height
+factor, angle, scale and perspective (the last two where on), then its crop. The warp (page_warp) scales the page's
+height by the factor, rotates it and scales both sides, about the page's centre, as the on-the-fly pipelines do after
 resizing (the centre of the canvas, not of the image in it: the two differ by a shift, which the crop draw that
 follows makes irrelevant), then moves the warped canvas's box to the origin. The crop is drawn in that warped
 frame by the page-mode rule (crop_draw.draw_crop: a legible word by the page's weights, then a crop holding it
-that cuts no other legible word, else fewest), from the legible quads mapped by the warp. A crop is then one
-matrix, page px -> crop px: the reader warps the page's pixels under the crop once with it (bilinear) and makes
-the crop's targets from the page's words mapped by it (make.words_in_crop, then targets.make_targets).
+that cuts no other legible word, else fewest), from the legible quads mapped by the warp. The perspective then tilts
+the crop's source square (tilt: its corners moved, the quadrilateral mapped onto the crop), and the words it cuts are
+those of the final matrix. A crop is then one 3 x 3 matrix, page px -> crop px (affine without a perspective): the
+reader warps the page's pixels under the crop once with it (bilinear) and makes the crop's targets from the page's
+words mapped by it (map_points; a homography keeps lines straight, so a quad stays a quad; make.words_in_crop, then
+targets.make_targets).
 
-Pure numpy: no I/O. The words' weights were computed on the page unwarped (page.py): a warp of a few degrees
-moves which neighbours a crop can avoid cutting only at the margins.
+No I/O. The words' weights were computed on the page unwarped (page.py; a reader's for its crop side and mean
+scale, weights_side): a warp of a few degrees moves which neighbours a crop can avoid cutting only at the margins.
 """
 from __future__ import annotations
 
@@ -21,28 +24,44 @@ from typing import NamedTuple
 
 import numpy as np
 
+from east_cache.augment import Augment
 from east_cache.config import BuildConfig
-from east_cache.sample.crop_draw import crop_rng, draw_crop, grid_step
+from east_cache.sample.crop_draw import crop_rng, cuts_at, draw_crop, grid_step
 from east_cache.sample.geometry import transform_points
 
 
 class EpochGeometry(NamedTuple):
     """One epoch's draw for a page, and the crop it makes."""
     height: float          # vertical scale of the page, U[1 - height_jitter, 1 + height_jitter]
-    angle: float           # degrees, U[-max_rotation, max_rotation], about the page's centre
+    angle: float           # degrees, U[-max_rotation, max_rotation], about the page's centre, counter-clockwise
+    scale: float           # both sides' scale, U[s0, s1] (1: none drawn)
+    corners: np.ndarray    # float64 (4, 2): the perspective's moves of the crop source's corners (top left, top right,
+                           # bottom right, bottom left), in crop sides (zeros: none drawn)
     origin: np.ndarray     # int64 (2,): the crop's top left in the warped frame, px (on the crop grid)
-    matrix: np.ndarray     # float64 (2, 3): page px -> crop px
+    matrix: np.ndarray     # float64 (3, 3): page px -> crop px, a homography (last row 0, 0, 1 when affine)
     cut: np.ndarray        # bool (L,): the page's legible words (in their order) that the crop cuts
 
+    @property
+    def affine(self) -> bool:
+        """Whether the matrix is affine (no perspective drawn): one warpAffine warps the crop."""
+        return is_affine(self.matrix)
 
-def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int) -> tuple[np.ndarray, tuple[int, int]]:
-    """(page px -> warped px (2, 3), (W', H')): the height scaled and the page rotated about its centre, the box of
-    the warped canvas moved to (0, 0) and its sides rounded up to multiples of step (the crop grid's)."""
+
+def is_affine(matrix: np.ndarray) -> bool:
+    return matrix.shape == (2, 3) or (matrix[2, 0] == 0 and matrix[2, 1] == 0 and matrix[2, 2] == 1)
+
+
+def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int,
+              scale: float = 1.0) -> tuple[np.ndarray, tuple[int, int]]:
+    """(page px -> warped px (2, 3), (W', H')): the height scaled, the page rotated (counter-clockwise on screen for
+    a positive angle, as the baseline's rotate_img) and both sides scaled, about its centre, the box of the warped
+    canvas moved to (0, 0) and its sides rounded up to multiples of step (the crop grid's)."""
     w, h = page_size
     centre = np.array([w / 2, h / 2])
     t = math.radians(angle)
     c, s = math.cos(t), math.sin(t)
-    linear = np.array([[c, -s * height], [s, c * height]])   # rotation after the vertical scale, about the centre
+    # y points down: a turn by +t counter-clockwise on screen is [[c, s], [-s, c]]; the height scale comes first
+    linear = np.array([[c * scale, s * height * scale], [-s * scale, c * height * scale]])
     warp = np.column_stack([linear, centre - linear @ centre])
     corners = transform_points(warp, np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float64))
     lo, hi = np.floor(corners.min(axis=0)), corners.max(axis=0)
@@ -50,11 +69,100 @@ def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int
     return shifted(warp, -lo), size
 
 
+def tilt(corners: np.ndarray, size: int) -> np.ndarray:
+    """float64 (3, 3): the perspective of a crop of side `size` whose source square's corners (top left, top right,
+    bottom right, bottom left) moved by corners (4, 2) x size: the moved quadrilateral mapped onto the square (the
+    identity when nothing moved). The inverse of the square -> quadrilateral map in closed form (Heckbert 1989)."""
+    if not np.any(corners):
+        return np.eye(3)
+    (x0, y0), (x1, y1), (x2, y2), (x3, y3) = np.array([[0, 0], [1, 0], [1, 1], [0, 1]]) * size + corners * size
+    sx, sy = x0 - x1 + x2 - x3, y0 - y1 + y2 - y3
+    dx1, dx2, dy1, dy2 = x1 - x2, x3 - x2, y1 - y2, y3 - y2
+    den = dx1 * dy2 - dx2 * dy1
+    g, h = (sx * dy2 - dx2 * sy) / den, (dx1 * sy - sx * dy1) / den
+    unit_to_quad = np.array([[x1 - x0 + g * x1, x3 - x0 + h * x3, x0], [y1 - y0 + g * y1, y3 - y0 + h * y3, y0],
+                             [g, h, 1.0]])
+    out = np.linalg.inv(unit_to_quad @ np.diag([1 / size, 1 / size, 1.0]))
+    return out / out[2, 2]
+
+
+def map_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """float64 (..., 2): points mapped by a 2 x 3 affine matrix or a 3 x 3 homography (divided by w); an affine
+    3 x 3 maps as its 2 x 3 rows do, to the bit."""
+    if is_affine(matrix):
+        return transform_points(matrix[:2], points)
+    q = np.asarray(points, np.float64) @ matrix[:, :2].T + matrix[:, 2]
+    return q[..., :2] / q[..., 2:]
+
+
+FAR = 4.0        # crop sides from the crop's centre: a word that a homography maps past the horizon (w <= HORIZON),
+                 # or that overlaps the crop and reaches farther than this, is clipped to the crop first (far_words)
+HORIZON = 1e-6   # w of a mapped point at or past the horizon (a homography maps the crop's preimage to w > 0)
+CLIP_MARGIN = 8  # crop px around the crop that a clipped word keeps: its edges lie outside every map px of the crop
+
+
+def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> np.ndarray:
+    """bool (N,): the words (points (P, 2) page px, offsets (N + 1,)) whose mapped points a homography makes
+    meaningless (a point past the horizon: a line through it is torn in two) or huge where the word meets the crop
+    (near the horizon): those are clipped to the crop first. Words that map far from the crop and miss it are left
+    as they are (they are dropped). None for an affine matrix."""
+    n = max(len(offsets) - 1, 0)
+    if is_affine(matrix) or not n or not len(points):
+        return np.zeros(n, bool)
+    pts = np.asarray(points, np.float64)
+    w = pts @ matrix[2, :2] + matrix[2, 2]
+    xy = map_points(matrix, pts)
+    behind = np.add.reduceat((w <= HORIZON).astype(np.int64), offsets[:-1]) > 0
+    huge = np.add.reduceat(np.any(np.abs(xy - size / 2) > FAR * size, axis=1).astype(np.int64), offsets[:-1]) > 0
+    lo, hi = np.minimum.reduceat(xy, offsets[:-1], axis=0), np.maximum.reduceat(xy, offsets[:-1], axis=0)
+    meets = np.all((hi > 0) & (lo < size), axis=1)
+    return behind | (huge & meets)
+
+
+def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) -> np.ndarray:
+    """float64 (4, 2): the page px of the corners of the square [-margin, size + margin]^2 (clockwise on screen),
+    a convex quadrilateral on the near side of the horizon."""
+    full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
+    square = np.array([[-margin, -margin], [size + margin, -margin], [size + margin, size + margin],
+                       [-margin, size + margin]], np.float64)
+    return map_points(np.linalg.inv(full), square)
+
+
+def clip_convex(polygon: np.ndarray, clip: np.ndarray) -> np.ndarray:
+    """float64 (K', 2): polygon (K, 2) clipped to the convex polygon clip (M, 2), both in one orientation
+    (Sutherland-Hodgman); (0, 2) where they do not meet."""
+    out = np.asarray(polygon, np.float64)
+    sign = np.sign(np.cross(clip[1] - clip[0], clip[2] - clip[1]))   # the clip's orientation
+    for a, b in zip(clip, np.roll(clip, -1, axis=0)):
+        if not len(out):
+            break
+        side = sign * np.cross(b - a, out - a)   # >= 0: on the clip's side of edge a -> b
+        nxt, nside = np.roll(out, -1, axis=0), np.roll(side, -1)
+        kept = []
+        for p, q, sp, sq in zip(out, nxt, side, nside):
+            if sp >= 0:
+                kept.append(p)
+            if (sp >= 0) != (sq >= 0):
+                kept.append(p + (q - p) * (sp / (sp - sq)))
+        out = np.array(kept).reshape(-1, 2)
+    return out
+
+
 def shifted(matrix: np.ndarray, by) -> np.ndarray:
-    """matrix (2, 3) followed by a shift of `by` px (x, y), a new matrix: compose(translation, matrix) without its
-    3 x 3 products."""
+    """matrix (2, 3) or (3, 3) followed by a shift of `by` px (x, y), a new matrix: compose(translation, matrix)
+    without its 3 x 3 products (an affine matrix's last row is 0, 0, 1: its shift column alone moves)."""
     out = np.array(matrix, np.float64)
-    out[:, 2] += by
+    if out.shape == (3, 3):
+        out[:2] += np.outer(by, out[2])
+    else:
+        out[:, 2] += by
+    return out
+
+
+def from_shifted(matrix: np.ndarray, by) -> np.ndarray:
+    """matrix (2, 3) or (3, 3) applied after a shift of `by` px: the matrix of a region that begins at `by`."""
+    out = np.array(matrix, np.float64)
+    out[:, 2] += out[:, :2] @ np.asarray(by, np.float64)
     return out
 
 
@@ -64,32 +172,97 @@ def quad_boxes(quads: np.ndarray) -> np.ndarray:
     return np.hstack([q.min(axis=1), q.max(axis=1)])
 
 
+def weights_side(aug: Augment, step: int) -> int:
+    """The crop side, page px, that a page's word weights are for under aug: the crop over the mean scale, on the
+    crop grid (the crop of side S at scale s covers S / s page px)."""
+    mean = (aug.scale[0] + aug.scale[1]) / 2 if aug.scales else 1.0
+    return max(step, step * round(aug.input_size / mean / step))
+
+
+def _coin(rng: np.random.Generator, p: float) -> bool:
+    """Whether a part drawn with chance p is on: a number drawn only where p < 1."""
+    return p >= 1 or bool(rng.random() < p)
+
+
 def draw_geometry(rng: np.random.Generator, quads: np.ndarray, page_size: tuple[int, int], weights: np.ndarray,
-                  cfg: BuildConfig, augment: bool = True) -> EpochGeometry:
-    """The draw of a page whose legible quads (L, 4, 2) page px have draw weights (L,): height, angle (1 and 0
-    without augment: an unaugmented crop, as a validation set reads), then the crop in the warped frame."""
-    height = float(rng.uniform(1 - cfg.height_jitter, 1 + cfg.height_jitter)) if augment else 1.0
-    angle = float(rng.uniform(-cfg.max_rotation, cfg.max_rotation)) if augment else 0.0
-    step = grid_step(cfg.map_scale)
-    warp, size = page_warp(page_size, height, angle, step)
+                  aug: Augment, step: int, augment: bool = True) -> EpochGeometry:
+    """The draw of a page whose legible quads (L, 4, 2) page px have draw weights (L,), in Augment's order: height,
+    angle, scale (where on), perspective (where on), then the crop in the frame after height, angle and scale. None
+    of the first four without augment: an unaugmented crop, as a validation set reads."""
+    height = float(rng.uniform(1 - aug.height_jitter, 1 + aug.height_jitter)) if augment else 1.0
+    angle = float(rng.uniform(-aug.max_rotation, aug.max_rotation)) if augment else 0.0
+    scale, corners = 1.0, np.zeros((4, 2))
+    if augment and aug.scales:
+        on = _coin(rng, aug.scale_p)
+        value = float(rng.uniform(*aug.scale))
+        scale = value if on else 1.0
+    if augment and aug.tilts:
+        on = _coin(rng, aug.perspective_p)
+        moves = rng.uniform(-aug.perspective, aug.perspective, size=(4, 2))
+        corners = moves if on else corners
+    warp, size = page_warp(page_size, height, angle, step, scale)
     boxes = quad_boxes(transform_points(warp, quads)) if len(quads) else np.zeros((0, 4))
-    origin, cut = draw_crop(rng, boxes, size, cfg.input_size, step, weights if len(quads) else None)
-    matrix = shifted(warp, -origin)
-    return EpochGeometry(height, angle, origin, matrix, cut)
+    origin, cut = draw_crop(rng, boxes, size, aug.input_size, step, weights if len(quads) else None)
+    matrix = np.vstack([shifted(warp, -origin), [0.0, 0.0, 1.0]])
+    if np.any(corners):   # the crop's source square tilted: the words it cuts are those of the final matrix
+        matrix = tilt(corners, aug.input_size) @ matrix
+        cut = tilted_cuts(matrix, quads, aug.input_size) if len(quads) else cut
+    return EpochGeometry(height, angle, scale, corners, origin, matrix, cut)
+
+
+def tilted_cuts(matrix: np.ndarray, quads: np.ndarray, size: int) -> np.ndarray:
+    """bool (L,): the legible quads (L, 4, 2) page px that the crop under a homography cuts: their mapped boxes
+    overlap it but do not lie in it; a quad mapped partly far or past the horizon (far_words) cannot lie in it, and is
+    cut where it meets the crop's preimage."""
+    q = np.asarray(quads, np.float64).reshape(-1, 4, 2)
+    far = far_words(matrix, q.reshape(-1, 2), np.arange(0, 4 * len(q) + 1, 4), size)
+    cut = cuts_at(quad_boxes(map_points(matrix, q)), (0, 0), size)
+    if far.any():
+        inside = crop_preimage(matrix, size, 0)
+        cut[far] = [len(clip_convex(quad, inside)) > 0 for quad in q[far]]
+    return cut
 
 
 def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads: np.ndarray,
-                   page_size: tuple[int, int], weights: np.ndarray, augment: bool = True) -> EpochGeometry:
-    """The draw of page (image name, variant) at an epoch: from crop_rng's generator for that key, so the same in
-    every process, worker, batch order and rank, and again on an exact resume."""
-    return draw_geometry(crop_rng(cfg.seed, epoch, name, variant), quads, page_size, weights, cfg, augment)
+                   page_size: tuple[int, int], weights: np.ndarray, augment: bool = True,
+                   aug: Augment | None = None) -> EpochGeometry:
+    """The draw of page (image name, variant) at an epoch under aug (default: the cache's build values,
+    Augment.of_cache): from crop_rng's generator for that key, so the same in every process, worker, batch order and
+    rank, and again on an exact resume."""
+    aug = Augment.of_cache(cfg) if aug is None else aug
+    return draw_geometry(crop_rng(cfg.seed, epoch, name, variant), quads, page_size, weights, aug,
+                         grid_step(cfg.map_scale), augment)
+
+
+LEVELS = (8, 4, 2)   # the reduced levels a crop may read its page at: 1/8, 1/4, 1/2 of its px per side
+
+
+def read_level(matrix: np.ndarray, size: int) -> int:
+    """f in (1, *LEVELS): the page may be read at 1/f of its px per side for the crop of side `size` under matrix
+    (page px -> crop px) without any part of the crop being magnified: f times the largest local scale (the largest
+    singular value of the matrix's Jacobian, at the crop's corners, where a homography's is largest or least) is at
+    most 1. A bilinear warp that shrinks by more than 2 skips source px (aliasing); from the level it shrinks by at
+    most 2, and a level costs fewer px to read or decode."""
+    full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
+    corners = map_points(np.linalg.inv(full), np.array([[0, 0], [size, 0], [size, size], [0, size]], np.float64))
+    q = np.column_stack([corners, np.ones(4)]) @ full.T   # (u, v, w) at each corner's preimage
+    jac = (full[None, :2, :2] - q[:, :2, None] * full[None, 2:3, :2] / q[:, 2:3, None]) / q[:, 2:3, None]
+    largest = float(np.linalg.svd(jac, compute_uv=False)[:, 0].max())
+    return next((f for f in LEVELS if f * largest <= 1 + 1e-9), 1)
+
+
+def level_matrix(f: int) -> np.ndarray:
+    """(3, 3): px of the page's level 1/f -> page px; level px k covers page px [f k, f k + f), centre f k + (f-1)/2."""
+    return np.array([[f, 0, (f - 1) / 2], [0, f, (f - 1) / 2], [0, 0, 1]], np.float64)
 
 
 def source_rect(matrix: np.ndarray, size: int, margin: int = 1) -> tuple[int, int, int, int]:
-    """(x, y, w, h): the page px a crop of side `size` under matrix (page px -> crop px) reads, bilinear
-    interpolation's neighbours and `margin` px more included: the box of the crop's inverse image."""
-    inverse = np.linalg.inv(np.vstack([matrix, [0, 0, 1]]))[:2]
+    """(x, y, w, h): the page px a crop of side `size` under matrix (page px -> crop px, affine or a homography whose
+    horizon lies off the crop) reads, bilinear interpolation's neighbours and `margin` px more included: the box of
+    the crop's inverse image (a homography maps the square to a quadrilateral: its corners bound it)."""
+    full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
+    inverse = np.linalg.inv(full)
     edge = np.array([[-1, -1], [size, -1], [size, size], [-1, size]], np.float64)
-    corners = transform_points(inverse, edge)
+    corners = map_points(inverse, edge)
     lo, hi = np.floor(corners.min(axis=0)) - margin, np.ceil(corners.max(axis=0)) + margin
     return int(lo[0]), int(lo[1]), int(hi[0] - lo[0]) + 1, int(hi[1] - lo[1]) + 1

@@ -155,7 +155,11 @@ def make_page(rec: ImageRecord, cfg: BuildConfig, variant: int, maps: bool = Tru
     shape = (round(h * cfg.map_scale), round(w * cfg.map_scale))
     owner = owner_map(quads, cfg.map_scale, shape) if maps else None
     roi = roi_map(points, offsets, care, cfg.map_scale, shape) if maps else None
-    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), cfg.input_size, grid_step(cfg.map_scale),
-                          warped_frames(quads, (w, h), cfg) if cfg.warps_at_read else None)
+    # for the crop side and draw of cfg.stored(): a page stored resized only has weights for the default side,
+    # height jitter and rotation (a reader that cuts another side derives its own, reader/pages.py), so what a
+    # reader picks leaves the stored page as it is
+    kept = cfg.stored()
+    weight = word_weights(word_boxes(points, offsets)[care > 0], (w, h), kept.input_size, grid_step(cfg.map_scale),
+                          warped_frames(quads, (w, h), kept) if cfg.warps_at_read else None)
     return PageContent(image.transpose(2, 0, 1), owner, roi, points, offsets, care, min_rect_angles(quads), weight,
                        d.warning, d.exif_applied)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from east_cache.config import AUTO, BuildConfig
+from east_cache.config import AUTO, READER_ONLY, BuildConfig
 from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command
 from east_cache.ingest.objects import source_root
 from east_cache.ingest.pseudolabels import marked_files
@@ -70,6 +70,7 @@ class BuildReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (image, why) left out or blanked
     changes: Staleness = field(default_factory=Staleness)
     cleanup_error: str = ""     # old files the committed build could not delete (the next build does)
+    reader_defaults: str = ""   # options only a reader uses whose new values were recorded, the pages kept
 
 
 def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
@@ -114,6 +115,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         report.full_rebuild_reason = _config_change(old, cfg)
     if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
         report.up_to_date, report.files_reused = True, len(plan.files)
+        report.reader_defaults = _reader_change(old.config, cfg)
         if (old.source, old.images, old.build_fingerprint, old.config) != (source, sources, build_fp, cfg):
             # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time. (The files'
             # names carry the build fingerprint: files found under them were made by a build with this config.)
@@ -242,7 +244,7 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
         return cfg, STRATEGY_BY_FLAG
     if old is not None:
         kept = dataclasses.replace(cfg, strategy=old.config.strategy)
-        if kept == old.config:
+        if kept.stored() == old.config.stored():   # options only a reader uses leave the layout as it is
             return kept, f"kept the existing cache's strategy ({kept.strategy}) so that it can be updated in place"
     members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]
     per_sample = sample_bytes(cfg, records, members) // max(1, len(members))
@@ -251,11 +253,18 @@ def _resolve_strategy(cfg: BuildConfig, records, old: Manifest | None, fmt: File
 
 
 def _config_change(old: Manifest, cfg: BuildConfig) -> str:
-    was, new = old.config.to_dict(), cfg.to_dict()
+    was, new = old.config.stored().to_dict(), cfg.stored().to_dict()
     fields = [k for k in sorted(set(was) | set(new)) if was.get(k) != new.get(k)]
     if fields:
         return "the build configuration changed (" + ", ".join(f"{k}: {was.get(k)} -> {new.get(k)}" for k in fields) + ")"
     return "the sample-making code or the cache format changed"
+
+
+def _reader_change(was: BuildConfig, new: BuildConfig) -> str:
+    """The options only a reader uses (config.READER_ONLY) that changed, "name: old -> new, ...": the readers'
+    defaults recorded, the pages kept."""
+    return ", ".join(f"{k}: {getattr(was, k)} -> {getattr(new, k)}" for k in READER_ONLY
+                     if getattr(was, k) != getattr(new, k))
 
 
 def _same_files(old: Manifest, plan: Plan) -> bool:

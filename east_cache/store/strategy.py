@@ -77,7 +77,8 @@ def resolve_codec(cfg: BuildConfig, records, old: BuildConfig | None = None) -> 
         return dataclasses.replace(cfg, image_codec="raw"), CROP_BUILD_CODEC
     if cfg.image_codec != AUTO:
         return cfg, CODEC_BY_FLAG
-    if old is not None and dataclasses.replace(cfg, strategy=old.strategy, image_codec=old.image_codec) == old:
+    if (old is not None and  # options only a reader uses (config.READER_ONLY) leave the pages as they are
+            dataclasses.replace(cfg, strategy=old.strategy, image_codec=old.image_codec).stored() == old.stored()):
         return (dataclasses.replace(cfg, image_codec=old.image_codec),
                 f"kept the existing cache's image codec ({old.image_codec}) so that it can be updated in place")
     members = [(i, v) for i in range(len(records)) for v in range(cfg.variants)]

@@ -6,8 +6,9 @@ geometry, not cut into a don't-care region). Words are counted per source word: 
 variants counts once. Both cache modes are replayed without reading a pixel:
 - page mode: every epoch draws a new crop of page variant (e + o_i) mod K (crop_draw.epoch_crop, the
   reader's own draw), from each page's legible word boxes and size;
-- page mode, pages stored resized only (--geometry read): every epoch draws the page's height, rotation and
-  crop (epoch_geometry.epoch_geometry, the reader's own draw), and the words are tested in the warped crop;
+- page mode, pages stored resized only (--geometry read): every epoch draws the page's height, rotation, scale,
+  perspective and crop (epoch_geometry.epoch_geometry, the reader's own draw, under an Augment: `info`'s flags of
+  east-train's names), and the words are tested in the warped crop;
 - build-time crops: epoch e reads the frozen crop of variant (e + o_i) mod K.
 A *text-free* crop holds no legible word whole: a training step on it teaches only background.
 """
@@ -18,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from east_cache.augment import Augment
 from east_cache.budget import ByteBudget
 from east_cache.config import BuildConfig
-from east_cache.sample.crop_draw import CropDraw, epoch_crop, grid_step, word_boxes
-from east_cache.sample.epoch_geometry import epoch_geometry, quad_boxes
-from east_cache.sample.geometry import gather_quads, transform_points
+from east_cache.sample.crop_draw import CropDraw, epoch_crop, grid_step, word_boxes, word_weights
+from east_cache.sample.epoch_geometry import epoch_geometry, map_points, quad_boxes, weights_side
+from east_cache.sample.geometry import gather_quads
 
 DEFAULT_EPOCHS = (1, 5, 20, 50)
 TRAIN_EPOCHS = 50          # train.py's default --epochs: what `info` reports coverage for
@@ -94,23 +96,39 @@ def page_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], offsets: n
     return whole
 
 
-def warped_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], cfg: BuildConfig) -> WholeWords:
-    """Pages stored resized only: pages[i][0] = (legible quads (L, 4, 2) page px, page (W, H), word weights (L,));
-    every epoch's height, rotation and crop are drawn as the reader draws them."""
+def warped_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], cfg: BuildConfig,
+                aug: Augment | None = None) -> WholeWords:
+    """Pages stored resized only: pages[i][0] = (legible quads (L, 4, 2) page px, page (W, H), stored word weights
+    (L,)); every epoch's height, rotation, scale, perspective and crop are drawn as the reader draws them under aug
+    (default: the cache's build values), with the weights the reader uses (reader/pages.py PageCropper.weights)."""
+    aug = Augment.of_cache(cfg) if aug is None else aug
+    step = grid_step(cfg.map_scale)
+    side = weights_side(aug, step)
+    weights: dict[int, np.ndarray] = {}
+
     def whole(i: int, e: int):
-        quads, page_size, weights = pages[i][0]
-        g = epoch_geometry(cfg, e, names[i], 0, quads, page_size, weights)
-        boxes = quad_boxes(transform_points(g.matrix, quads)) if len(quads) else np.zeros((0, 4))
-        return (round(g.height, 9), round(g.angle, 9), *g.origin.tolist()), whole_in(boxes, (0, 0), cfg.input_size)
+        quads, page_size, stored = pages[i][0]
+        if i not in weights:
+            weights[i] = (stored if side == cfg.stored().input_size else
+                          word_weights(quad_boxes(quads), page_size, side, step) if len(quads) else stored)
+        g = epoch_geometry(cfg, e, names[i], 0, quads, page_size, weights[i], aug=aug)
+        boxes = quad_boxes(map_points(g.matrix, quads)) if len(quads) else np.zeros((0, 4))
+        key = (round(g.height, 9), round(g.angle, 9), round(g.scale, 9), *np.round(g.corners, 9).ravel().tolist(),
+               *g.origin.tolist())
+        return key, whole_in(boxes, (0, 0), aug.input_size)
     return whole
 
 
-def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGES) -> tuple[Coverage, int]:
-    """(coverage, images replayed) of a built cache of either mode, from its records' sizes and sidecar words."""
+def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGES,
+                   aug: Augment | None = None) -> tuple[Coverage, int]:
+    """(coverage, images replayed) of a built cache of either mode, from its records' sizes and sidecar words; aug:
+    the reader's draw (default: the cache's build values; a cache whose pages are stored warped refuses another)."""
     from east_cache.store.manifest import Manifest, data_path
     from east_cache.store.sidecar import load_sidecar, row_quads, row_words
     m = Manifest.load(cache_dir)
     c, layout, names = m.config, m.layout, sorted(m.images)
+    if aug is not None:
+        aug.check_frozen(c, str(cache_dir))
     pick = list(range(0, len(names), max(1, -(-len(names) // max_images))))
     files: dict[int, tuple] = {}
 
@@ -140,7 +158,7 @@ def cache_coverage(cache_dir, epochs: Sequence[int], max_images: int = MAX_IMAGE
         (pages if m.spec.kind.packed else crops).append(per_variant)
     offsets = layout.variant_offsets(names, c.seed)[pick]
     picked = [names[i] for i in pick]
-    whole = (build_mode(crops, offsets) if not pages else warped_mode(picked, pages, c) if c.warps_at_read else
+    whole = (build_mode(crops, offsets) if not pages else warped_mode(picked, pages, c, aug) if c.warps_at_read else
              page_mode(picked, pages, offsets, c.seed, c.input_size, grid_step(c.map_scale)))
     return coverage(legible, whole, epochs), len(pick)
 

@@ -5,6 +5,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from east_cache.augment import Augment
 from east_cache.config import BuildConfig
 from east_cache.errors import skipped_reason
 from east_cache.ingest.pseudolabels import pseudo_line
@@ -41,15 +42,17 @@ def disk_bytes(path: Path) -> int:
     return st.st_blocks * BLOCK if hasattr(st, "st_blocks") else st.st_size
 
 
-def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None) -> dict:
-    """stored: of a cache at a URL ({"cache": URL, "data_bytes", "quads_bytes"} as listed), whose files are not read."""
+def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None, augment: dict | None = None) -> dict:
+    """stored: of a cache at a URL ({"cache": URL, "data_bytes", "quads_bytes"} as listed), whose files are not read;
+    augment: as describe's."""
     m = Manifest.load(cache_dir)
     cfg = m.config
+    aug = Augment.of_cache(cfg, **(augment or {}))
     paths = [data_path(Path(cache_dir), f.name) for f in m.files]
     data_bytes = sum(disk_bytes(q) for p in paths if p.exists() for q in m.format.stored_files(p))
     quad_bytes = sum(quads_path(p).stat().st_size for p in paths if quads_path(p).exists())
     reported = [e for e in REPORTED_EPOCHS if e < epochs] + [epochs]
-    cov, replayed = (None, 0) if stored else cache_coverage(cache_dir, reported)
+    cov, replayed = (None, 0) if stored else cache_coverage(cache_dir, reported, aug=aug)
     return {
         "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
         "file_format": m.file_format, "image_codec": cfg.image_codec, "codec_reason": m.codec_reason,
@@ -58,12 +61,16 @@ def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None) -
         "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),
         "config": cfg.to_dict(), "ingest": m.ingest, "notes": m.notes,
         "coverage": {**asdict(cov), "images_replayed": replayed, "images": len(m.images)} if cov else None,
+        "augment": aug.to_dict(), "augment_text": aug.describe() if cfg.warps_at_read else None,
         **(stored or {}),
     }
 
 
-def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, stored: dict | None = None) -> str:
-    s = summary(cache_dir, epochs, stored)
+def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, stored: dict | None = None,
+             augment: dict | None = None) -> str:
+    """augment: Augment fields to change of the cache's build values (east-train's flags of the same names): the
+    coverage of crops drawn by them."""
+    s = summary(cache_dir, epochs, stored, augment)
     if as_json:
         return json.dumps(s, indent=1, sort_keys=True)
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
@@ -75,6 +82,8 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, store
         f"samples    {s['samples']} = {s['images']} images x {s['variants']} variants, in {s['files']} "
         f"{s['file_format']} data files",
         f"crops      {CROP_WORDS[s['config']['crop']]}",
+        *([f"augment    each crop: {s['augment_text']} (east-train's defaults here; its flags change them)"]
+          if s.get("augment_text") else []),
         f"images     {codec_line(s)}",
         f"on disk    {mib(s['data_bytes'])} data + {mib(s['quads_bytes'])} word quads; "
         f"{mib(s['data_bytes'] / max(1, s['samples']))} per sample",

@@ -4,7 +4,7 @@ record that starts each run's lines in log.jsonl (east_cache.model.runtime.run_h
 
 The names follow the records: every TrainConfig field as it is (a nested one, such as an augmentation object, as
 `field.sub`), the training cache's build options as `cache.NAME`, and `cache.fingerprint`, `val_cache.fingerprint`,
-`augment_recipe.text` (the --augment recipe's text as read: two runs of one file edited in between differ),
+`augment.FIELD` (the Augment the crops were drawn by: the flags over the cache's build values), `augment_recipe.text` (the --augment recipe's text as read: two runs of one file edited in between differ),
 `code.package`, `code.east`, `world`. A field that another change adds to TrainConfig or to the cache's BuildConfig
 appears here without an edit.
 """
@@ -45,7 +45,8 @@ def recipe_of(header: dict) -> dict:
     found.update(flatten(header.get("cache_config") or {}, "cache"))
     found["cache.fingerprint"] = header.get("cache_fingerprint")
     found["val_cache.fingerprint"] = header.get("val_cache_fingerprint")
-    found.update(flatten(header.get("augment") or {}, "augment_recipe"))   # --augment's recipe as it was read
+    found.update(flatten(header.get("augment") or {}, "augment"))   # the crops' geometric draw (Augment's fields)
+    found.update(flatten(header.get("transform") or {}, "augment_recipe"))   # --augment's recipe as it was read
     found.update(flatten(header.get("code_version") or {}, "code"))
     found["world"] = header.get("world")
     return found
