@@ -305,28 +305,3 @@ def test_a_page_warped_at_read_time_weighs_its_words_in_its_warped_frames_too(tm
     prewarped = make_page(rec, BuildConfig(image_size=2048, input_size=256, geometry="build"), 0, maps=False)
     np.testing.assert_allclose(prewarped.weight, word_weights(word_boxes(prewarped.points, prewarped.offsets)[
         prewarped.care > 0], prewarped.size, cfg.input_size, step))
-
-
-@pytest.mark.slow
-def test_warped_frame_weights_show_dense_pages_words_more_often_than_upright_ones(tmp_path):
-    """The reader's own draws (epoch_geometry) on dense pages, 40 epochs replayed: the expected share of legible
-    words seen whole within 20 epochs (from each word's rate over those epochs) is higher with the stored weights,
-    weighed in the warped frames too, than with the upright page's weights alone."""
-    from east_cache.sample.crop_draw import word_boxes, word_weights
-    from east_cache.sample.epoch_geometry import epoch_geometry, quad_boxes
-    from east_cache.tools.coverage import whole_in
-    cfg = BuildConfig(image_size=640, input_size=256)
-    shares = {"stored": [], "upright": []}
-    for seed in (2, 5, 13):
-        for rec in dense_records(tmp_path, 6, 50, seed):
-            page = make_page(rec, cfg, 0, maps=False)
-            quads = gather_quads(page.points, page.offsets, page.care > 0)
-            upright = word_weights(word_boxes(page.points, page.offsets)[page.care > 0], page.size, cfg.input_size,
-                                   grid_step(cfg.map_scale))
-            for kind, weights in (("stored", page.weight), ("upright", upright)):
-                hits = np.zeros(len(quads))
-                for epoch in range(40):
-                    g = epoch_geometry(cfg, epoch, rec.name, 0, quads, page.size, weights)
-                    hits[whole_in(quad_boxes(transform_points(g.matrix, quads)), (0, 0), cfg.input_size)] += 1
-                shares[kind] += list(1 - (1 - hits / 40) ** 20)
-    assert np.mean(shares["stored"]) > np.mean(shares["upright"]), {k: np.mean(v) for k, v in shares.items()}
