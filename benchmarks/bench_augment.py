@@ -12,7 +12,10 @@ process's CPU time), alternated --repeat times, median [min-max]:
 - + pixels: GaussNoise, GaussianBlur, CLAHE, HueSaturationValue, Sharpen (p = 0.5 each) and ToGray (p = 0.2), as the
   team recipes the project read add them: pixels only, no keypoints, targets unchanged;
 - + Perspective: albumentations' Perspective(scale 0.05-0.1, p = 1), the crop's word corners moved as keypoints and
-  the targets made from them.
+  the targets made from them: a second warp after the reader's;
+- + built-in perspective: the reader's own (Augment(perspective=PERSPECTIVE), east_cache/augment.py), drawn into the
+  one warp of height, rotation and crop, no recipe. Its strength is chosen to move a corner as far on average as the
+  albumentations arm does (NOTE below says both conventions).
 Worker cores a GPU step needs = crops per step / step time / crops per CPU second of one core, for batches of 8
 1024-px crops; the step time is train.py's on the GPU of benchmarks/results/gpu.json (its samples/s less its data
 wait, scaled to 8 crops) or --gpu-step-ms. A second table gives each transform's share of the pixel recipe's time
@@ -23,6 +26,7 @@ wait, scaled to 8 crops) or --gpu-step-ms. A second table gives each transform's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shutil
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from common import REPO, bench_photos, machine, table
 
+from east_cache.augment import Augment
 from east_cache.config import BuildConfig
 from east_cache.reader import CacheDataset
 from east_cache.reader import bench_augment as worker
@@ -40,13 +45,27 @@ from east_cache.store.build import build_cache
 
 BATCH = 8        # crops per GPU step in the cores figure
 CODECS = ("raw", "jpeg")
+ALBU_SCALE = (0.05, 0.1)   # albumentations Perspective's scale: the sigma range of its corner draws
+# albumentations moves each corner inward by |N(0, sigma)| of the side, sigma ~ U[0.05, 0.1]: on average
+# 0.075 * sqrt(2 / pi) = 0.060 of it; the reader moves it by U[-p, p] of its source square's side, on average p / 2.
+PERSPECTIVE = 0.12
+BUILT_IN = f"+ built-in perspective {PERSPECTIVE:g}, in the one warp"
+NOTE = (f"Perspective conventions: albumentations' Perspective(scale={ALBU_SCALE[0]:g}-{ALBU_SCALE[1]:g}) draws a "
+        f"sigma in that range and moves each corner of the crop inward by |N(0, sigma)| of its side, each coordinate "
+        f"alone (mean 0.060), then stretches that quadrilateral back onto the crop: a second warp of the warped crop, "
+        f"always a zoom in. The reader's Augment(perspective={PERSPECTIVE:g}) moves each corner of the crop's source "
+        f"square by U[-{PERSPECTIVE:g}, {PERSPECTIVE:g}] of its side, each coordinate alone (mean {PERSPECTIVE / 2:g}, "
+        f"inward or outward), inside the one warp of height, rotation and crop from the stored page: the same mean "
+        f"corner move, no second resampling, the words moved by the same homography.")
 
 
 def recipes(A) -> dict[str, object]:
+    """{arm: the recipe (None: none)}; the BUILT_IN arm draws its perspective in the reader instead."""
     return {"baseline": None,
             "+ pixels (6 transforms)": A.Compose([A.GaussNoise(p=0.5), A.GaussianBlur(p=0.5), A.CLAHE(p=0.5),
                                                   A.HueSaturationValue(p=0.5), A.Sharpen(p=0.5), A.ToGray(p=0.2)]),
-            "+ Perspective, words as keypoints": A.Compose([A.Perspective(scale=(0.05, 0.1), p=1)])}
+            "+ Perspective, words as keypoints": A.Compose([A.Perspective(scale=ALBU_SCALE, p=1)]),
+            BUILT_IN: None}
 
 
 def gpu_step(args) -> tuple[float | None, str]:
@@ -87,9 +106,12 @@ def main(argv=None) -> None:
             cache = work / codec
             build_cache(BuildConfig(image_codec=codec), [root], cache, jobs=1, quiet=True)
             ds = CacheDataset(cache, compact=True)
+            plain = Augment.of_cache(ds.config)
+            tilted = dataclasses.replace(plain, perspective=PERSPECTIVE)
             keys = [(k // len(ds), k % len(ds)) for k in range(args.crops)]
             for _ in range(args.repeat):
                 for name, recipe in arms.items():
+                    ds.augment = tilted if name == BUILT_IN else plain
                     ds.transform = as_transform(recipe)
                     rates.setdefault((codec, name), []).append(worker.worker_rate(ds, keys, args.cpu_seconds))
             pixels = as_transform(arms["+ pixels (6 transforms)"])
@@ -113,6 +135,7 @@ def main(argv=None) -> None:
             rows.append([codec, name, f"{med:.1f} [{min(r):.1f}-{max(r):.1f}]", f"{med / base:.2f}", cores])
     print(table(["pages", "worker's work per crop", "crops per CPU s, one core", "x baseline",
                  f"worker cores for a GPU step of {BATCH}"], rows))
+    print(f"\n{NOTE}")
     print("\nEach transform of the pixel recipe alone, same crops (ms of CPU per crop, share of their sum):\n")
     print(table(["pages", "transform", "ms per crop", "share"],
                 [[codec, n, f"{1e3 * s:.2f}", f"{100 * f:.0f}%"] for codec in CODECS for n, s, f in shares[codec]]))
