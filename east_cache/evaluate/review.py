@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from east_cache.bounds import MAX_PROCESSES, NON_NEGATIVE, Bound, flag_number
-from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
+from east_cache.bounds import MAX_PROCESSES, Bound, flag_number
+from east_cache.config import BuildConfig
 from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, open_regular
 from east_cache.ingest.imageio import oriented_size
@@ -66,7 +66,6 @@ def register(sub) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = BuildConfig()
     p.add_argument("--gt", type=Path, required=True, help="ground truth: a UFO file such as ROOT/ufo/val.json")
     p.add_argument("--pred", type=Path, required=True,
                    help="predictions: UFO JSON as east-predict writes it; a word's \"score\" field, where present, "
@@ -87,15 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="draw the words of a missing or unreadable image on a grey page instead of stopping "
                         "(default: off)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (default: off)")
-    # which words are don't-care: the build's rules and defaults, as `evaluate` takes them
-    p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
-                   help="comma-separated word tags that make a don't-care word (default: %(default)s)")
-    p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), default=d.min_area,
-                   help="px^2; smaller words are don't-care (default: %(default)s)")
-    p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), default=d.drop_area,
-                   help="px^2; smaller words are dropped (default: %(default)s)")
-    p.add_argument("--fit-polygons", action="store_true",
-                   help="fit words with 5+ points to a min-area quad instead of making them don't-care (default: off)")
+    scoring.add_care_flags(p)   # which words are don't-care, as `evaluate` takes them
 
 
 def check_out(out: Path, inputs: list[Input], force: bool) -> set[str]:

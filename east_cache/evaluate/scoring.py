@@ -213,7 +213,6 @@ def write_per_image(path, result: dict) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = BuildConfig()
     p.add_argument("--gt", type=flag_location, required=True,
                    help="ground truth: a UFO file such as ROOT/ufo/val.json (a path or a URL)")
     p.add_argument("--pred", type=flag_location, required=True, action="append",
@@ -226,7 +225,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-image", type=Path, metavar="CSV",
                    help="also write one CSV row of counts and scores per image (default: none)")
     p.add_argument("--json", action="store_true", help="print the totals as one JSON object")
-    # which words are don't-care: the build's rules and defaults (use the flags the cache was built with)
+    add_care_flags(p)
+
+
+def add_care_flags(p: argparse.ArgumentParser) -> None:
+    """Which ground-truth words are don't-care: the build's rules and defaults (give the flags the cache was built
+    with); evaluate's and review's."""
+    d = BuildConfig()
     p.add_argument("--ignore-tags", default=",".join(DEFAULT_IGNORE_TAGS),
                    help="comma-separated word tags that make a don't-care word (default: %(default)s)")
     p.add_argument("--min-area", type=flag_number(NON_NEGATIVE), default=d.min_area,
@@ -234,7 +239,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-area", type=flag_number(NON_NEGATIVE), default=d.drop_area,
                    help="px^2; smaller words are dropped (default: %(default)s)")
     p.add_argument("--fit-polygons", action="store_true",
-                   help="fit words with 5+ points to a min-area quad instead of making them don't-care")
+                   help="fit words with 5+ points to a min-area quad instead of making them don't-care "
+                        "(default: off)")
 
 
 def run(a: argparse.Namespace) -> int:
