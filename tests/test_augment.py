@@ -287,9 +287,11 @@ def test_a_run_records_its_augmentation_and_a_resume_keeps_it(tiny_cache, tmp_pa
 def test_a_crop_that_halves_the_page_reads_its_half_level():
     from east_cache.sample.epoch_geometry import read_level
     turn = lambda s, a=7.0: np.vstack([cv2.getRotationMatrix2D((0, 0), a, s), [0, 0, 1]])   # noqa: E731
-    assert [read_level(turn(s), 512) for s in (1.0, 0.6, 0.5, 0.3, 0.25, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
-    tilted = np.array([[0.5, 0, 0], [0, 0.5, 0], [2e-4, 0, 1.0]])   # shrinks by less than 2 at its far side
+    # the level read upsamples by at most sqrt(2): 0.6 reads the half level (x 1.2), 0.75 the page, 0.2 the quarter
+    assert [read_level(turn(s), 512) for s in (1.0, 0.75, 0.6, 0.5, 0.3, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
+    tilted = np.array([[0.75, 0, 0], [0, 0.75, 0], [2e-4, 0, 1.0]])   # shrinks by less than sqrt(2) at its near side
     assert read_level(tilted, 512) == 1
+    assert read_level(tilted * [[0.8], [0.8], [1]], 512) == 2   # 0.6 there: the half level, magnified 1.2
 
 
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])

@@ -47,7 +47,7 @@ class WarpedImage(NamedTuple):
     page: object           # the page image (page_record.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
     matrix: np.ndarray     # page px -> crop px
     size: int
-    levels: bool = True    # read a crop that shrinks the page by 2 or more at a reduced level (False: full px)
+    levels: bool = True    # read a crop that shrinks the page by 1.41 or more at a reduced level (False: full px)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -59,7 +59,7 @@ class WarpedImage(NamedTuple):
 
     def into(self, out: np.ndarray) -> None:
         # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0. A crop
-        # that shrinks the page by 2 or more reads it at a reduced level (read_level): fewer px, no aliasing
+        # that shrinks the page by 1.41 or more reads it at a reduced level (read_level): fewer px, no aliasing
         f = read_level(self.matrix, self.size) if self.levels else 1
         rect = source_rect(self.matrix, self.size)
         region, x, y = self.page.hwc(*rect) if f == 1 else level_region(self.page, rect, f)
