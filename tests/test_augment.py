@@ -314,6 +314,33 @@ def test_the_half_level_is_the_page_averaged_then_warped(caches, codec):
         assert psnr(crop, reference) >= 40 and psnr(crop, reference) > psnr(whole, reference)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.6, 0.3])
+def test_a_jpeg_crop_decodes_only_the_tiles_under_it_and_reads_as_its_whole_box(caches, scale):
+    """A turned, tilted crop's box holds tiles its inverse image misses: those are not decoded, and the crop's px are
+    those of the whole box decoded (at each level)."""
+    import east_cache.reader.warped as warped
+    from east_cache.sample.epoch_geometry import read_level, source_rect
+    from east_cache.store.jpeg_tiles import block_of
+    ds = CacheDataset(caches["jpeg"], augment=Augment(height_jitter=0, max_rotation=45, input_size=64,
+                                                     scale=(scale, scale), perspective=0.2))
+    skipped = 0
+    for i in range(len(ds)):
+        page = ds.cropper.page(i, 0)
+        for epoch in range(1, 4):
+            g = ds.cropper.geometry(i, 0, epoch)
+            f = read_level(g.matrix, 64)
+            keep = warped.touched(g.matrix, 64, page.image.tiles.tile, f)(*block_of(page.image.tiles,
+                                                                                   *source_rect(g.matrix, 64)))
+            skipped += int((~keep).sum())
+            real, warped.touched = warped.touched, lambda *a: (lambda tx, ty, nx, ny: np.ones((ny, nx), bool))
+            try:
+                box = np.asarray(WarpedImage(page.image, g.matrix, 64))
+            finally:
+                warped.touched = real
+            assert np.array_equal(np.asarray(WarpedImage(page.image, g.matrix, 64)), box)
+    assert skipped > 0
+
+
 @pytest.mark.slow
 def test_words_far_from_a_tilted_crop_or_past_its_horizon_are_clipped_to_it():
     """A big page, small crops, the strongest perspective: words reach the homography's horizon, where their
