@@ -287,9 +287,11 @@ def test_a_run_records_its_augmentation_and_a_resume_keeps_it(tiny_cache, tmp_pa
 def test_a_crop_that_halves_the_page_reads_its_half_level():
     from east_cache.sample.epoch_geometry import read_level
     turn = lambda s, a=7.0: np.vstack([cv2.getRotationMatrix2D((0, 0), a, s), [0, 0, 1]])   # noqa: E731
-    assert [read_level(turn(s), 512) for s in (1.0, 0.6, 0.5, 0.3, 0.25, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
-    tilted = np.array([[0.5, 0, 0], [0, 0.5, 0], [2e-4, 0, 1.0]])   # shrinks by less than 2 at its far side
+    # the level read upsamples by at most sqrt(2): 0.6 reads the half level (x 1.2), 0.75 the page, 0.2 the quarter
+    assert [read_level(turn(s), 512) for s in (1.0, 0.75, 0.6, 0.5, 0.3, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
+    tilted = np.array([[0.75, 0, 0], [0, 0.75, 0], [2e-4, 0, 1.0]])   # shrinks by less than sqrt(2) at its near side
     assert read_level(tilted, 512) == 1
+    assert read_level(tilted * [[0.8], [0.8], [1]], 512) == 2   # 0.6 there: the half level, magnified 1.2
 
 
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
@@ -310,6 +312,33 @@ def test_the_half_level_is_the_page_averaged_then_warped(caches, codec):
         crop = ds[(1, i)]["image"].transpose(1, 2, 0)
         whole = np.asarray(WarpedImage(page.image, g.matrix, 64, levels=False))
         assert psnr(crop, reference) >= 40 and psnr(crop, reference) > psnr(whole, reference)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.6, 0.3])
+def test_a_jpeg_crop_decodes_only_the_tiles_under_it_and_reads_as_its_whole_box(caches, scale):
+    """A turned, tilted crop's box holds tiles its inverse image misses: those are not decoded, and the crop's px are
+    those of the whole box decoded (at each level)."""
+    import east_cache.reader.warped as warped
+    from east_cache.sample.epoch_geometry import read_level, source_rect
+    from east_cache.store.jpeg_tiles import block_of
+    ds = CacheDataset(caches["jpeg"], augment=Augment(height_jitter=0, max_rotation=45, input_size=64,
+                                                     scale=(scale, scale), perspective=0.2))
+    skipped = 0
+    for i in range(len(ds)):
+        page = ds.cropper.page(i, 0)
+        for epoch in range(1, 4):
+            g = ds.cropper.geometry(i, 0, epoch)
+            f = read_level(g.matrix, 64)
+            keep = warped.touched(g.matrix, 64, page.image.tiles.tile, f)(*block_of(page.image.tiles,
+                                                                                   *source_rect(g.matrix, 64)))
+            skipped += int((~keep).sum())
+            real, warped.touched = warped.touched, lambda *a: (lambda tx, ty, nx, ny: np.ones((ny, nx), bool))
+            try:
+                box = np.asarray(WarpedImage(page.image, g.matrix, 64))
+            finally:
+                warped.touched = real
+            assert np.array_equal(np.asarray(WarpedImage(page.image, g.matrix, 64)), box)
+    assert skipped > 0
 
 
 @pytest.mark.slow

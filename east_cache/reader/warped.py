@@ -33,7 +33,7 @@ from east_cache.sample.epoch_geometry import (
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
-from east_cache.store.jpeg_tiles import block_of, block_streams, clear_outside, simplejpeg
+from east_cache.store.jpeg_tiles import block_of, clear_outside, decode_stream, simplejpeg, tile_stream
 from east_cache.store.page_jpeg import JpegImage
 from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
 
@@ -47,7 +47,7 @@ class WarpedImage(NamedTuple):
     page: object           # the page image (page_record.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
     matrix: np.ndarray     # page px -> crop px
     size: int
-    levels: bool = True    # read a crop that shrinks the page by 2 or more at a reduced level (False: full px)
+    levels: bool = True    # read a crop that shrinks the page by 1.41 or more at a reduced level (False: full px)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -59,10 +59,13 @@ class WarpedImage(NamedTuple):
 
     def into(self, out: np.ndarray) -> None:
         # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0. A crop
-        # that shrinks the page by 2 or more reads it at a reduced level (read_level): fewer px, no aliasing
+        # that shrinks the page by 1.41 or more reads it at a reduced level (read_level): fewer px, no aliasing
         f = read_level(self.matrix, self.size) if self.levels else 1
         rect = source_rect(self.matrix, self.size)
-        region, x, y = self.page.hwc(*rect) if f == 1 else level_region(self.page, rect, f)
+        if isinstance(self.page, JpegImage):   # only the tiles under the crop's inverse image, not its whole box
+            region, x, y = decode_level(self.page, *rect, f, touched(self.matrix, self.size, self.page.tiles.tile, f))
+        else:
+            region, x, y = self.page.hwc(*rect) if f == 1 else level_region(self.page, rect, f)
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
@@ -98,18 +101,51 @@ def level_region(image, rect: tuple[int, int, int, int], f: int) -> tuple[np.nda
     return cv2.resize(region, (nw, nh), interpolation=cv2.INTER_AREA), x0, y0
 
 
-def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int) -> tuple[np.ndarray, int, int]:
-    """level_region of a JPEG page: the block of tiles under [x, x + w) x [y, y + h), each decoded at 1/f."""
+def touched(matrix: np.ndarray, size: int, tile: int, f: int):
+    """keep(tx, ty, nx, ny) -> bool (ny, nx): which tiles of a block (page px tiles of side `tile`) the crop of side
+    `size` under matrix (page px -> crop px) reads: those meeting its inverse image (a convex quadrilateral, one crop
+    px around it) grown by f + 2 page px (the bilinear neighbours of a level px and the px it averages). A tile
+    wholly beyond one of the quadrilateral's edges is never read (a rotated or tilted crop's box holds many)."""
+    quad = crop_preimage(matrix, size, 1)
+    edges = np.roll(quad, -1, axis=0) - quad
+    normal = np.sign(np.cross(edges[0], edges[1])) * np.column_stack([-edges[:, 1], edges[:, 0]])   # points inside
+    offset = (normal * quad).sum(axis=1)
+    pad = f + 2
+
+    def keep(tx: int, ty: int, nx: int, ny: int) -> np.ndarray:
+        sides = [np.stack([(t0 + np.arange(n)) * tile - pad, (t0 + np.arange(n) + 1) * tile + pad])
+                 for t0, n in ((tx, nx), (ty, ny))]   # (2, n): the grown tiles' low and high px, x then y
+        x = normal[:, 0, None, None] * sides[0]   # (4 edges, 2, nx)
+        y = normal[:, 1, None, None] * sides[1] - offset[:, None, None]
+        far = (y[:, :, :, None, None] + x[:, None, None] < 0).all(axis=(1, 3))   # (4, ny, nx): all 4 corners out
+        return ~far.any(axis=0)
+    return keep
+
+
+def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int, keep=None) -> tuple[np.ndarray, int, int]:
+    """level_region of a JPEG page: the block of tiles under [x, x + w) x [y, y + h), each decoded at 1/f (f = 1:
+    the page's px, the window alone, from x, y). keep: touched's answer, the tiles not kept left 0 and undecoded."""
     tiles = image.tiles
     t = tiles.tile
     r = t // f
     tx, ty, nx, ny = block_of(tiles, x, y, w, h)
+    wanted = np.ones((ny, nx), bool) if keep is None else keep(tx, ty, nx, ny)
+    cols, rows = tiles.grid
     block = np.empty((ny, nx, r, r, 3), np.uint8)
-    for k, stream in enumerate(block_streams(tiles, tx, ty, nx, ny, image.where)):
-        if stream is not None:   # tiles off the grid: clear_outside
-            decode_reduced(stream, block[k // nx, k % nx], f, image.where)
+    for j, i in np.ndindex(ny, nx):
+        if wanted[j, i] and 0 <= tx + i < cols and 0 <= ty + j < rows:   # tiles off the grid: clear_outside
+            stream = tile_stream(tiles, (ty + j) * cols + tx + i, image.where)
+            if f == 1:
+                decode_stream(stream, block[j, i], image.where)
+            else:
+                decode_reduced(stream, block[j, i], f, image.where)
+        else:
+            block[j, i] = 0
     clear_outside(block, tx, ty, -(-tiles.width // f), -(-tiles.height // f))
-    return block.transpose(0, 2, 1, 3, 4).reshape(ny * r, nx * r, 3), tx * t, ty * t
+    pixels = block.transpose(0, 2, 1, 3, 4).reshape(ny * r, nx * r, 3)
+    if f > 1:
+        return pixels, tx * t, ty * t
+    return pixels[y - ty * t:y - ty * t + h, x - tx * t:x - tx * t + w], x, y
 
 
 def decode_reduced(stream: bytes, out: np.ndarray, f: int, where: str) -> None:

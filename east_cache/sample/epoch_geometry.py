@@ -235,20 +235,23 @@ def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads:
 
 
 LEVELS = (8, 4, 2)   # the reduced levels a crop may read its page at: 1/8, 1/4, 1/2 of its px per side
+LEVEL_STRETCH = 2 ** 0.5   # the most a crop read at a reduced level magnifies that level's px (per side)
 
 
 def read_level(matrix: np.ndarray, size: int) -> int:
-    """f in (1, *LEVELS): the page may be read at 1/f of its px per side for the crop of side `size` under matrix
-    (page px -> crop px) without any part of the crop being magnified: f times the largest local scale (the largest
-    singular value of the matrix's Jacobian, at the crop's corners, where a homography's is largest or least) is at
-    most 1. A bilinear warp that shrinks by more than 2 skips source px (aliasing); from the level it shrinks by at
-    most 2, and a level costs fewer px to read or decode."""
+    """f in (1, *LEVELS): the page is read at 1/f of its px per side for the crop of side `size` under matrix
+    (page px -> crop px) where f times the largest local scale (the largest singular value of the matrix's Jacobian,
+    at the crop's corners, where a homography's is largest or least) is at most LEVEL_STRETCH: a crop that shrinks
+    the page by sqrt(2) or more reads its half level and upsamples it by at most 1.41 (a crop of scale 0.5 to 0.71).
+    A bilinear warp that shrinks by more than 2 skips source px (aliasing); from the level it shrinks by at most 1.41
+    (1/8: 2) and magnifies by at most 1.41 (the level's 2 x 2 average keeps what a crop at that scale shows: PSNR in
+    docs/performance.md), and a level costs a quarter of the px to read, decode and warp from."""
     full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
     corners = map_points(np.linalg.inv(full), np.array([[0, 0], [size, 0], [size, size], [0, size]], np.float64))
     q = np.column_stack([corners, np.ones(4)]) @ full.T   # (u, v, w) at each corner's preimage
     jac = (full[None, :2, :2] - q[:, :2, None] * full[None, 2:3, :2] / q[:, 2:3, None]) / q[:, 2:3, None]
     largest = float(np.linalg.svd(jac, compute_uv=False)[:, 0].max())
-    return next((f for f in LEVELS if f * largest <= 1 + 1e-9), 1)
+    return next((f for f in LEVELS if f * largest <= LEVEL_STRETCH + 1e-9), 1)
 
 
 def level_matrix(f: int) -> np.ndarray:
