@@ -22,6 +22,7 @@ from east_cache.sample.epoch_geometry import (
     EpochGeometry,
     clip_convex,
     crop_preimage,
+    cross2,
     far_words,
     from_shifted,
     is_affine,
@@ -108,7 +109,7 @@ def touched(matrix: np.ndarray, size: int, tile: int, f: int):
     wholly beyond one of the quadrilateral's edges is never read (a rotated or tilted crop's box holds many)."""
     quad = crop_preimage(matrix, size, 1)
     edges = np.roll(quad, -1, axis=0) - quad
-    normal = np.sign(np.cross(edges[0], edges[1])) * np.column_stack([-edges[:, 1], edges[:, 0]])   # points inside
+    normal = np.sign(cross2(edges[0], edges[1])) * np.column_stack([-edges[:, 1], edges[:, 0]])   # points inside
     offset = (normal * quad).sum(axis=1)
     pad = f + 2
 

@@ -128,15 +128,22 @@ def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) ->
     return map_points(np.linalg.inv(full), square)
 
 
+def cross2(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The z of the cross product of 2-D vectors u and v (..., 2), broadcast: numpy 2 deprecates np.cross of 2-D
+    vectors."""
+    u, v = np.asarray(u, np.float64), np.asarray(v, np.float64)
+    return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+
+
 def clip_convex(polygon: np.ndarray, clip: np.ndarray) -> np.ndarray:
     """float64 (K', 2): polygon (K, 2) clipped to the convex polygon clip (M, 2), both in one orientation
     (Sutherland-Hodgman); (0, 2) where they do not meet."""
     out = np.asarray(polygon, np.float64)
-    sign = np.sign(np.cross(clip[1] - clip[0], clip[2] - clip[1]))   # the clip's orientation
+    sign = np.sign(cross2(clip[1] - clip[0], clip[2] - clip[1]))   # the clip's orientation
     for a, b in zip(clip, np.roll(clip, -1, axis=0)):
         if not len(out):
             break
-        side = sign * np.cross(b - a, out - a)   # >= 0: on the clip's side of edge a -> b
+        side = sign * cross2(b - a, out - a)   # >= 0: on the clip's side of edge a -> b
         nxt, nside = np.roll(out, -1, axis=0), np.roll(side, -1)
         kept = []
         for p, q, sp, sq in zip(out, nxt, side, nside):
