@@ -17,7 +17,6 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.errors import REPAIR, CacheError
 from east_cache.sample.epoch_geometry import (
     EpochGeometry,
     clip_convex,
@@ -34,7 +33,7 @@ from east_cache.sample.epoch_geometry import (
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import words_in_crop
 from east_cache.sample.targets import TABLE_COLUMNS, make_targets, owner_map, roi_map, word_table
-from east_cache.store.jpeg_tiles import block_of, clear_outside, decode_stream, simplejpeg, tile_stream
+from east_cache.store.jpeg_tiles import block_of, clear_outside, decode_stream, tile_stream
 from east_cache.store.page_jpeg import JpegImage
 from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WORD_TABLE, Page, pack_maps
 
@@ -87,13 +86,10 @@ class WarpedImage(NamedTuple):
 
 
 def level_region(image, rect: tuple[int, int, int, int], f: int) -> tuple[np.ndarray, int, int]:
-    """(px (h', w', 3) of the page's level 1/f, x0, y0): the level's px that cover the page px rect (x, y, w, h),
-    the first one covering page px [x0, x0 + f) x [y0, y0 + f) (level_matrix maps them). Raw rows are averaged over
-    f x f (cv2.INTER_AREA); JPEG tiles decoded at 1/f by libjpeg's own scaling (only the tiles the rect touches,
-    zeros off the page)."""
+    """(px (h', w', 3) of a raw page's level 1/f, x0, y0): the level's px that cover the page px rect (x, y, w, h),
+    the first one covering page px [x0, x0 + f) x [y0, y0 + f) (level_matrix maps them): the raw rows averaged over
+    f x f (cv2.INTER_AREA). A JPEG page's level is decoded by libjpeg's own scaling (decode_level)."""
     x, y, w, h = rect
-    if isinstance(image, JpegImage):
-        return decode_level(image, x, y, w, h, f)
     x0, y0 = max(x, 0) // f * f, max(y, 0) // f * f
     nw, nh = (min(x + w, image.width) - x0) // f, (min(y + h, image.height) - y0) // f
     if nw <= 0 or nh <= 0:
@@ -124,7 +120,7 @@ def touched(matrix: np.ndarray, size: int, tile: int, f: int):
 
 
 def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int, keep=None) -> tuple[np.ndarray, int, int]:
-    """level_region of a JPEG page: the block of tiles under [x, x + w) x [y, y + h), each decoded at 1/f (f = 1:
+    """A JPEG page's level 1/f, as level_region gives a raw page's: the block of tiles under [x, x + w) x [y, y + h), each decoded at 1/f (f = 1:
     the page's px, the window alone, from x, y). keep: touched's answer, the tiles not kept left 0 and undecoded."""
     tiles = image.tiles
     t = tiles.tile
@@ -136,10 +132,7 @@ def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int, keep=
     for j, i in np.ndindex(ny, nx):
         if wanted[j, i] and 0 <= tx + i < cols and 0 <= ty + j < rows:   # tiles off the grid: clear_outside
             stream = tile_stream(tiles, (ty + j) * cols + tx + i, image.where)
-            if f == 1:
-                decode_stream(stream, block[j, i], image.where)
-            else:
-                decode_reduced(stream, block[j, i], f, image.where)
+            decode_stream(stream, block[j, i], image.where, f)
         else:
             block[j, i] = 0
     clear_outside(block, tx, ty, -(-tiles.width // f), -(-tiles.height // f))
@@ -147,27 +140,6 @@ def decode_level(image: JpegImage, x: int, y: int, w: int, h: int, f: int, keep=
     if f > 1:
         return pixels, tx * t, ty * t
     return pixels[y - ty * t:y - ty * t + h, x - tx * t:x - tx * t + w], x, y
-
-
-def decode_reduced(stream: bytes, out: np.ndarray, f: int, where: str) -> None:
-    """One tile's stream decoded at 1/f of its side into out (T / f, T / f, 3) RGB: libjpeg scales in its inverse
-    DCT (simplejpeg, else OpenCV's IMREAD_REDUCED_COLOR_f)."""
-    side = out.shape[0]
-    try:
-        if simplejpeg is not None:
-            pixels = simplejpeg.decode_jpeg(stream, colorspace="RGB", min_height=side, min_width=side, min_factor=f,
-                                            buffer=out, strict=True)
-        else:
-            flag = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}[f]
-            pixels = cv2.imdecode(np.frombuffer(stream, np.uint8), flag)
-            if pixels is None:
-                raise ValueError("OpenCV refused it")
-            out[...] = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
-    except (ValueError, cv2.error) as e:
-        raise CacheError(f"{where}: a tile of its compressed page does not decode ({e}): {REPAIR}") from None
-    if pixels.shape != out.shape:
-        raise CacheError(f"{where}: a tile of its compressed page decodes to {pixels.shape} at 1/{f}, not "
-                         f"{out.shape}: {REPAIR}")
 
 
 def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -183,23 +183,35 @@ def block_streams(tiles: JpegTiles, tx: int, ty: int, nx: int, ny: int, where: s
             for y in range(ty, ty + ny) for x in range(tx, tx + nx)]
 
 
-def decode_stream(stream: bytes, out: np.ndarray, where: str) -> None:
-    """Decode one tile's stream into out (T, T, 3) uint8 RGB (C-contiguous): in place with simplejpeg, a copy with
-    OpenCV. A stream the decoder refuses, or of another size, is a CacheError."""
+def decode_stream(stream: bytes, out: np.ndarray, where: str, f: int = 1) -> None:
+    """Decode one tile's stream into out (T / f, T / f, 3) uint8 RGB (C-contiguous), f in 1, 2, 4, 8: libjpeg scales
+    by 1/f in its inverse DCT. In place with simplejpeg, a copy with OpenCV. A stream the decoder refuses, or of
+    another size, is a CacheError."""
     try:
         if simplejpeg is not None:
-            pixels = simplejpeg.decode_jpeg(stream, colorspace="RGB", buffer=out, strict=True)
+            side = out.shape[0]
+            pixels = simplejpeg.decode_jpeg(stream, colorspace="RGB", buffer=out, strict=True,
+                                            **({} if f == 1 else {"min_height": side, "min_width": side,
+                                                                   "min_factor": f}))
         else:
-            pixels = cv2.imdecode(np.frombuffer(stream, np.uint8), cv2.IMREAD_COLOR_RGB)
+            pixels = cv2.imdecode(np.frombuffer(stream, np.uint8), REDUCED_FLAGS[f])
             if pixels is None:
                 raise ValueError("OpenCV refused it")
+            if f > 1:   # OpenCV's reduced reads give BGR
+                pixels = cv2.cvtColor(pixels, cv2.COLOR_BGR2RGB)
     except (ValueError, cv2.error) as e:
         raise CacheError(f"{where}: a tile of its compressed page does not decode ({e}): {REPAIR}") from None
     if pixels.shape != out.shape:
-        raise CacheError(f"{where}: a tile of its compressed page decodes to {pixels.shape}, not {out.shape}: "
+        at = f" at 1/{f}" if f > 1 else ""
+        raise CacheError(f"{where}: a tile of its compressed page decodes to {pixels.shape}{at}, not {out.shape}: "
                          f"{REPAIR}")
     if simplejpeg is None:
         out[...] = pixels
+
+
+# OpenCV's imdecode flag for a tile decoded at 1/f of its side (decode_stream without simplejpeg)
+REDUCED_FLAGS = {1: cv2.IMREAD_COLOR_RGB, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
+                 8: cv2.IMREAD_REDUCED_COLOR_8}
 
 
 def clear_outside(out, tx: int, ty: int, width: int, height: int) -> None:
