@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from east_cache.sample.geometry import signed_polygon_area
+
 MIN_AREA = 1e-6      # px^2; quads at most this big overlap nothing (avoids dividing by zero)
 
 
@@ -13,13 +15,6 @@ def _next_index(k: int) -> np.ndarray:
     """Index of each vertex's successor in a k-gon. Indexing, not np.roll: the polygon helpers
     here run thousands of times on tiny arrays, where np.roll's overhead dominates."""
     return np.arange(1, k + 1) % k
-
-
-def _signed_area(poly: np.ndarray) -> np.ndarray:
-    """Shoelace area of polygons (..., K, 2) with its sign: positive when each edge has the
-    interior on its left in x-right, y-up axes (the sign is what orients the clip polygons)."""
-    nxt = poly[..., _next_index(poly.shape[-2]), :]
-    return 0.5 * np.sum(poly[..., 0] * nxt[..., 1] - nxt[..., 0] * poly[..., 1], axis=-1)
 
 
 def _compact(points: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -48,7 +43,7 @@ def convex_intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     origin = a[:, :1]              # small coordinates keep the cross products exact enough
     poly, clip = a - origin, b - origin
-    flip = _signed_area(clip) < 0
+    flip = signed_polygon_area(clip) < 0
     clip[flip] = clip[flip, ::-1]  # interior on the left of every clip edge
     n, edges = len(poly), clip.shape[1]
     for j in range(edges):
@@ -65,12 +60,12 @@ def convex_intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         points[:, 0::2], points[:, 1::2] = poly + t[..., None] * (nxt - poly), nxt
         valid[:, 0::2], valid[:, 1::2] = cross, inside_next
         poly = _compact(points, valid)
-    return np.abs(_signed_area(poly))
+    return np.abs(signed_polygon_area(poly))
 
 
 def pairwise_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """(P,) IoU of convex quads a[k] and b[k] (P, 4, 2); 0 where either is degenerate."""
-    area_a, area_b = np.abs(_signed_area(a)), np.abs(_signed_area(b))
+    area_a, area_b = np.abs(signed_polygon_area(a)), np.abs(signed_polygon_area(b))
     inter = convex_intersection(a, b)
     ok = (area_a > MIN_AREA) & (area_b > MIN_AREA)
     return np.where(ok, inter / np.where(ok, area_a + area_b - inter, 1.0), 0.0)
@@ -93,7 +88,7 @@ def iou_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Lower: b's vertices lie within delta of a's, so b holds a eroded by delta, whose area is at
     least A - perimeter(a) * delta. Degenerate pairs get (0, 0).
     """
-    area_a, area_b = np.abs(_signed_area(a)), np.abs(_signed_area(b))
+    area_a, area_b = np.abs(signed_polygon_area(a)), np.abs(signed_polygon_area(b))
     # reductions over the 4 corners written out: numpy's reduce over so short an axis costs more than the sums
     box = np.clip(np.minimum(_corners(np.maximum, a), _corners(np.maximum, b))
                   - np.maximum(_corners(np.minimum, a), _corners(np.minimum, b)), 0, None)

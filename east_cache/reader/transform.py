@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from east_cache.errors import UsageError, UserError
+from east_cache.sample.geometry import signed_polygon_area
 
 SEED_SALT = b"east-transform"   # the transform's seeds differ from the crop draw's (crop_draw.CROP_RNG_SALT)
 
@@ -163,7 +164,7 @@ def moved_words(points: np.ndarray, words: CropWords, size: int) -> CropWords:
         quads = np.flatnonzero(counts == 4)
         if len(quads):
             idx = offsets[quads][:, None] + np.arange(4)
-            before, after = signed_area(words.points[idx]), signed_area(points[idx])
+            before, after = signed_polygon_area(words.points[idx]), signed_polygon_area(points[idx])
             mirrored = idx[np.sign(before) * np.sign(after) < 0]
             points[mirrored] = points[mirrored[:, [1, 0, 3, 2]]]
         lo = np.minimum.reduceat(points, offsets[:-1], axis=0)
@@ -171,12 +172,6 @@ def moved_words(points: np.ndarray, words: CropWords, size: int) -> CropWords:
         inside = np.all((lo >= 0) & (hi <= size) & np.isfinite(lo) & np.isfinite(hi), axis=1)
         care[~inside] = 0
     return CropWords(points, offsets, care)
-
-
-def signed_area(quads: np.ndarray) -> np.ndarray:
-    """(N,) twice the signed area of each quad (N, 4, 2) (shoelace): positive clockwise on screen (y down)."""
-    x, y = quads[..., 0], quads[..., 1]
-    return (x * np.roll(y, -1, axis=1) - np.roll(x, -1, axis=1) * y).sum(axis=1)
 
 
 class seeded:
