@@ -163,5 +163,6 @@ def add_flags(parser, what: str = "each crop") -> None:
 
 
 def given(args) -> dict:
-    """The add_flags flags given (field name -> value): what Augment.of_cache changes of a cache's build values."""
+    """The add_flags flags given (field name -> value) of parsed flags or a TrainConfig: what Augment.of_cache changes
+    of a cache's build values."""
     return {k: getattr(args, k) for k in FLAGS if getattr(args, k, None) is not None}

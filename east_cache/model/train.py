@@ -38,7 +38,7 @@ from east_cache.model.checkpoint import (
     validation_score,
     warning_line,
 )
-from east_cache.augment import FLAGS as AUGMENT_FLAGS
+from east_cache.augment import given as augment_given
 from east_cache.augment import Augment
 from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
@@ -146,7 +146,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ds = open_run_cache(cfg, rt, cfg.cache)
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
-    given = {k: getattr(cfg, k) for k in AUGMENT_FLAGS}
+    given = augment_given(cfg)   # the Augment flags this run was given
     if not cfg.resume:   # a resume takes the checkpoint's (below); its flags are checked against it there
         read_by(ds, val, run_augment(given, ds))
     model = EAST(ds.config.map_scale)
@@ -241,7 +241,7 @@ def training_loader(cache, batch_size: int, workers: int | None, device, augment
     cfg = TrainConfig(cache=cache, batch_size=batch_size, workers=workers, **(augment or {}))
     rt = Runtime(torch.device(device))
     ds = open_run_cache(cfg, rt, cfg.cache)
-    read_by(ds, None, run_augment({k: getattr(cfg, k) for k in AUGMENT_FLAGS}, ds))
+    read_by(ds, None, run_augment(augment_given(cfg), ds))
     return run_loader(cfg, rt, ds, train=True)
 
 
