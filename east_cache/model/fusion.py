@@ -5,8 +5,8 @@ Two ways to combine models (--fuse): `maps` averages their score and geometry ma
 their maps must have one size, so models trained on caches of different map scales are refused), `quads` decodes
 each model's maps alone and fuses the words as `east-cache ensemble` does (east_cache.evaluate.ensemble). Test-time
 scales are always fused as quads: the maps of two input sizes do not overlay. docs/performance.md measures both
-ways on two fold models trained briefly on the CPU; there they did not separate (each scored 0: one fold had
-learnt nothing yet), so FUSE_DEFAULT stays `maps`, which decodes once, until a longer run measures them apart.
+ways on two fold models trained briefly on the CPU; there they did not separate, so FUSE_DEFAULT stays `maps`,
+which decodes once, until a longer run measures them apart.
 """
 from __future__ import annotations
 
