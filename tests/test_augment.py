@@ -287,11 +287,15 @@ def test_a_run_records_its_augmentation_and_a_resume_keeps_it(tiny_cache, tmp_pa
 def test_a_crop_that_halves_the_page_reads_its_half_level():
     from east_cache.sample.epoch_geometry import read_level
     turn = lambda s, a=7.0: np.vstack([cv2.getRotationMatrix2D((0, 0), a, s), [0, 0, 1]])   # noqa: E731
-    # the level read upsamples by at most sqrt(2): 0.6 reads the half level (x 1.2), 0.75 the page, 0.2 the quarter
+    # the level whose px is nearest the crop's: 0.6 reads the half level (x 1.2), 0.75 the page, 0.2 the quarter
     assert [read_level(turn(s), 512) for s in (1.0, 0.75, 0.6, 0.5, 0.3, 0.2, 0.1)] == [1, 1, 2, 2, 4, 4, 8]
-    tilted = np.array([[0.75, 0, 0], [0, 0.75, 0], [2e-4, 0, 1.0]])   # shrinks by less than sqrt(2) at its near side
-    assert read_level(tilted, 512) == 1
-    assert read_level(tilted * [[0.8], [0.8], [1]], 512) == 2   # 0.6 there: the half level, magnified 1.2
+    # a height factor: the area scale counts, sqrt(0.6 x 0.78) = 0.68 reads the half level, sqrt(0.75 x 0.9) the page
+    assert [read_level(np.diag([s, s * 1.3, 1.0]), 512) for s in (0.6, 0.75)] == [2, 1]
+    # a homography's scale is its centre's: 0.75 at the near side, 0.67 at the centre (its preimage x = 366, w = 1.07:
+    # 0.75 / w^2 across, 0.75 / w down), so the half level
+    tilted = np.array([[0.75, 0, 0], [0, 0.75, 0], [2e-4, 0, 1.0]])
+    assert read_level(tilted, 512) == 2
+    assert read_level(tilted * [[1.2], [1.2], [1]], 512) == 1   # 0.81 there: the page
 
 
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])

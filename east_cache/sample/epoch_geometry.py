@@ -80,10 +80,14 @@ def tilt(corners: np.ndarray, size: int) -> np.ndarray:
     dx1, dx2, dy1, dy2 = x1 - x2, x3 - x2, y1 - y2, y3 - y2
     den = dx1 * dy2 - dx2 * dy1
     g, h = (sx * dy2 - dx2 * sy) / den, (dx1 * sy - sx * dy1) / den
-    unit_to_quad = np.array([[x1 - x0 + g * x1, x3 - x0 + h * x3, x0], [y1 - y0 + g * y1, y3 - y0 + h * y3, y0],
-                             [g, h, 1.0]])
-    out = np.linalg.inv(unit_to_quad @ np.diag([1 / size, 1 / size, 1.0]))
-    return out / out[2, 2]
+    # square -> quadrilateral (the unit square's map with its x and y divided by size), then its inverse: the adjugate
+    # divided by its own last entry (the determinant cancels), in floats
+    (a, b, c), (d, e, f) = ((x1 - x0 + g * x1) / size, (x3 - x0 + h * x3) / size, x0), \
+        ((y1 - y0 + g * y1) / size, (y3 - y0 + h * y3) / size, y0)
+    g, h = g / size, h / size
+    adj = [[e - f * h, c * h - b, b * f - c * e], [f * g - d, a - c * g, c * d - a * f], [d * h - e * g, b * g - a * h,
+                                                                                         a * e - b * d]]
+    return np.array(adj, np.float64) / adj[2][2]
 
 
 def map_points(matrix: np.ndarray, points: np.ndarray) -> np.ndarray:
@@ -110,6 +114,8 @@ def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size:
     if is_affine(matrix) or not n or not len(points):
         return np.zeros(n, bool)
     pts = np.asarray(points, np.float64)
+    if not far_box(matrix, pts.min(axis=0), pts.max(axis=0), size):   # the common case, without mapping each point
+        return np.zeros(n, bool)
     w = pts @ matrix[2, :2] + matrix[2, 2]
     xy = map_points(matrix, pts)
     behind = np.add.reduceat((w <= HORIZON).astype(np.int64), offsets[:-1]) > 0
@@ -117,6 +123,16 @@ def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size:
     lo, hi = np.minimum.reduceat(xy, offsets[:-1], axis=0), np.maximum.reduceat(xy, offsets[:-1], axis=0)
     meets = np.all((hi > 0) & (lo < size), axis=1)
     return behind | (huge & meets)
+
+
+def far_box(matrix: np.ndarray, lo, hi, size: int) -> bool:
+    """Whether a point of the box [lo, hi] (page px) may be far (far_words): w at or past the horizon, or mapped
+    farther than FAR crop sides from the crop's centre. w is affine in x and y and the box maps to the convex hull of
+    its corners' images where w > 0 over it, so its 4 corners decide; False answers for every point in it."""
+    corners = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]], np.float64)
+    if np.any(corners @ matrix[2, :2] + matrix[2, 2] <= HORIZON):
+        return True
+    return bool(np.any(np.abs(map_points(matrix, corners) - size / 2) > FAR * size))
 
 
 def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) -> np.ndarray:
@@ -242,23 +258,26 @@ def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads:
 
 
 LEVELS = (8, 4, 2)   # the reduced levels a crop may read its page at: 1/8, 1/4, 1/2 of its px per side
-LEVEL_STRETCH = 2 ** 0.5   # the most a crop read at a reduced level magnifies that level's px (per side)
+LEVEL_STRETCH = 2 ** 0.5   # a reduced level is read where its px are at most sqrt 2 larger than the crop's
 
 
 def read_level(matrix: np.ndarray, size: int) -> int:
     """f in (1, *LEVELS): the page is read at 1/f of its px per side for the crop of side `size` under matrix
-    (page px -> crop px) where f times the largest local scale (the largest singular value of the matrix's Jacobian,
-    at the crop's corners, where a homography's is largest or least) is at most LEVEL_STRETCH: a crop that shrinks
-    the page by sqrt(2) or more reads its half level and upsamples it by at most 1.41 (a crop of scale 0.5 to 0.71).
-    A bilinear warp that shrinks by more than 2 skips source px (aliasing); from the level it shrinks by at most 1.41
-    (1/8: 2) and magnifies by at most 1.41 (the level's 2 x 2 average keeps what a crop at that scale shows: PSNR in
-    docs/performance.md), and a level costs a quarter of the px to read, decode and warp from."""
+    (page px -> crop px): the level whose px is nearest the crop's px in size, on a log scale. The crop's px size
+    in page px is that of its centre, 1 / sqrt(area scale) there (the determinant of the matrix's Jacobian; a
+    homography's varies over the crop); level f is read where f times the crop's local scale is at most
+    LEVEL_STRETCH: a crop of scale 0.5 to 0.71 reads the half level and magnifies it by at most 1.41 (with a height
+    factor, 1.41 on average over its two sides). A bilinear warp that shrinks by more than 2 skips source px
+    (aliasing); from the level it shrinks by at most 1.41 (1/8: 2), the level's 2 x 2 average keeps what a crop at
+    that scale shows (PSNR in docs/performance.md), and a level costs a quarter of the px to read, decode and warp
+    from."""
     full = matrix if matrix.shape == (3, 3) else np.vstack([matrix, [0, 0, 1]])
-    corners = map_points(np.linalg.inv(full), np.array([[0, 0], [size, 0], [size, size], [0, size]], np.float64))
-    q = np.column_stack([corners, np.ones(4)]) @ full.T   # (u, v, w) at each corner's preimage
-    jac = (full[None, :2, :2] - q[:, :2, None] * full[None, 2:3, :2] / q[:, 2:3, None]) / q[:, 2:3, None]
-    largest = float(np.linalg.svd(jac, compute_uv=False)[:, 0].max())
-    return next((f for f in LEVELS if f * largest <= LEVEL_STRETCH + 1e-9), 1)
+    centre = map_points(np.linalg.inv(full), np.array([size / 2, size / 2], np.float64))
+    w = float(full[2, :2] @ centre + full[2, 2])
+    u = full[:2, :2] @ centre + full[:2, 2]
+    jac = (full[:2, :2] - np.outer(u / w, full[2, :2])) / w   # d(crop px) / d(page px) at the centre's preimage
+    scale = abs(float(np.linalg.det(jac))) ** 0.5
+    return next((f for f in LEVELS if f * scale <= LEVEL_STRETCH + 1e-9), 1)
 
 
 def level_matrix(f: int) -> np.ndarray:
