@@ -125,6 +125,20 @@ def cache_bytes(out: Path) -> int:
     return sum(disk_bytes(p) + disk_bytes(quads_path(p)) for p in paths)
 
 
+def half_level_share(out: Path) -> float:
+    """The share of a read-mode cache's page bytes that its pages' stored half levels take (raw rows, or packed JPEG
+    tiles)."""
+    ds = CacheDataset(out)
+    half = full = 0
+    for i in range(len(ds)):
+        image = ds.cropper.page(i, 0).image
+        if hasattr(image, "pixels"):
+            full, half = full + image.pixels.nbytes, half + image.half.nbytes
+        else:
+            full, half = full + image.tiles.nbytes, half + image.half.nbytes
+    return half / (full + half)
+
+
 def ks_uniform(values, lo: float, hi: float) -> float:
     """The Kolmogorov-Smirnov statistic D of values against U[lo, hi]."""
     x = np.sort((np.asarray(values, np.float64) - lo) / (hi - lo))
@@ -253,8 +267,10 @@ def measure_cost(s: DataSet, work: Path, repeat: int, t: Tables) -> None:
         for m in MODES:
             wall, cpu = ([x[k] / n for x in times[(m, c)]] for k in (0, 1))
             ratio = [x[1] / y[1] for x, y in zip(times[(m, c)], times[("build", c)])] if m == "read" else []
-            t.cost.append([s.label, c, f"--geometry {m}", f"{per[m] / 2**20:.3f}", f"{per[m] / per['build']:.2f}",
-                           spread(wall, "{:.3f}"), spread(cpu, "{:.3f}"), spread(ratio, "{:.2f}") if ratio else ""])
+            share = f"{half_level_share(folder(work, s, m, c, size)):.1%}" if m == "read" else ""
+            t.cost.append([s.label, c, f"--geometry {m}", f"{per[m] / 2**20:.3f}", share,
+                           f"{per[m] / per['build']:.2f}", spread(wall, "{:.3f}"), spread(cpu, "{:.3f}"),
+                           spread(ratio, "{:.2f}") if ratio else ""])
         t.done[(s.label, c, "bytes")] = per["read"] / per["build"]
         t.done[(s.label, c, "build")] = statistics.median(
             r[1] / b[1] for r, b in zip(times[("read", c)], times[("build", c)]))
@@ -478,7 +494,8 @@ def main() -> None:
                  f"distinct crops / image ({COVERAGE_EPOCHS[-1]} ep.)", "text-free crops",
                  "images without legible words"], t.coverage))
     print(f"\n### Cache size and build time (one job, --variants 1; {a.build_repeat} builds each, modes alternated)\n")
-    print(table(["data", "codec", "mode", "cache MiB / image", "/ build mode", "build s / image (wall)",
+    print(table(["data", "codec", "mode", "cache MiB / image", "of it the half level", "/ build mode",
+                 "build s / image (wall)",
                  "build CPU s / image", "read / build mode, CPU"], t.cost))
     print("\n### Read speed: one process reading train.py's compact items into a batch slot, as a loader worker\n")
     print(table(["data, crop", "codec", "mode", "crops per CPU s (per core)", "crops / wall s",

@@ -44,7 +44,7 @@ IDENTITY = np.eye(3)
 class WarpedImage(NamedTuple):
     """A crop's image not warped yet: `into` warps it into a buffer (S, S, 3) uint8, channels last (a batch slot's
     row: the device sees it channels first, a view), np.asarray into a new one."""
-    page: object           # the page image (page_record.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
+    page: object           # the page image (page_rows.PageRows, page_jpeg.JpegImage): hwc(x, y, w, h)
     matrix: np.ndarray     # page px -> crop px
     size: int
     levels: bool = True    # read a crop that shrinks the page by 1.41 or more at a reduced level (False: full px)
@@ -59,17 +59,22 @@ class WarpedImage(NamedTuple):
 
     def into(self, out: np.ndarray) -> None:
         # the pixels under the crop: a view of raw rows, or the JPEG tiles decoded; beyond them the border is 0. A crop
-        # that shrinks the page by 1.41 or more reads it at a reduced level (read_level): fewer px, no aliasing
+        # that shrinks the page by 1.41 or more reads it at a reduced level (read_level): fewer px, no aliasing; from
+        # the page's stored half level where it has one (1/4, 1/8: that level read at 1/2, 1/4)
         f = read_level(self.matrix, self.size) if self.levels else 1
-        rect = source_rect(self.matrix, self.size)
-        if isinstance(self.page, JpegImage):   # only the tiles under the crop's inverse image, not its whole box
-            region, x, y = decode_level(self.page, *rect, f, touched(self.matrix, self.size, self.page.tiles.tile, f))
+        page, matrix = self.page, self.matrix
+        half = page.half_image() if f > 1 else None
+        if half is not None:   # the stored half level, read as a page of its own: its px -> crop px, and f / 2 of it
+            page, matrix, f = half, matrix @ level_matrix(2), f // 2
+        rect = source_rect(matrix, self.size)
+        if isinstance(page, JpegImage):   # only the tiles under the crop's inverse image, not its whole box
+            region, x, y = decode_level(page, *rect, f, touched(matrix, self.size, page.tiles.tile, f))
         else:
-            region, x, y = self.page.hwc(*rect) if f == 1 else level_region(self.page, rect, f)
+            region, x, y = page.hwc(*rect) if f == 1 else level_region(page, rect, f)
         if not region.size:   # the crop lies off the page
             out[...] = 0
             return
-        to_crop = from_shifted(self.matrix, (x, y))   # the region's px -> crop px
+        to_crop = from_shifted(matrix, (x, y))   # the region's px -> crop px
         if f > 1:
             to_crop = to_crop @ level_matrix(f)
         if is_affine(to_crop):   # no perspective: the cheaper warp, the same pixels

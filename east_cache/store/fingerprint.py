@@ -26,7 +26,7 @@ from east_cache.store.format import FORMAT_VERSION
 # rule (a page's word weights assume it), a page's record layout and its image codecs. sample/epoch_geometry (each
 # epoch's warp and crop, --geometry read) is drawn by the reader alone: not listed, so changing it rebuilds nothing.
 SAMPLE_MODULES = ("ingest/ufo", "ingest/imageio", "sample/geometry", "sample/targets", "sample/make", "sample/page",
-                  "sample/crop_draw", "store/page_record", "store/jpeg_tiles", "store/page_jpeg")
+                  "sample/crop_draw", "store/page_record", "store/page_rows", "store/jpeg_tiles", "store/page_jpeg")
 # Top-level definitions of those modules that only a reader (or a size estimate) runs, left out of the hash so that
 # changing them rebuilds no cache: the crop draw's fast form and its per-crop generator (tests/test_crop_draw.py
 # checks that they draw what the rule draws); decoding JPEG tiles; a jpeg page image as a reader sees it.

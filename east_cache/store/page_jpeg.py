@@ -32,15 +32,8 @@ from east_cache.store.jpeg_tiles import (
     pack,
     unpack,
 )
-from east_cache.store.page_record import (
-    RAW_ROWS,
-    RAW_TILES,
-    RawRows,
-    RawTiles,
-    block_tiles,
-    page_bytes,
-    tile_grid,
-)
+from east_cache.store.page_record import RAW_TILES, RawTiles, block_tiles, page_bytes, tile_grid
+from east_cache.store.page_rows import RAW_ROWS, RawRows, half_level, half_size
 
 JPEG_TILE_PX = 128        # side of a page's JPEG tiles, page px: a multiple of the JPEG MCU and of page_record.TILE_PX
 # A page's packed tiles may take at most this many times its raw tiles' bytes (plus the pack's index): the size of
@@ -67,10 +60,12 @@ def jpeg_estimate(size: tuple[int, int], quality: int) -> int:
 
 
 def page_estimate(size: tuple[int, int], cfg: BuildConfig, codec: str | None = None) -> int:
-    """Bytes a page of size (W, H) takes in a record under codec (default: the config's, resolved)."""
+    """Bytes a page of size (W, H) takes in a record under codec (default: the config's, resolved); a page warped
+    at read time with its half level's (JpegCodec, RawRows)."""
     codec = codec or cfg.image_codec
     if codec == "jpeg":
-        return jpeg_estimate(size, cfg.image_quality)
+        half = jpeg_estimate(half_size(size), cfg.image_quality) if cfg.warps_at_read else 0
+        return jpeg_estimate(size, cfg.image_quality) + half
     return RAW_ROWS.values(size) if cfg.warps_at_read else page_bytes(size, cfg.map_scale)
 
 
@@ -106,9 +101,18 @@ class JpegBlock(NamedTuple):
 
 
 class JpegImage(NamedTuple):
-    """A page image over its packed JPEG tiles (views of the record): what a reader asks of a page image."""
+    """A page image over its packed JPEG tiles (views of the record): what a reader asks of a page image. A page
+    warped at read time keeps the tiles of its half level beside them (page_rows.half_level, encoded as the page),
+    which a crop that shrinks the page by about 2 or more decodes instead: a quarter of the tiles (libjpeg's
+    1/2-scaled decode of the page's own tiles saves only its inverse DCT: each tile's entropy decoding, most of the
+    cost, stays)."""
     tiles: JpegTiles
     where: str
+    half: JpegTiles | None = None   # the half level's tiles, where stored
+
+    def half_image(self) -> "JpegImage | None":
+        """The half level as a page image of its own (its px 2 x 2 page px), None where none is stored."""
+        return None if self.half is None else JpegImage(self.half, f"{self.where} (half level)")
 
     @property
     def width(self) -> int:
@@ -139,7 +143,7 @@ class JpegImage(NamedTuple):
 
     def hwc(self, x: int, y: int, w: int, h: int) -> tuple[np.ndarray, int, int]:
         """(uint8 (h, w, 3), x, y): the page's px [x, x + w) x [y, y + h) channels last, as the tiles decode (0 off
-        the page), and where they begin (as page_record.PageRows.hwc answers)."""
+        the page), and where they begin (as page_rows.PageRows.hwc answers)."""
         return decode_window(self.tiles, x, y, w, h, self.where), x, y
 
 
@@ -151,35 +155,45 @@ def empty_tiles(tile: int) -> JpegTiles:
 
 class JpegCodec:
     """Image codec "jpeg" (see RawTiles for what a codec answers): tiles of JPEG_TILE_PX at a quality and chroma
-    subsampling (config.IMAGE_CHROMAS)."""
+    subsampling (config.IMAGE_CHROMAS). levels (pages warped at read time): the packed tiles of the page's half
+    level follow the page's, encoded the same way."""
     name = "jpeg"
     stores_maps = False
 
-    def __init__(self, quality: int, chroma: str):
+    def __init__(self, quality: int, chroma: str, levels: bool = False):
         self.settings = JpegSettings(JPEG_TILE_PX, quality, chroma)
+        self.levels = levels
 
     def values(self, size: tuple[int, int]) -> int:
-        return jpeg_values(size)
+        return jpeg_values(size) + (jpeg_values(half_size(size)) if self.levels else 0)
 
     def encode(self, image: np.ndarray, where: str) -> JpegImage:
         """The page image of uint8 RGB (3, H, W); an encoding past its record's bound is a DataError naming it."""
-        tiles = encode_tiles(image.transpose(1, 2, 0), self.settings)
-        cap = jpeg_values((tiles.width, tiles.height))
-        if tiles.nbytes > cap:
-            raise DataError(f"{where}: its page's JPEG tiles at quality {self.settings.quality} take {tiles.nbytes} "
-                            f"bytes, more than the {cap} a page record holds (noise-like pixels): build with a lower "
-                            f"--image-quality, or --image-codec raw")
-        return JpegImage(tiles, where)
+        pixels = image.transpose(1, 2, 0)
+        levels = [pixels, half_level(np.ascontiguousarray(pixels))] if self.levels else [pixels]
+        tiles = [encode_tiles(p, self.settings) if p.size else empty_tiles(JPEG_TILE_PX) for p in levels]
+        for t in tiles:
+            cap = jpeg_values((t.width, t.height))
+            if t.nbytes > cap:
+                raise DataError(f"{where}: its page's JPEG tiles at quality {self.settings.quality} take {t.nbytes} "
+                                f"bytes, more than the {cap} a page record holds (noise-like pixels): build with a "
+                                f"lower --image-quality, or --image-codec raw")
+        return JpegImage(tiles[0], where, tiles[1] if self.levels else None)
 
     def write(self, image: JpegImage, field: np.ndarray) -> int:
-        """Values written at the field's start: the packed tiles."""
-        packed = pack(image.tiles)
-        field[:packed.size] = packed
-        return packed.size
+        """Values written at the field's start: the packed tiles, then the half level's where stored."""
+        n = 0
+        for tiles in (image.tiles, image.half):
+            if tiles is not None and tiles.width * tiles.height:   # a level of no px (a page 1 px wide) holds none
+                packed = pack(tiles)
+                field[n:n + packed.size] = packed
+                n += packed.size
+        return n
 
     def view(self, field: np.ndarray, size: tuple[int, int], where: str) -> JpegImage:
-        """The page image over a record's field (packed tiles at its start); its index checked (jpeg_tiles.unpack)."""
-        return JpegImage(page_tiles(field, size, where), where)
+        """The page image over a record's field (packed tiles at its start, the half level's after them where
+        stored); their index checked (jpeg_tiles.unpack)."""
+        return JpegImage(*page_levels(field, size, where, self.levels))
 
 
 def page_tiles(field: np.ndarray, size: tuple[int, int], where: str) -> JpegTiles:
@@ -194,11 +208,24 @@ def page_tiles(field: np.ndarray, size: tuple[int, int], where: str) -> JpegTile
     return tiles
 
 
-def tiles_problem(field: np.ndarray, size, where: str) -> str | None:
-    """What is wrong with a jpeg page record's tiles (its index, any tile's CRC32), in words naming `where` and the
-    tile; None when nothing is: what `verify` asks of every page."""
+def page_levels(field: np.ndarray, size: tuple[int, int], where: str,
+                levels: bool) -> tuple[JpegTiles, str, JpegTiles | None]:
+    """(tiles, where, half level's tiles or None): a page's JPEG tiles in a record's field, and with levels those of
+    its half level packed after them (half_size), each index checked."""
+    tiles = page_tiles(field, size, where)
+    if not levels:
+        return tiles, where, None
+    if size[0] * size[1] == 0:
+        return tiles, where, empty_tiles(JPEG_TILE_PX)
+    return tiles, where, page_tiles(field[tiles.nbytes:], half_size(size), f"{where} (half level)")
+
+
+def tiles_problem(field: np.ndarray, size, where: str, levels: bool = False) -> str | None:
+    """What is wrong with a jpeg page record's tiles (its index, any tile's CRC32, its half level's with levels),
+    in words naming `where` and the tile; None when nothing is: what `verify` asks of every page."""
     try:
-        why = check_tiles(page_tiles(field, tuple(int(v) for v in size), where), where)
+        tiles, _, half = page_levels(field, tuple(int(v) for v in size), where, levels)
+        why = check_tiles(tiles, where) or (half is not None and check_tiles(half, f"{where} (half level)")) or None
     except CacheError as e:
         why = str(e)
     return None if why is None else why.removesuffix(f": {REPAIR}")
@@ -208,7 +235,7 @@ def codec_of(cfg: BuildConfig) -> RawTiles | RawRows | JpegCodec:
     """The image codec of a page cache built with cfg (its image_codec resolved): raw pages stored warped (--geometry
     build) as tiles with their maps, raw pages warped at read time as rows without."""
     if cfg.image_codec == "jpeg":
-        return JpegCodec(cfg.image_quality, cfg.image_chroma)
+        return JpegCodec(cfg.image_quality, cfg.image_chroma, levels=cfg.warps_at_read)
     return RAW_ROWS if cfg.warps_at_read else RAW_TILES
 
 

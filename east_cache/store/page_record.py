@@ -241,59 +241,6 @@ class RawTiles:
 RAW_TILES = RawTiles()
 
 
-class PageRows(NamedTuple):
-    """A page image stored row after row, uint8 (H, W, 3) RGB channels last: what a reader warps a crop from reads
-    it in place (a view of the record, rows strided), nothing copied."""
-    pixels: np.ndarray   # (H, W, 3)
-
-    @property
-    def width(self) -> int:
-        return self.pixels.shape[1]
-
-    @property
-    def height(self) -> int:
-        return self.pixels.shape[0]
-
-    def hwc(self, x: int, y: int, w: int, h: int) -> tuple[np.ndarray, int, int]:
-        """(pixels, x0, y0): the part of [x, x + w) x [y, y + h) on the page, a view, and where it begins (page px);
-        what lies off the page reads 0 to a warp with a zero border."""
-        x0, y0 = max(x, 0), max(y, 0)
-        return self.pixels[y0:max(y0, min(y + h, self.height)), x0:max(x0, min(x + w, self.width))], x0, y0
-
-    def rect(self, x: int, y: int, w: int, h: int) -> np.ndarray:
-        """uint8 (3, h, w): the page's px [x, x + w) x [y, y + h), 0 off the page (a copy)."""
-        return np.ascontiguousarray(padded_rect(self.pixels, x, y, w, h, 0, axis=0).transpose(2, 0, 1))
-
-    def array(self) -> np.ndarray:
-        return self.rect(0, 0, self.width, self.height)
-
-
-class RawRows:
-    """Image codec "raw" of a page warped at read time (--geometry read): the page's pixels row after row, (H, W, 3)
-    flattened, and no maps (each crop's are drawn from the words under its epoch's warp). Rows, not tiles: a warp
-    reads any rotated region of them in place, where tiles would first be gathered into rows (RawTiles answers the
-    same questions for pages stored warped)."""
-    name = "raw"
-    stores_maps = False
-
-    def values(self, size: tuple[int, int]) -> int:
-        return 3 * size[0] * size[1]
-
-    def encode(self, image: np.ndarray, where: str = "") -> PageRows:
-        """The page image of uint8 RGB (3, H, W)."""
-        return PageRows(np.ascontiguousarray(image.transpose(1, 2, 0)))
-
-    def write(self, image: PageRows, field: np.ndarray) -> int:
-        field[:image.pixels.size] = image.pixels.ravel()
-        return image.pixels.size
-
-    def view(self, field: np.ndarray, size: tuple[int, int], where: str = "") -> PageRows:
-        return PageRows(field[:self.values(size)].reshape(size[1], size[0], 3))
-
-
-RAW_ROWS = RawRows()
-
-
 class Page(NamedTuple):
     """A page as a record stores it: its image through its codec, its maps as tiles, its words as its sidecar row
     holds them."""

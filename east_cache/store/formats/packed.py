@@ -157,8 +157,9 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
     and every field is as long as a page of that size takes (the raw tiles, the maps' tiles, the packed JPEG tiles,
     whose head must say the same size); an empty page (0 x 0, an image --skip-bad blanked) holds nothing else. A
     file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
-    from east_cache.store.jpeg_tiles import packed_extent   # page code loads where pages are read
-    from east_cache.store.page_record import RAW_ROWS, image_values, map_values
+    from east_cache.store.jpeg_tiles import packed_extent  # page code loads where pages are read
+    from east_cache.store.page_record import image_values, map_values
+    from east_cache.store.page_rows import RAW_ROWS
     size = fields["size"]
     if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
         return f"its size field holds {size.tolist()}, not a page's width and height"
@@ -169,7 +170,14 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
         if extent is None or image.size and extent[:2] != (w, h):
             return (f"its size field says {w} x {h} px, its compressed image "
                     + ("has no head" if extent is None else f"{extent[0]} x {extent[1]} px"))
-        want = {"image": extent[2]}
+        n = extent[2]
+        if spec.kind.field("image").shape.what == "jpeg-levels" and (w // 2) * (h // 2):   # its half level follows
+            half = packed_extent(image[n:])
+            if half is None or half[:2] != (w // 2, h // 2):
+                return (f"its size field says {w} x {h} px, its compressed half level "
+                        + ("has no head" if half is None else f"{half[0]} x {half[1]} px, not {w // 2} x {h // 2}"))
+            n += half[2]
+        want = {"image": n}
     else:
         rows = spec.kind.field("image").shape.what == "rows"   # a page warped at read time: raw rows, not tiles
         want = {"image": (RAW_ROWS.values if rows else image_values)((w, h)), "maps": map_values((w, h), map_scale)}
