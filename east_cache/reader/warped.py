@@ -27,6 +27,7 @@ from east_cache.sample.epoch_geometry import (
     is_affine,
     level_matrix,
     map_points,
+    mapped_words,
     read_level,
     source_rect,
 )
@@ -152,18 +153,22 @@ def warped_words(page: Page, geometry: EpochGeometry, size: int) -> tuple[np.nda
     page's points mapped by the draw's matrix (an affine one by its 2 x 3 rows, a homography divided by w)."""
     matrix, points, offsets = geometry.matrix, page.points, page.offsets
     if not is_affine(matrix):   # mapped here (words far from the crop clipped to it first), then taken as they are
-        points, offsets = near_words(matrix, points, offsets, size)
-        matrix, points = IDENTITY, map_points(matrix, points)
+        mapped, far = mapped_words(matrix, points, offsets, size)
+        if far.any():
+            points, offsets = near_words(matrix, points, offsets, size, far)
+            mapped = map_points(matrix, points)
+        matrix, points = IDENTITY, mapped
     points, offsets, care, _ = words_in_crop(points, offsets, page.care > 0, geometry.cut, matrix[:2], size)
     return points, offsets, care
 
 
-def near_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+def near_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size: int,
+               far: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(points, offsets) page px: the words a homography maps partly far from the crop or past its horizon
     (epoch_geometry.far_words) and meeting the crop clipped to its preimage and CLIP_MARGIN px around it (only
     what lies in the crop is drawn; a legible one is cut, hence don't-care); one that misses it is sent off the
-    crop."""
-    far = far_words(matrix, points, offsets, size)
+    crop. far: far_words' answer, where the caller has it."""
+    far = far_words(matrix, points, offsets, size) if far is None else far
     if not far.any():
         return points, offsets
     crop, region = crop_preimage(matrix, size, 0), crop_preimage(matrix, size)

@@ -26,7 +26,7 @@ import numpy as np
 
 from east_cache.augment import Augment
 from east_cache.config import BuildConfig
-from east_cache.sample.crop_draw import crop_rng, cuts_at, draw_crop, grid_step
+from east_cache.sample.crop_draw import crop_rng, draw_crop, grid_step
 from east_cache.sample.geometry import transform_points
 
 
@@ -110,29 +110,29 @@ def far_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray, size:
     meaningless (a point past the horizon: a line through it is torn in two) or huge where the word meets the crop
     (near the horizon): those are clipped to the crop first. Words that map far from the crop and miss it are left
     as they are (they are dropped). None for an affine matrix."""
+    return mapped_words(matrix, points, offsets, size)[1]
+
+
+def mapped_words(matrix: np.ndarray, points: np.ndarray, offsets: np.ndarray,
+                 size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(points float64 (P, 2) mapped by a homography (map_points), far_words bool (N,)): one pass over the points;
+    the per-word reductions only where some point is past the horizon or farther than FAR crop sides."""
     n = max(len(offsets) - 1, 0)
-    if is_affine(matrix) or not n or not len(points):
-        return np.zeros(n, bool)
-    pts = np.asarray(points, np.float64)
-    if not far_box(matrix, pts.min(axis=0), pts.max(axis=0), size):   # the common case, without mapping each point
-        return np.zeros(n, bool)
-    w = pts @ matrix[2, :2] + matrix[2, 2]
-    xy = map_points(matrix, pts)
-    behind = np.add.reduceat((w <= HORIZON).astype(np.int64), offsets[:-1]) > 0
-    huge = np.add.reduceat(np.any(np.abs(xy - size / 2) > FAR * size, axis=1).astype(np.int64), offsets[:-1]) > 0
-    lo, hi = np.minimum.reduceat(xy, offsets[:-1], axis=0), np.maximum.reduceat(xy, offsets[:-1], axis=0)
+    pts = np.asarray(points, np.float64).reshape(-1, 2)
+    if is_affine(matrix) or not n or not len(pts):
+        return map_points(matrix, pts), np.zeros(n, bool)
+    q = pts @ matrix[:, :2].T + matrix[:, 2]
+    w = q[:, 2]
+    xy = q[:, :2] / q[:, 2:]
+    behind, huge = w <= HORIZON, np.abs(xy - size / 2) > FAR * size
+    if not behind.any() and not huge.any():   # the common case
+        return xy, np.zeros(n, bool)
+    starts = offsets[:-1]
+    behind = np.add.reduceat(behind.astype(np.int64), starts) > 0
+    huge = np.add.reduceat(np.any(huge, axis=1).astype(np.int64), starts) > 0
+    lo, hi = np.minimum.reduceat(xy, starts, axis=0), np.maximum.reduceat(xy, starts, axis=0)
     meets = np.all((hi > 0) & (lo < size), axis=1)
-    return behind | (huge & meets)
-
-
-def far_box(matrix: np.ndarray, lo, hi, size: int) -> bool:
-    """Whether a point of the box [lo, hi] (page px) may be far (far_words): w at or past the horizon, or mapped
-    farther than FAR crop sides from the crop's centre. w is affine in x and y and the box maps to the convex hull of
-    its corners' images where w > 0 over it, so its 4 corners decide; False answers for every point in it."""
-    corners = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]], np.float64)
-    if np.any(corners @ matrix[2, :2] + matrix[2, 2] <= HORIZON):
-        return True
-    return bool(np.any(np.abs(map_points(matrix, corners) - size / 2) > FAR * size))
+    return xy, behind | (huge & meets)
 
 
 def crop_preimage(matrix: np.ndarray, size: int, margin: float = CLIP_MARGIN) -> np.ndarray:
@@ -238,8 +238,10 @@ def tilted_cuts(matrix: np.ndarray, quads: np.ndarray, size: int) -> np.ndarray:
     overlap it but do not lie in it; a quad mapped partly far or past the horizon (far_words) cannot lie in it, and is
     cut where it meets the crop's preimage."""
     q = np.asarray(quads, np.float64).reshape(-1, 4, 2)
-    far = far_words(matrix, q.reshape(-1, 2), np.arange(0, 4 * len(q) + 1, 4), size)
-    cut = cuts_at(quad_boxes(map_points(matrix, q)), (0, 0), size)
+    xy, far = mapped_words(matrix, q.reshape(-1, 2), np.arange(0, 4 * len(q) + 1, 4), size)
+    xy = xy.reshape(-1, 4, 2)
+    lo, hi = xy.min(axis=1), xy.max(axis=1)   # cuts_at of their boxes at (0, 0), in place
+    cut = np.all((hi > 0) & (lo < size), axis=1) & ~np.all((lo >= 0) & (hi <= size), axis=1)
     if far.any():
         inside = crop_preimage(matrix, size, 0)
         cut[far] = [len(clip_convex(quad, inside)) > 0 for quad in q[far]]
