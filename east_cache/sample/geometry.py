@@ -15,6 +15,8 @@ SHRINK_RATIO = 0.3          # EAST (Zhou et al. 2017, sec. 3.3.1): each edge mov
 MIN_EDGE_TO_SHRINK = 1.0    # px; shorter edges are left alone (and never divided by)
 ANGLES_DEG = np.arange(-90, 90, 1)  # the 1-degree grid min_rect_angles searches, [-90, 90)
 ANGLE_CANDIDATES = 10       # smallest-area angles among which the best vertex order is chosen
+ANGLES_RAD = np.deg2rad(ANGLES_DEG.astype(np.float64))
+ANGLES_COS, ANGLES_SIN = np.cos(ANGLES_RAD), np.sin(ANGLES_RAD)
 
 
 def signed_polygon_area(points: np.ndarray) -> np.ndarray:
@@ -82,14 +84,21 @@ def min_rect_angles(quads: np.ndarray) -> np.ndarray:
     axis-aligned box, chosen among the ANGLE_CANDIDATES smallest by the vertex-order error: the
     summed distance of v0..v3 to the box corners (xmin,ymin), (xmax,ymin), (xmax,ymax), (xmin,ymax)."""
     q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
-    theta = np.deg2rad(ANGLES_DEG.astype(np.float64))
+    theta = ANGLES_RAD
     # x, y: (4, N, A) vertices rotated by every grid angle about v0; vertex-major so that the
-    # reductions over the 4 vertices run over contiguous (N, A) planes.
+    # reductions over the 4 vertices run over contiguous (N, A) planes. v0 stays where it is (its offsets are 0:
+    # c 0 - s 0 + ax is ax), so only v1..v3 are rotated, in place, each op as written
     ax, ay = q[:, 0, 0, None], q[:, 0, 1, None]
-    dx, dy = (q[..., 0] - q[:, :1, 0]).T[..., None], (q[..., 1] - q[:, :1, 1]).T[..., None]
-    c, s = np.cos(theta), np.sin(theta)
-    x = c * dx - s * dy + ax
-    y = s * dx + c * dy + ay
+    dx, dy = (q[:, 1:, 0] - q[:, :1, 0]).T[..., None], (q[:, 1:, 1] - q[:, :1, 1]).T[..., None]
+    c, s = ANGLES_COS, ANGLES_SIN
+    x, y = np.empty((4, len(q), len(theta))), np.empty((4, len(q), len(theta)))
+    x[0], y[0] = ax, ay
+    np.multiply(c, dx, out=x[1:])
+    x[1:] -= s * dy
+    x[1:] += ax
+    np.multiply(s, dx, out=y[1:])
+    y[1:] += c * dy
+    y[1:] += ay
     area = (x.max(axis=0) - x.min(axis=0)) * (y.max(axis=0) - y.min(axis=0))
     best = np.argsort(area, axis=1, kind="stable")[:, :ANGLE_CANDIDATES]  # (N, C)
     x = np.take_along_axis(x, best[None], axis=2)
