@@ -106,9 +106,29 @@ def roi_map(points: np.ndarray, offsets: np.ndarray, care: np.ndarray, scale: fl
             roi: np.ndarray | None = None) -> np.ndarray:
     """uint8 (h, w): 1, except 0 inside every don't-care polygon (whole, not shrunk); drawn into roi if given."""
     roi = np.ones(shape, np.uint8) if roi is None else roi
-    for w in np.flatnonzero(care == 0):
-        if offsets[w + 1] - offsets[w] >= 3:  # fewer points enclose nothing
-            fill_polygon(roi, map_polygon(points[offsets[w]:offsets[w + 1]], scale), 0)
+    offsets = np.asarray(offsets, np.int64)
+    words = np.flatnonzero((np.asarray(care) == 0) & (np.diff(offsets) >= 3))   # fewer points enclose nothing
+    if not len(words):
+        return roi
+    h, w = shape
+    first, last = words[0], words[-1] + 1   # the words from the first to the last drawn, their points mapped once
+    starts = offsets[first:last] - offsets[first]
+    polys = map_polygon(points[offsets[first]:offsets[last]], scale)
+    if np.all(np.diff(offsets[first:last + 1]) > 0):   # every word between has a point: their boxes in one go
+        lo, hi = np.minimum.reduceat(polys, starts)[words - first], np.maximum.reduceat(polys, starts)[words - first]
+    else:
+        lo = np.array([polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]].min(axis=0)
+                       for k in words])
+        hi = np.array([polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]].max(axis=0)
+                       for k in words])
+    inside = np.all((lo >= 0) & (hi < (w, h)), axis=1)   # fill_polygon's own test, for all words at once
+    meets = np.all((hi >= 0) & (lo < (w, h)), axis=1)
+    for j, k in enumerate(words):
+        poly = polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]]
+        if inside[j]:   # most words: drawn as they are
+            cv2.fillPoly(roi, [poly], 0)
+        elif meets[j]:   # reaches past the map: fill_polygon draws it as if the map went on, then clips it
+            fill_polygon(roi, poly, 0)
     return roi
 
 
