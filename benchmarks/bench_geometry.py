@@ -21,7 +21,8 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
   (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst;
 - the run's augmentation (east_cache/augment.py), camera photos: crops per CPU second of a loader worker from the one
   read-mode cache built at 1024 px, read at 1024 and 512 px, raw and jpeg, under the baseline geometry (the cache's
-  height and rotation), + scale U[0.5, 1], + perspective 0.1, and all on, arms alternated; the build's seconds after
+  height and rotation), + scale U[0.5, 1], + perspective 0.1, and all on, arms interleaved crop by crop (the same
+  (epoch, image) read by each in turn); the build's seconds after
   each option only a reader uses changed (computed 0); crops at scale 0.5 against resize-then-warp (the page
   averaged over 2 x 2, then warped) read at the page's half level (the reader's way) and from the full page, PSNR
   and crops per CPU second, and at scale 0.65 read at the half level (magnified 1.3) against the full page; on the
@@ -336,17 +337,38 @@ def augment_arm(cache: Path, changes: dict, size: int) -> Arm:
     return Arm(lambda epoch, i, row: copy_item(slot.arrays, row, ds[(epoch, i)]), len(ds))
 
 
+def interleaved(arms: dict[str, Arm], blocks: int, cpu_seconds: float) -> dict[str, list[float]]:
+    """Crops per CPU second of each arm in each of `blocks` blocks, the arms interleaved crop by crop: every (epoch,
+    image) is read by each arm in turn, each read timed on its own, so that all arms see the same draws' pages and the
+    machine in the same state (a shared machine's speed drifts by 10-20% between turns of a second); a block lasts
+    until the first arm has spent cpu_seconds."""
+    first = next(iter(arms.values()))
+    rates = {k: [] for k in arms}
+    for _ in range(blocks):
+        spent, n = dict.fromkeys(arms, 0.0), 0
+        while n < SLOT_ROWS or max(spent.values()) < cpu_seconds:
+            for k, arm in arms.items():
+                c0 = time.process_time()
+                arm.read(first.epoch, first.i, n % SLOT_ROWS)
+                spent[k] += time.process_time() - c0
+            n += 1
+            first.i += 1
+            if first.i == first.images:
+                first.i, first.epoch = 0, first.epoch + 1
+        for k in arms:
+            rates[k].append(n / spent[k])
+    return rates
+
+
 def measure_augments(s: DataSet, work: Path, a, t: Tables) -> None:
     """Crops per CPU second of a loader worker under each augmentation, read from the read-mode caches of the first
-    crop size (the crop side chosen by the reader: no other cache), arms alternated a.repeat times."""
+    crop size (the crop side chosen by the reader: no other cache), the arms interleaved crop by crop (interleaved)
+    in a.repeat blocks of a.cpu_seconds each; the ratio to the baseline geometry is each block's, median [min-max]."""
     for size in s.crops:
         for c in CODECS:
             arms = {k: augment_arm(folder(work, s, "read", c, s.crops[0]), v, size) for k, v in AUGMENTS.items()}
-            rates = {k: [] for k in arms}
             with cv2_single_threaded():
-                for _ in range(a.repeat):
-                    for k, arm in arms.items():
-                        rates[k].append(arm.turn(a.cpu_seconds)[0])
+                rates = interleaved(arms, a.repeat, a.cpu_seconds)
             base = rates[next(iter(AUGMENTS))]
             for k, r in rates.items():
                 t.augment.append([f"{s.label}, {size} px", c, k, spread(r), spread([x / y for x, y in zip(r, base)],
@@ -504,7 +526,8 @@ def main() -> None:
     print(table(["data, crop", "codec", "crops", "median PSNR dB", "worst PSNR dB"], t.error))
     print("\n### The issue's targets\n")
     print(table(["what", "goal", "measured"], target_rows(sets, t.done)))
-    print("\n### The run's augmentation: crops per CPU second of a loader worker, one --geometry read cache\n")
+    print("\n### The run's augmentation: crops per CPU second of a loader worker, one --geometry read cache (arms "
+          "interleaved crop by crop)\n")
     print(table(["data, crop", "codec", "augmentation", "crops per CPU s", "/ baseline geometry"], t.augment))
     print("\n### Build after an option only a reader uses changed (--geometry read, raw, one job)\n")
     print(table(["data", "build", "s", "computed", "copied", "files kept"], t.options))

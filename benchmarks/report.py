@@ -251,6 +251,8 @@ def headline(results: dict) -> list[list[str]]:
          f"{size[0]}x their bytes (ICDAR-like 1280x720 photos: {icdar[0]}x)" if size and icdar else "not measured"],
         ["fresh (height, rotation) draws per image in 20 epochs", fresh_draws(results)],
         ["1024-px crops of camera photos per CPU second of a loader worker", crops_per_core(results)],
+        ["the same with the run's whole augmentation on (scale U[0.5, 1], perspective 0.1), over the height and "
+         "rotation alone", augmentation_cost(results)],
         ["train.py on a GPU, AMP fp16, loader workers, 1024-px crops", gpu_wait(results)],
         ["a cache in a bucket (a local S3 server), items/s of the first / later epochs over a local cache's",
          " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
@@ -279,6 +281,22 @@ def crops_per_core(results: dict) -> str:
     return (f"raw pages {rate[('--geometry read', 'raw')]}, JPEG pages {rate[('--geometry read', 'jpeg')]}, each crop "
             f"warped by its epoch's draw (the default); pre-warped pages (--geometry build): raw "
             f"{rate[('--geometry build', 'raw')]} (slices), JPEG {rate[('--geometry build', 'jpeg')]}")
+
+
+def augmentation_cost(results: dict) -> str:
+    """bench_geometry: camera photos' crops per CPU second with scale and perspective on, over the baseline geometry's,
+    per crop side and codec (the issue's targets table)."""
+    ratio = {}
+    for r in rows(results, *GEOMETRY_GOALS):
+        what = r["what"]
+        if "all on / baseline geometry" in what and what.startswith("camera photos"):
+            side = what.split(": ")[1].split("-px")[0]
+            ratio[(side, what.split(", ")[1])] = r["measured"]
+    if not {("1024", "raw"), ("1024", "jpeg")} <= set(ratio):
+        return "not measured"
+    sides = sorted({s for s, _ in ratio}, key=int, reverse=True)
+    return "; ".join(f"{s} px: raw {ratio[(s, 'raw')]}x, JPEG {ratio[(s, 'jpeg')]}x" for s in sides
+                     if (s, "raw") in ratio and (s, "jpeg") in ratio)
 
 
 def performance_page(results: dict, table) -> str:
