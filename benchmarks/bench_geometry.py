@@ -341,8 +341,7 @@ def interleaved(arms: dict[str, Arm], blocks: int, cpu_seconds: float) -> dict[s
     """Crops per CPU second of each arm in each of `blocks` blocks, the arms interleaved crop by crop: every (epoch,
     image) is read by each arm in turn, each read timed on its own, so that all arms see the same draws' pages and the
     machine in the same state (a shared machine's speed drifts between turns of a second by more than the ratios
-    measured); a block lasts
-    until the first arm has spent cpu_seconds."""
+    measured); a block lasts until one arm has spent cpu_seconds (the slowest, which spends the most)."""
     first = next(iter(arms.values()))
     rates = {k: [] for k in arms}
     for _ in range(blocks):
