@@ -112,19 +112,16 @@ def roi_map(points: np.ndarray, offsets: np.ndarray, care: np.ndarray, scale: fl
         return roi
     h, w = shape
     first, last = words[0], words[-1] + 1   # the words from the first to the last drawn, their points mapped once
-    starts = offsets[first:last] - offsets[first]
-    polys = map_polygon(points[offsets[first]:offsets[last]], scale)
-    if np.all(np.diff(offsets[first:last + 1]) > 0):   # every word between has a point: their boxes in one go
-        lo, hi = np.minimum.reduceat(polys, starts)[words - first], np.maximum.reduceat(polys, starts)[words - first]
-    else:
-        lo = np.array([polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]].min(axis=0)
-                       for k in words])
-        hi = np.array([polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]].max(axis=0)
-                       for k in words])
+    base = offsets[first]
+    polys = map_polygon(points[base:offsets[last]], scale)
+    # each word's box in one go: a word without points between gives reduceat a garbage row of its own, never read,
+    # and leaves its neighbours' rows whole (every start lies before the last word's, which has points)
+    starts = offsets[first:last] - base
+    lo, hi = np.minimum.reduceat(polys, starts)[words - first], np.maximum.reduceat(polys, starts)[words - first]
     inside = np.all((lo >= 0) & (hi < (w, h)), axis=1)   # fill_polygon's own test, for all words at once
     meets = np.all((hi >= 0) & (lo < (w, h)), axis=1)
     for j, k in enumerate(words):
-        poly = polys[starts[k - first]:starts[k - first] + offsets[k + 1] - offsets[k]]
+        poly = polys[offsets[k] - base:offsets[k + 1] - base]
         if inside[j]:   # most words: drawn as they are
             cv2.fillPoly(roi, [poly], 0)
         elif meets[j]:   # reaches past the map: fill_polygon draws it as if the map went on, then clips it

@@ -85,6 +85,12 @@ class RecordKind:
         text = ";".join([self.name, str(self.page_codec), *(f"{f.name}:{f.dtype.str}" for f in self.fields)])
         return zlib.crc32(text.encode())
 
+    @property
+    def half_level(self) -> bool:
+        """A page kind whose image field holds the page's half level after the page (pages warped at read time: raw
+        rows, or JPEG tiles)."""
+        return self.packed and self.field("image").shape.what in ("rows", "jpeg-levels")
+
     def dtype(self, cfg: BuildConfig) -> np.dtype:
         return np.dtype([(f.name, f.dtype, f.shape(cfg)) for f in self.fields])
 

@@ -85,7 +85,7 @@ def check_file(m: Manifest, cache_dir: Path, entry: FileEntry) -> str | None:
 def _tiles(m: Manifest, path: Path, f: int) -> str | None:
     """The first damaged tile of a jpeg page file (page_jpeg.tiles_problem), named by its image and variant."""
     records, names = m.format.open(path, m.spec), sorted(m.images)
-    levels = m.spec.kind.field("image").shape.what == "jpeg-levels"   # a page warped at read time: its half level
+    levels = m.spec.kind.half_level   # a page warped at read time: its half level's tiles too
     for r, (i, v) in enumerate(m.layout.members()[f]):
         fields = records[r]
         why = tiles_problem(fields["image"], fields["size"], f"image {names[i]}, variant {v}", levels)

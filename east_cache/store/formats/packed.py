@@ -159,7 +159,7 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
     file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
     from east_cache.store.jpeg_tiles import packed_extent  # page code loads where pages are read
     from east_cache.store.page_record import image_values, map_values
-    from east_cache.store.page_rows import RAW_ROWS
+    from east_cache.store.page_rows import RAW_ROWS, half_size
     size = fields["size"]
     if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
         return f"its size field holds {size.tolist()}, not a page's width and height"
@@ -170,12 +170,12 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
         if extent is None or image.size and extent[:2] != (w, h):
             return (f"its size field says {w} x {h} px, its compressed image "
                     + ("has no head" if extent is None else f"{extent[0]} x {extent[1]} px"))
-        n = extent[2]
-        if spec.kind.field("image").shape.what == "jpeg-levels" and (w // 2) * (h // 2):   # its half level follows
+        n, (hw, hh) = extent[2], half_size((w, h))
+        if spec.kind.half_level and hw * hh:   # its half level's packed tiles follow
             half = packed_extent(image[n:])
-            if half is None or half[:2] != (w // 2, h // 2):
+            if half is None or half[:2] != (hw, hh):
                 return (f"its size field says {w} x {h} px, its compressed half level "
-                        + ("has no head" if half is None else f"{half[0]} x {half[1]} px, not {w // 2} x {h // 2}"))
+                        + ("has no head" if half is None else f"{half[0]} x {half[1]} px, not {hw} x {hh}"))
             n += half[2]
         want = {"image": n}
     else:
