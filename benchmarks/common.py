@@ -50,6 +50,16 @@ def bench_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)
     return write_sample_dataset(root, n_images=n_images, words_per_page=words_per_page, page_size=page_size, seed=0)
 
 
+HELD_OUT_SEED = 101   # the held-out pages' generator seed: none of them is a training page of bench_pages
+
+
+def held_out_pages(n_images: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
+    """Pages like bench_pages' from another seed, as split "train" of their own root: a validation set that shares
+    no page with any training set made here (bench_time_to_accuracy.py and bench_fusion.py score on it)."""
+    return write_sample_dataset(BENCH_DATA / f"held-out-{n_images}-{words_per_page}", n_images=n_images,
+                                words_per_page=words_per_page, page_size=page_size, seed=HELD_OUT_SEED)
+
+
 def repeated_pages(n_images: int, distinct: int, words_per_page: int = 120, page_size=(1600, 2200)) -> Path:
     """n_images entries over `distinct` generated pages (bench_pages), each page file hard-linked under several
     names: a set as large as a steady-state run needs, generated in the time of a small one. Every name draws

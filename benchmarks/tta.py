@@ -3,10 +3,12 @@
 Every arm trains the same EAST from the same seed with the same optimiser (Adam), schedule (x0.1 at half the
 epochs), jitter, batch size and number of samples, through train.py's epoch function
 (east_cache.model.engine.train_one_epoch); only where each batch comes from differs:
-  cache     train.py's loader over a --crop read cache (east_cache.model.train.run_loader): a crop cut anew from a
-            cached page every epoch
+  cache     train.py's loader over a cache built with the defaults (east_cache.model.train.read_by, run_loader): pages
+            stored resized only (--geometry read), each epoch's height, rotation and crop of every page drawn and
+            warped at read time by train.py's loader workers
   fly       east_cache.reader.onthefly.OnTheFlyDataset(fresh=True) in DataLoader workers: make_sample, this
-            project's own decode -> one warp -> fast targets, a new draw per image per epoch
+            project's own decode -> one warp -> fast targets, a new draw per image per epoch from the same
+            distributions (height, rotation, the word-balanced crop rule of east_cache/sample/crop_draw.py)
   baseline  the slow way a common baseline does it, in DataLoader workers: PIL decode, resize, height jitter,
             rotate, crop retry loop, per-word Python targets (benchmarks/bench_sample.py baseline_sample)
 After every --eval-every epochs the model predicts the held-out pages whole and they are scored with the
@@ -23,13 +25,15 @@ import torch
 from bench_sample import baseline_sample
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from east_cache.augment import given as augment_given
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import load_splits
+from east_cache.model.checkpoint import run_augment
 from east_cache.model.config import TrainConfig
 from east_cache.model.engine import new_context, train_one_epoch
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
-from east_cache.model.train import open_run_cache, run_loader
+from east_cache.model.train import open_run_cache, read_by, run_loader
 from east_cache.model.validate import full_page_metrics
 from east_cache.reader.collate import collate
 from east_cache.reader.images import prepare_images
@@ -98,20 +102,27 @@ class EpochLoader:
 def make_loader(arm: str, data, cache, config: BuildConfig, s: Schedule, workers: int | None,
                 device: torch.device):
     """The arm's training loader; workers None: as train.py picks them for the cache arm, every core for the
-    others (whose workers make whole samples)."""
+    others (whose workers make whole samples). The cache arm's is made by train.py's own calls: the run's Augment
+    (no flags: the cache's height jitter, rotation and crop size, drawn at read time from pages stored resized only,
+    the default) set by read_by, then run_loader."""
     jitter = TrainConfig().jitter
     if arm == "cache":
         cfg, rt = TrainConfig(cache=cache, batch_size=s.batch_size, workers=workers, seed=s.seed), Runtime(device)
-        return run_loader(cfg, rt, open_run_cache(cfg, rt, cache), True)
+        ds = open_run_cache(cfg, rt, cache)
+        read_by(ds, None, run_augment(augment_given(cfg), ds))
+        return run_loader(cfg, rt, ds, True)
     n = workers if workers is not None else max(1, torch.multiprocessing.cpu_count())
     ds = (OnTheFlyDataset([data], "train", replace(config, crop="build"), fresh=True)
           if arm == "fly" else BaselineDataset(data, config, s.seed))
     return EpochLoader(ds, s.batch_size, n, device, s.seed, jitter)
 
 
-def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device, say=print) -> list[dict]:
+def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device, say=print,
+              points: list | None = None) -> list[dict]:
     """Train as train.py does (seed, model, Adam, MultiStepLR, train_one_epoch) and evaluate; one point per
-    evaluation: {"samples", "seconds" (training wall time so far, evaluations excluded), "hmean", ...}."""
+    evaluation: {"samples", "seconds" (training wall time so far, evaluations excluded), "hmean", ...}, appended to
+    `points` as they come (so that an arm cut short by a KeyboardInterrupt keeps those it made)."""
+    points = [] if points is None else points
     torch.manual_seed(s.seed)
     model = EAST(map_scale).to(device, memory_format=torch.channels_last)
     rt = Runtime(device)
@@ -119,7 +130,7 @@ def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device
     ctx.log = lambda record: None
     optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, fused=ctx.fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, s.epochs // 2)], gamma=0.1)
-    points, seconds, samples = [], 0.0, 0
+    seconds, samples = 0.0, 0
     for epoch in range(s.epochs):
         loader.set_epoch(epoch)
         if s.time_limit:   # train.py's --time-limit: the step that crosses it ends the epoch, and the arm
@@ -157,3 +168,18 @@ def ratio_rows(curves: dict[str, list[dict]], reference: str = "cache") -> list[
                  if n in at[arm] else "-" for arm in curves]
         rows.append([str(n), *hmeans, *times])
     return rows
+
+
+def same_hmean_rows(curves: dict[str, list[dict]], reference: str = "cache") -> tuple[float | None, list[list[str]]]:
+    """(the target, rows): the highest hmean every arm reached (the lowest of the arms' best), and for each arm the
+    first evaluation that reached it: samples seen, training seconds, and those seconds over the reference arm's
+    (the wall-time ratio to the same hmean). (None, []) when an arm has no point or none is above 0."""
+    if not curves or not all(curves.values()):
+        return None, []
+    target = min(max(p["hmean"] for p in points) for points in curves.values())
+    if target <= 0:
+        return None, []
+    first = {arm: next(p for p in points if p["hmean"] >= target) for arm, points in curves.items()}
+    ref = first.get(reference, {}).get("seconds")
+    return target, [[arm, f"{p['hmean']:.3f}", str(p["samples"]), f"{p['seconds']:.1f}",
+                     f"{p['seconds'] / ref:.2f}x" if ref else "-"] for arm, p in first.items()]

@@ -15,7 +15,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import common  # noqa: E402
-from tta import ratio_rows  # noqa: E402
+from tta import ratio_rows, same_hmean_rows  # noqa: E402
 
 
 @pytest.fixture
@@ -38,6 +38,16 @@ def test_ratio_rows_compare_the_arms_at_the_cache_arms_sample_counts():
     del curves["cache"]   # no reference arm: every arm's counts, no ratio
     assert ratio_rows(curves) == [["10", "0.120", "0.110", "6.0", "50.0"], ["20", "0.310", "-", "12.0", "-"],
                                   ["30", "0.400", "-", "18.0", "-"]]
+
+
+def test_time_to_the_same_hmean_is_each_arms_first_point_at_the_best_hmean_every_arm_reached():
+    curves = {"cache": [point(10, 2.0, 0.1), point(20, 4.0, 0.5), point(30, 6.0, 0.6)],
+              "fly": [point(10, 6.0, 0.2), point(20, 12.0, 0.45), point(30, 18.0, 0.55)]}
+    target, rows = same_hmean_rows(curves)
+    assert target == 0.55   # the fly arm's best: the highest hmean both reached
+    assert rows == [["cache", "0.600", "30", "6.0", "1.00x"], ["fly", "0.550", "30", "18.0", "3.00x"]]
+    assert same_hmean_rows({"cache": [point(10, 2.0, 0.0)], "fly": [point(10, 3.0, 0.4)]}) == (None, [])
+    assert same_hmean_rows({"cache": [point(10, 2.0, 0.3)], "fly": []}) == (None, [])
 
 
 def test_repeated_pages_are_one_set_of_distinct_names_over_few_files(bench_data):
