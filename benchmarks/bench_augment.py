@@ -17,9 +17,9 @@ process's CPU time), alternated --repeat times, median [min-max]:
   one warp of height, rotation and crop, no recipe. Its strength is chosen to move a corner as far on average as the
   albumentations arm does (NOTE below says both conventions).
 Worker cores a GPU step needs = crops per step / step time / crops per CPU second of one core, for batches of 8
-1024-px crops; the step time is train.py's on the GPU of benchmarks/results/gpu.json (its samples/s less its data
-wait, scaled to 8 crops) or --gpu-step-ms. A second table gives each transform's share of the pixel recipe's time
-(each timed alone on the same crops).
+1024-px crops; the step time is train.py's on a GPU: its training step alone in benchmarks/results/gpu_augment.json
+(else its samples/s less its data wait in benchmarks/results/gpu.json), scaled to 8 crops, or --gpu-step-ms. A second
+table gives each transform's share of the pixel recipe's time (each timed alone on the same crops).
 
     python benchmarks/bench_augment.py [--photos 4] [--crops 16] [--repeat 3] [--cpu-seconds 1.5] [--gpu-step-ms MS]
 """
@@ -72,6 +72,9 @@ def gpu_step(args) -> tuple[float | None, str]:
     """(seconds of a GPU step of BATCH crops, where the figure comes from)."""
     if args.gpu_step_ms:
         return args.gpu_step_ms / 1e3, "--gpu-step-ms"
+    found = augment_gpu_step()
+    if found is not None:
+        return found
     path = REPO / "benchmarks" / "results" / "gpu.json"
     try:
         result = json.loads(path.read_text())
@@ -87,13 +90,31 @@ def gpu_step(args) -> tuple[float | None, str]:
                   f"scaled to {BATCH} crops")
 
 
+def augment_gpu_step() -> tuple[float, str] | None:
+    """(seconds of a GPU step of BATCH crops, where from) out of bench_gpu_augment.py's result: the training step
+    alone (one batch kept on the device, no data wait) of its baseline arm on raw pages; None where it has none."""
+    path = REPO / "benchmarks" / "results" / "gpu_augment.json"
+    try:
+        result = json.loads(path.read_text())
+        table_ = next(t for t in result["tables"] if "step alone samples/s" in t["header"])
+        row = dict(zip(table_["header"], next(r for r in table_["rows"] if r[:2] == ["baseline", "raw"])))
+        rate = float(row["step alone samples/s"])
+        batch = re.search(r"batches of (\d+)", result["output"]).group(1)
+    except (OSError, ValueError, KeyError, StopIteration, AttributeError):
+        return None
+    return BATCH / rate, (f"train.py's training step alone, {rate:g} samples/s (batches of {batch}, AMP fp16, "
+                          f"1024-px crops) on {result.get('machine', 'a GPU machine')}, "
+                          f"benchmarks/results/gpu_augment.json, scaled to {BATCH} crops")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--photos", type=int, default=4, help="camera photos (default 4)")
     ap.add_argument("--crops", type=int, default=16, help="crops per measured pass, over epochs (default 16)")
     ap.add_argument("--repeat", type=int, default=3, help="alternated runs of every arm (default 3)")
     ap.add_argument("--cpu-seconds", type=float, default=1.5, help="CPU seconds of each measurement (default 1.5)")
-    ap.add_argument("--gpu-step-ms", type=float, help="a GPU step of 8 crops, ms (default: from results/gpu.json)")
+    ap.add_argument("--gpu-step-ms", type=float,
+                    help="a GPU step of 8 crops, ms (default: from results/gpu_augment.json, else gpu.json)")
     args = ap.parse_args(argv)
     import albumentations as A
     root = bench_photos(args.photos)

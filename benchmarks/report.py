@@ -9,14 +9,16 @@ headline rows between its two markers; docs/performance.md has the goals and eve
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from plot import load, number
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
-ORDER = ("targets", "sample", "codec", "crops", "geometry", "augment", "gpu", "time_to_accuracy", "loader", "peers",
-         "remote", "rebuild", "build_memory", "zarr", "eval", "check", "review", "ensemble")
+ORDER = ("targets", "sample", "codec", "crops", "geometry", "augment", "gpu_augment", "gpu", "time_to_accuracy",
+         "fusion", "loader", "peers", "remote", "rebuild", "build_memory", "zarr", "eval", "check", "review",
+         "ensemble")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 # bench_geometry's: the read-time geometry's (issue 32), and its draws and read-speed tables
@@ -137,13 +139,17 @@ def goals(results: dict) -> list[list[str]]:
         ["zarr vs npy chunked: size on disk, samples/s", "reported",
          "; ".join([f"npy {d['npy MiB']} MiB, zarr {d['zarr MiB']} MiB" for d in disk]
                    + [f"{r['format']}: {r['DataLoader samples/s']} samples/s" for r in zarr]) or "not measured"],
-        ["train.py's share of step time waiting for data, on a GPU, epochs after the first", "< 2%",
-         gpu_wait(results)],
+        ["train.py's share of step time waiting for data, on a GPU, epochs after the first, pages stored resized "
+         "(the default): the baseline's augmentation and everything on", "< 2%", augment_wait(results)],
+        ["the same with a team's albumentations recipe (six transforms), train.py's workers and more", "reported",
+         recipe_wait(results)],
         ["nvJPEG batched decoding vs the CPU workers (jpeg pages)", ">= their crops/s, fewer cores busy",
          nvjpeg_line(results)],
         ["full-image prediction of 1600x2200 pages at steady state, fp16", "<= 0.05 s/image on a GPU",
          predict_line(results)],
         ["time to the same hmean: cache vs on the fly (vs the baseline's way)", "reported", accuracy_line(results)],
+        ["two fold models: east-predict --fuse maps vs --fuse quads (and ensemble of their files), hmean",
+         "the higher one is the default", fusion_line(results)],
         ["review page: build for 500 images, load in a browser", "reported", review_line(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *CODEC_GOALS)),
         ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
@@ -194,6 +200,64 @@ def on_device(results: dict, name: str, text: str) -> str:
 GPU_RUN = "not measured (needs a CUDA device: bash benchmarks/gpu_session.sh)"
 
 
+def recorded(results: dict, name: str) -> str:
+    """', recorded DATE' of a benchmark's result."""
+    return f", recorded {results[name]['date']}"
+
+
+def augment_rows(results: dict, arm: str | None = None) -> list[dict[str, str]]:
+    """bench_gpu_augment's summary rows (the table with a goal column), of one arm (None: all), measured ones only."""
+    return [r for r in having(results, "gpu_augment", "goal") if (arm is None or r["arm"] == arm)
+            and r["samples/s"][:1].isdigit()]
+
+
+def augment_cells(found: list[dict[str, str]], goal: bool = False) -> str:
+    return "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, {r['waiting']} waiting"
+                     + (f" ({'met' if r['met'] == 'yes' else 'missed'})" if goal and r["met"] else "")
+                     + f", {r['reading']}, {r['busy CPU cores']} cores busy" for r in found)
+
+
+def augment_wait(results: dict) -> str:
+    """bench_gpu_augment: the wait of the baseline's augmentation and of everything on, per codec, against the goal;
+    before that benchmark ran, bench_gpu's steady state."""
+    arms = [(arm, augment_rows(results, arm)) for arm in ("baseline", "all-on")]
+    if not any(found for _, found in arms):
+        return gpu_wait(results)
+    return on_device(results, "gpu_augment", "; ".join(f"{arm}: {augment_cells(found, goal=True)}"
+                                                       for arm, found in arms if found)
+                     + recorded(results, "gpu_augment"))
+
+
+def recipe_wait(results: dict) -> str:
+    found = [r for r in augment_rows(results) if r["arm"].startswith("recipe")]
+    if not found:
+        return GPU_RUN
+    arms = {}
+    for r in found:
+        arms.setdefault(r["arm"], []).append(r)
+    return on_device(results, "gpu_augment", "; ".join(f"{arm}: {augment_cells(rows)}" for arm, rows in arms.items())
+                     + recorded(results, "gpu_augment"))
+
+
+def gpu_row(results: dict) -> str:
+    """The README's GPU row: train.py on the default cache (pages stored resized, each crop warped at read time) with
+    the baseline's augmentation, then everything on and the team recipe, from bench_gpu_augment; before it ran,
+    bench_gpu's figure (gpu_wait)."""
+    base = augment_rows(results, "baseline")
+    if not base:
+        return gpu_wait(results)
+    workers = sorted({r["reading"] for r in base})
+    text = "; ".join(f"{r['codec']} pages {r['samples/s']} samples/s, {r['waiting']} waiting" for r in base)
+    text += f" ({', '.join(workers)}, pages stored resized: the default)"
+    for arm, what in (("all-on", "everything on (scale, perspective, rotation 20)"),
+                      ("recipe", "a six-transform albumentations recipe")):
+        found = augment_rows(results, arm)
+        if found:
+            text += f"; {what}: " + ", ".join(f"{r['codec']} {r['samples/s']}/s, {r['waiting']} waiting"
+                                              for r in found)
+    return on_device(results, "gpu_augment", text + recorded(results, "gpu_augment"))
+
+
 def gpu_wait(results: dict) -> str:
     """bench_gpu's steady-state table: samples/s and the share of step time waiting for data after the first epoch,
     per codec."""
@@ -228,6 +292,14 @@ def predict_line(results: dict) -> str:
 
 
 def accuracy_line(results: dict) -> str:
+    """bench_time_to_accuracy: the time each arm took to the same hmean, where that table was printed; else the
+    ratio rows' last sample count."""
+    same = having(results, "time_to_accuracy", "x cache")
+    if same:
+        target = re.search(r"at or above (\d+\.\d+)", results["time_to_accuracy"]["output"])
+        cells = ", ".join(f"{r['arm']} {r['seconds']} s ({r['x cache']}, {r['samples seen']} samples)" for r in same)
+        return on_device(results, "time_to_accuracy", f"to an hmean of {target.group(1) if target else '?'} (the "
+                         f"best every arm reached): {cells}" + recorded(results, "time_to_accuracy"))
     found = having(results, "time_to_accuracy", "samples")
     if not found:
         return GPU_RUN
@@ -235,6 +307,17 @@ def accuracy_line(results: dict) -> str:
     cells = ", ".join(f"{k.removesuffix(' hmean')} {v}" for k, v in last.items() if k.endswith(" hmean"))
     times = ", ".join(f"{k.removesuffix(' s')} {v}" for k, v in last.items() if k.endswith(" s"))
     return on_device(results, "time_to_accuracy", f"at {last['samples']} samples: hmean {cells}; seconds {times}")
+
+
+def fusion_line(results: dict) -> str:
+    """bench_fusion: the hmean of each model alone, of --fuse maps and --fuse quads, of ensemble; and its verdict."""
+    found = {r["predictions"]: r for r in having(results, "fusion", "hmean")}
+    if not found:
+        return "not measured (needs a CUDA device: bash benchmarks/gpu_session.sh)"
+    verdict = [line for line in results["fusion"]["output"].splitlines() if line.startswith("Fusion: ")]
+    cells = "; ".join(f"{k} {r['hmean']}" for k, r in found.items())
+    return on_device(results, "fusion", f"{verdict[0].removeprefix('Fusion: ') if verdict else ''} ({cells})"
+                     + recorded(results, "fusion"))
 
 
 def headline(results: dict) -> list[list[str]]:
@@ -253,7 +336,7 @@ def headline(results: dict) -> list[list[str]]:
         ["1024-px crops of camera photos per CPU second of a loader worker", crops_per_core(results)],
         ["the same with the run's whole augmentation on (scale U[0.5, 1], perspective 0.1), over the height and "
          "rotation alone", augmentation_cost(results)],
-        ["train.py on a GPU, AMP fp16, loader workers, 1024-px crops", gpu_wait(results)],
+        ["train.py on a GPU, AMP fp16, loader workers as train.py picks them, 1024-px crops", gpu_row(results)],
         ["a cache in a bucket (a local S3 server), items/s of the first / later epochs over a local cache's",
          " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
          else "not measured"],
@@ -310,14 +393,16 @@ def performance_page(results: dict, table) -> str:
              "against a reference measured in the same run wherever one exists (a memcpy of the same bytes, the "
              "plain implementation, the other codec).", "",
              f"Machines: {'; '.join(machines)}. Dates: {dates[0]} to {dates[-1]}.", "",
-             "The GPU figures (bench_gpu.py, bench_time_to_accuracy.py) come from one script run on a machine "
-             "with an NVIDIA GPU, from the repository root: `bash benchmarks/gpu_session.sh` (about 9 minutes "
-             "on an H200 with 16 cores, each script under a timeout). It prints the machine, records each "
-             "script's output into `benchmarks/results/NAME.json` and rewrites this page (`run_all.py "
-             "--record`), also when a script was cut short; with `OUT=DIR` it copies the outputs there too. "
-             "`GPU_ARGS`, `TTA_ARGS`, `GPU_TIMEOUT` and `TTA_TIMEOUT` resize it; `bash "
-             "benchmarks/gpu_session.sh --quick` is the dry run on a CPU (`--quick --device cpu`), whose "
-             "figures go to `benchmarks/results/session/dry-run`, never here.", "",
+             "The GPU figures (bench_gpu_augment.py, bench_time_to_accuracy.py, bench_fusion.py, bench_gpu.py) "
+             "come from one script run on a machine with an NVIDIA GPU, from the repository root: `bash "
+             "benchmarks/gpu_session.sh` (at most 9 minutes on an H200 with 16 cores, each script under a timeout "
+             "within the session's). It prints the machine, records each script's output into "
+             "`benchmarks/results/NAME.json` and rewrites this page (`run_all.py --record`), also when a script "
+             "was cut short; with `OUT=DIR` it copies the results, this page and the session's log there too, and "
+             "`WHEELS=DIR` first installs the wheels in DIR for a machine without network. `AUG_ARGS`, `TTA_ARGS`, "
+             "`FUSION_ARGS`, `GPU_ARGS` and the matching `*_TIMEOUT` resize it; `bash benchmarks/gpu_session.sh "
+             "--quick` is the dry run on a CPU (`--quick --device cpu`), whose figures go to "
+             "`benchmarks/results/session/dry-run`, never here.", "",
              "## Goals", "", table(["what", "goal", "measured"], goals(results)), ""]
     for name in sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         r = results[name]

@@ -52,7 +52,9 @@ QUICK = {
     "zarr": ["--images", "8", "--epochs", "1", "--repeat", "1"],
     "review": ["--images", "40", "--photos", "2", "--loads", "1"],
     "gpu": ["--quick"],                 # on a machine without CUDA: a note, nothing measured
+    "gpu_augment": ["--quick"],         # the same
     "time_to_accuracy": ["--quick"],    # the same
+    "fusion": ["--quick"],              # the same
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
                "--epochs", "3", "--timed-epochs", "5"],
     "check": ["--images", "40", "--copies", "12", "--photos", "2", "--build-photos", "4"],
