@@ -45,15 +45,16 @@ class Interrupted(Exception):
 
 def quiet(main, argv: list[str]) -> float:
     """Seconds a command's main(argv) took, its output swallowed; a failure raises with its last lines, a stop by
-    SIGINT (status 130, or a KeyboardInterrupt) raises Interrupted."""
+    SIGINT (status 130, or a KeyboardInterrupt) raises Interrupted naming the command."""
     out, t0 = io.StringIO(), time.perf_counter()
+    command = {train.main: "east-train", predict.main: "east-predict"}.get(main, f"east-cache {argv[0]}")
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             status = main(argv)
     except KeyboardInterrupt:
-        raise Interrupted(argv[0]) from None
+        raise Interrupted(command) from None
     if status == INTERRUPTED:
-        raise Interrupted(argv[0])
+        raise Interrupted(command)
     if status:
         raise RuntimeError(f"{argv}: exit status {status}: {out.getvalue()[-2000:]}")
     return time.perf_counter() - t0
