@@ -90,7 +90,7 @@ def tables(done: dict) -> tuple[list, list]:
                               f"{100 * e['data_wait']:.1f}%", f"{e['seconds']:.1f}", f"{e['loss']:.3f}"])
         rate, wait = after_start_up(r["epochs"])
         goal = label in GOAL_ARMS
-        summary.append([label, codec, r["workers"], f"{rate:.1f}", f"{100 * wait:.1f}%",
+        summary.append([label, codec, r["workers"], f"{rate:.1f}", f"{100 * wait:.2f}%",
                         f"< {100 * GOAL:g}%" if goal else "reported", ("yes" if wait < GOAL else "no") if goal else "",
                         f"{r['cores']:.1f}" if r["cores"] is not None else "n/a", f"{r['step_alone']:.1f}",
                         f"{r['loader_alone']:.1f}", f"{r['loader_alone'] / r['step_alone']:.2f}"])

@@ -147,9 +147,9 @@ def test_the_augment_summary_marks_the_goal_for_the_first_two_arms_only():
         **run, "epochs": epochs[:2]}, ("recipe", "raw"): run, ("recipe", "jpeg"): {"skipped": "no albumentations"}})
     assert [r[2] for r in per_epoch[:3]] == ["1 (start-up)", "2", "3"] and len(per_epoch) == 8
     # epochs 2 and 3: 420 samples in 4 s, the wait 0.03 + 0.03 s of it
-    assert summary[0] == ["baseline", "raw", "4 worker(s)", "105.0", "1.5%", "< 2%", "yes", "2.5", "130.0", "260.0",
+    assert summary[0] == ["baseline", "raw", "4 worker(s)", "105.0", "1.50%", "< 2%", "yes", "2.5", "130.0", "260.0",
                           "2.00"]
-    assert summary[1][4:7] == ["1.0%", "< 2%", "yes"]
+    assert summary[1][4:7] == ["1.00%", "< 2%", "yes"]
     assert summary[2][5:7] == ["reported", ""]
     assert summary[3][3] == "skipped: no albumentations"
 
