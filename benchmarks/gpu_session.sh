@@ -74,14 +74,18 @@ else
     # run_all.py --record writes RECORD/results/NAME.json (and, for benchmarks/, docs/performance.md and the README)
     RECORD=${RECORD:-benchmarks}
     SESSION_SECONDS=${SESSION_SECONDS:-540}
-    # 300 crops of 1024 px per epoch (25 steps), the first of 3 epochs start-up: 16 runs of about 10 s; bench_gpu's
-    # caches of the same sizes are these, built once
-    AUG_ARGS=${AUG_ARGS:---images 300 --distinct 48 --epochs 3 --batch-size 12 --recipe-workers 12 --jobs 14}
+    # 240 crops of 1024 px per epoch (20 steps), the first of 3 epochs start-up: 16 runs of a few seconds each on an
+    # H200 (the recipe's with 4 workers longer); bench_gpu's caches of the same sizes are these, built once
+    AUG_ARGS=${AUG_ARGS:---images 240 --distinct 48 --epochs 3 --batch-size 12 --recipe-workers 12 --jobs 14}
     TTA_ARGS=${TTA_ARGS:---arms cache,fly --train-images 960 --distinct 48 --val-images 16 --epochs 32 --eval-every 4 --time-limit 40 --jobs 14}
     FUSION_ARGS=${FUSION_ARGS:---train-images 48 --val-images 16 --time-limit 40 --jobs 14}
-    GPU_ARGS=${GPU_ARGS:---images 300 --distinct 48 --epochs 3 --batch-size 12 --profile-steps 5 --read-epochs 1 --predict-pages 8 --repeat 1 --jobs 14}
+    GPU_ARGS=${GPU_ARGS:---images 240 --distinct 48 --epochs 3 --batch-size 12 --profile-steps 5 --read-epochs 1 --predict-pages 8 --repeat 1 --jobs 14}
     # the budgets add up to 510 s; with the wheels, the machine line and the records the session stays under 540 (each
-    # limit is also cut to what is left of SESSION_SECONDS, so a part that overran shortens the last one, bench_gpu)
+    # limit is also cut to what is left of SESSION_SECONDS, so a part that overran shortens the last one, bench_gpu).
+    # Expected on an H200 with 16 cores (sized from the CPU dry run and the H200 run that benchmarks/results/gpu.json
+    # held before this session): augment arms about 120 s (48 pages generated and two caches built first), time to
+    # accuracy about 120 s (2 x 40 s of training, evaluations, a build), fusion about 120 s (2 x 40 s of training,
+    # 5 predictions), bench_gpu about 60 s; about 450 s in all
     AUG_TIMEOUT=${AUG_TIMEOUT:-145} TTA_TIMEOUT=${TTA_TIMEOUT:-130} FUSION_TIMEOUT=${FUSION_TIMEOUT:-135}
     GPU_TIMEOUT=${GPU_TIMEOUT:-100}
 fi
