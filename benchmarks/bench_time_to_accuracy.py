@@ -20,7 +20,7 @@ import sys
 
 import torch
 from common import arm_parser, held_out_pages, machine, measured_device, parse_arms, repeated_pages, table
-from tta import Schedule, curve_rows, make_loader, ratio_rows, same_hmean_rows, train_arm
+from tta import Schedule, curve_rows, make_loader, ratio_rows, same_hmean_rows, train_arm, warm_up
 
 from east_cache.augment import Augment
 from east_cache.config import BuildConfig
@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     build_cache(config, [data], cache, jobs=a.jobs, quiet=True)
     pages = val_pages(held, "train", config, a.batch_size)
     s = Schedule(a.epochs, a.eval_every, a.batch_size, a.lr, a.seed, amp, a.time_limit)
+    warm_up(config.map_scale, s, a.input_size, device)
     curves = {}
     for arm in a.arms.split(","):
         print(f"{arm}:", file=sys.stderr, flush=True)

@@ -270,10 +270,14 @@ def parse_arms(p: argparse.ArgumentParser, argv, quick: dict, arms: tuple[str, .
 
 
 def measured_device(name: str):
-    """(torch.device, its name) to measure on, or None after a note where it is CUDA and there is none."""
+    """(torch.device, its name) to measure on, or None after a note where it is CUDA and there is none. The device
+    is set up as east-train and east-predict set theirs (setup_device: the CUDA device made current, cuDNN's
+    benchmark mode on), so that a step measured in this process costs what it costs in theirs."""
+    from east_cache.model.runtime import setup_device
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU, or pass --device "
               "cpu for the check run).")
         return None
+    device = setup_device(name).device
     return device, torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"

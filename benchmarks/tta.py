@@ -30,7 +30,7 @@ from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import load_splits
 from east_cache.model.checkpoint import run_augment
 from east_cache.model.config import TrainConfig
-from east_cache.model.engine import new_context, train_one_epoch
+from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
 from east_cache.model.model import EAST
 from east_cache.model.runtime import Runtime
 from east_cache.model.train import open_run_cache, read_by, run_loader
@@ -115,6 +115,28 @@ def make_loader(arm: str, data, cache, config: BuildConfig, s: Schedule, workers
     ds = (OnTheFlyDataset([data], "train", replace(config, crop="build"), fresh=True)
           if arm == "fly" else BaselineDataset(data, config, s.seed))
     return EpochLoader(ds, s.batch_size, n, device, s.seed, jitter)
+
+
+WARM_UP_STEPS = 3   # training steps of a throwaway model before the first arm
+
+
+def warm_up(map_scale: float, s: Schedule, input_size: int, device: torch.device) -> None:
+    """A few training steps of a throwaway model on a random batch of the arms' shape, before any arm: the CUDA
+    context, cuBLAS's handles and cuDNN's kernel choice (benchmark mode, as train.py sets it) are then paid once,
+    not in the training seconds of whichever arm runs first."""
+    model = EAST(map_scale).to(device, memory_format=torch.channels_last)
+    ctx = new_context(TrainConfig(batch_size=s.batch_size, amp=s.amp, epochs=1, lr=s.lr), Runtime(device))
+    optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, fused=ctx.fused)
+    m, b = round(input_size * map_scale), s.batch_size
+    batch = Batch(torch.randn(b, 3, input_size, input_size, device=device), torch.ones(b, 1, m, m, device=device),
+                  torch.ones(b, 5, m, m, device=device), torch.ones(b, 1, m, m, device=device))
+    model.train()
+    for _ in range(WARM_UP_STEPS):
+        parts = forward_loss(model, batch, ctx)
+        ctx.scaler.scale(parts["loss"]).backward()
+        optimizer_step(model, optimizer, ctx, parts["loss"])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device, say=print,
