@@ -238,3 +238,15 @@ def test_without_cuda_the_gpu_scripts_measure_nothing(bench_data, capsys):
 
 def test_gpu_session_script_is_valid_bash():
     assert subprocess.run(["bash", "-n", str(BENCHMARKS / "gpu_session.sh")], env={**os.environ}).returncode == 0
+
+
+def test_the_gpu_sessions_budgets_fit_one_device_run():
+    """A device run is cut at 600 s: the full session's part budgets, its grace and reserve fit its own limit, and
+    that limit leaves a minute for the machine's start and the copies."""
+    import re
+    text = (BENCHMARKS / "gpu_session.sh").read_text()
+    full = text.split("else\n", 1)[1].split("\nfi\n", 1)[0]   # the branch of the full-size run
+    budgets = {k: int(v) for k, v in re.findall(r"(\w+_TIMEOUT)=\$\{\w+:-(\d+)\}", full)}
+    limit = int(re.search(r"SESSION_SECONDS=\$\{SESSION_SECONDS:-(\d+)\}", full).group(1))
+    assert set(budgets) == {"AUG_TIMEOUT", "TTA_TIMEOUT", "FUSION_TIMEOUT", "GPU_TIMEOUT"}
+    assert sum(budgets.values()) <= limit <= 540
