@@ -236,18 +236,19 @@ def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
 
 
 def test_workers_default_to_processes_for_page_mode_on_a_gpu_only(cache, monkeypatch):
-    """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process (at most
-    AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the training process; a given
-    count is kept."""
+    """--workers not given: a page-mode cache read for a GPU gets a worker per core of the process but the one the
+    training process keeps (at most AUTO_WORKERS_MAX, at least 1); a CPU run, or a --crop build cache, reads in the
+    training process; a given count is kept."""
     from east_cache.reader import loader
     ds = CacheDataset(cache)
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert loader.loader_workers(ds, gpu, workers=3) == 3
     assert loader.loader_workers(ds, cpu) == 0
-    want = loader.AUTO_WORKERS_MAX if ds.pages else 0
+    want = min(loader.AUTO_WORKERS_MAX, 15) if ds.pages else 0
     assert loader.loader_workers(ds, gpu) == want
-    assert loader.loader_workers(ds, gpu, world=8) == (2 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, world=2) == (7 if ds.pages else 0)
+    assert loader.loader_workers(ds, gpu, world=8) == (1 if ds.pages else 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert loader.loader_workers(ds, gpu, world=2) == (1 if ds.pages else 0)
 

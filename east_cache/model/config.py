@@ -199,7 +199,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                       help="worker processes that cut batches into shared slots; 0: this process reads one batch "
                            f"ahead in a thread, enough for a --crop build cache (`{cache_command('bench CACHE')}` "
                            "measures the settings) (default: on a GPU, a page-mode cache (--crop read) gets one "
-                           "per core of this process, at most 4; otherwise 0)")
+                           "per core of this process but one, at most 12; otherwise 0)")
     data.add_argument("--nvjpeg", action="store_true",
                       help="a jpeg page cache's tiles decoded on the GPU by nvJPEG (needs torchvision: pip install -e "
                            "\".[gpu]\"), instead of by the loader workers on the CPU (default: off, the workers)")

@@ -4,9 +4,9 @@ the models, how their outputs are combined, and the checks that make a combinati
 Two ways to combine models (--fuse): `maps` averages their score and geometry maps before one decode (MapMean;
 their maps must have one size, so models trained on caches of different map scales are refused), `quads` decodes
 each model's maps alone and fuses the words as `east-cache ensemble` does (east_cache.evaluate.ensemble). Test-time
-scales are always fused as quads: the maps of two input sizes do not overlay. docs/performance.md measures both
-ways on two fold models trained briefly on the CPU; there they did not separate, so FUSE_DEFAULT stays `maps`,
-which decodes once, until a longer run measures them apart.
+scales are always fused as quads: the maps of two input sizes do not overlay. FUSE_DEFAULT is `maps`, which decodes
+once: benchmarks/bench_fusion.py measures both ways on two fold models (docs/performance.md), and docs/guide.md says
+why the figure it gave keeps this default.
 """
 from __future__ import annotations
 

@@ -45,7 +45,10 @@ from east_cache.store.remote.share import NodeShare
 from east_cache.store.sidecar import quads_path
 from east_cache.store.stale import out_of_date
 
-AUTO_WORKERS_MAX = 4   # worker processes per training process that loader_workers picks at most
+# Worker processes per training process that loader_workers picks at most. A crop warped at read time is tens of
+# ms of a worker's CPU, so a GPU step of a dozen 1024-px crops needs many of them: docs/performance.md
+# (bench_gpu_augment) has train.py's wait for data on a GPU machine with fewer.
+AUTO_WORKERS_MAX = 12
 
 
 class EpochSampler(Sampler):
@@ -138,14 +141,16 @@ def batch_loader(ds: CacheDataset, sampler: EpochSampler, batch_size: int, train
 
 def loader_workers(ds: CacheDataset, device: torch.device, world: int = 1, workers: int | None = None) -> int:
     """`workers` when given; else, for a page-mode cache read for a GPU, one worker process per core this process
-    has (the cores over the `world` processes of the run), 1 to AUTO_WORKERS_MAX, since every crop is Python that
-    holds the GIL, which processes run side by side and out of the training loop's way; else 0: a CPU run's cores
-    train, and a --crop build batch is copies that release the GIL, which a thread of this process keeps up with."""
+    has (the cores over the `world` processes of the run) but one, which the training process keeps (it feeds the
+    device, expands the batches and runs the optimiser's host side), 1 to AUTO_WORKERS_MAX, since every crop is Python
+    that holds the GIL, which processes run side by side and out of the training loop's way; else 0: a CPU run's
+    cores train, and a --crop build batch is copies that release the GIL, which a thread of this process keeps up
+    with."""
     if workers is not None:
         return workers
     if device.type != "cuda" or not ds.pages or not fork_available():
         return 0
-    return max(1, min(AUTO_WORKERS_MAX, (os.cpu_count() or 1) // world))
+    return max(1, min(AUTO_WORKERS_MAX, (os.cpu_count() or 1) // world - 1))
 
 
 def uses_slots(workers: int) -> bool:
