@@ -58,7 +58,9 @@ class PageCropper:
         self._fits: bool | None = None   # the data files fit in half the memory (fits_in_memory), once asked
 
     def set_aug(self, aug: Augment) -> None:
-        """Draw by aug from now on (a cache whose pages are stored warped takes only its build's: check_frozen)."""
+        """Draw by aug from now on, its fields left to the cache at the cache's values (Augment.resolve; a cache
+        whose pages are stored warped takes only its build's: check_frozen)."""
+        aug = aug.resolve(self.records.config)
         aug.check_frozen(self.records.config, str(self.records.where))
         self.aug, self.size = aug, aug.input_size
         self._weights: dict[tuple[int, int], np.ndarray] = {}
