@@ -159,7 +159,7 @@ def run(a: argparse.Namespace) -> int:
 def no_word(a: argparse.Namespace, predicted: int) -> str:
     """Why pseudo kept no image, and what to run instead, from the count of predicted words."""
     if not predicted:
-        return (f"{a.pred} holds no predicted word; predict again with a lower --score-thresh (east-predict's), or "
-                f"with a checkpoint trained longer")
+        return (f"{a.pred} holds no predicted word; predict again with a checkpoint trained longer (east-predict's "
+                f"warning says whether a lower --score-thresh would find words)")
     return (f"none of its {predicted} predicted word(s) scored at least --min-score {a.min_score}; run pseudo again "
             f"with a lower --min-score")
