@@ -88,13 +88,14 @@ class PageCropper:
 
     def crop_transform(self, i: int, variant: int, epoch: int):
         """The user's transform (self.transform) of image i's crop at an epoch, seeded by (seed, epoch, image name,
-        variant): a function of the crop (S, S, 3) and its words (points, offsets, care); None where there is none or
-        the crops are not augmented (validation)."""
+        variant): a function of the crop (S, S, 3), its words (points, offsets, care) and optionally a list for the
+        names of the transforms that fired (CropTransform); None where there is none or the crops are not augmented
+        (validation)."""
         if self.transform is None or not self.augment:
             return None
         name = self.records.names[i]
         seed, where = crop_seed(self.transform_seed, epoch, name, variant), f"image {name} (variant {variant}, epoch {epoch})"
-        return lambda image, words: self.transform(image, CropWords(*words), seed, where)
+        return lambda image, words, applied=None: self.transform(image, CropWords(*words), seed, where, applied)
 
     def decode_on_device(self, on: bool) -> None:
         """Compact crops of jpeg pages hand out their blocks' JPEG streams (for reader/expand.py to decode on the
