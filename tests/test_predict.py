@@ -172,31 +172,32 @@ def test_the_score_maps_warn_of_no_word_and_of_most_of_the_map_above_the_thresho
     import torch
 
     from east_cache.model.model import EAST
+    from east_cache.model.predict import MapStats, map_warning
+
+    def said(background, text, thresh, words) -> str:
+        stats = MapStats()
+        score = np.full((64, 64), background, np.float32)
+        score[8:12, 8:24] = text   # a word: 1.6% of the map
+        stats.add(score, thresh, 0.5)
+        return map_warning(stats, thresh, words, 1, 1.0, "ck.pt, epoch 1")
+
+    line = said(0.3, 0.3, 0.8, 0)
+    assert line.startswith("0 words in all 1 image(s)") and "--score-thresh 0.8 (the highest: 0.30" in line, line
+    assert "about the same everywhere" in line and "trained longer" in line and "ck.pt" in line, line
+    assert "--score-thresh 0." not in line.split("(the highest")[1], "no lower threshold advised: " + line
+    line = said(0.02, 0.5, 0.8, 0)   # text stands out, below the threshold
+    assert "0 words" in line and "--score-thresh 0.03 leaves 5% of the map or less" in line, line
+    assert said(0.02, 0.95, 0.8, 3) == "", "words on a small share of the map: nothing to say"
+    # through east-predict: a flat map of 0.3 under --score-thresh 0.2, every pixel a candidate
     ck = tmp_path / "run" / "latest.pt"
     ck.parent.mkdir()
     torch.save({"model": EAST(0.5).state_dict(), "config": {"image_size": 128, "map_scale": 0.5}, "epoch": 1}, ck)
-    maps = {}
-
-    def forward(self, x):
-        score = torch.full((len(x), 1, x.shape[2] // 2, x.shape[3] // 2), maps["background"])
-        score[..., 8:12, 8:24] = maps["text"]   # a word: a few percent of a 128-px page's map
-        return score, torch.full((len(x), 5, x.shape[2] // 2, x.shape[3] // 2), 4.0)
-    monkeypatch.setattr(EAST, "forward", forward)
-
-    def predict_with(background, text, *flags) -> str:
-        maps.update(background=background, text=text)
-        rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out",
-                          tmp_path / "p.json", "--device", "cpu", "--quiet", *flags)
-        assert rc == 0 and json.loads((tmp_path / "p.json").read_text())["images"]
-        return err
-
-    (line,) = predict_with(0.3, 0.3).splitlines()
-    assert line.startswith(f"warning: {tmp_path / 'p.json'}: 0 words in all 5 image(s)"), line
-    assert "--score-thresh 0.8 (the highest: 0.30" in line and str(ck) in line and "trained longer" in line, line
-    assert "about the same everywhere" in line and "--score-thresh 0." not in line.split("(the highest")[1], line
-    (line,) = predict_with(0.3, 0.3, "--score-thresh", "0.2").splitlines()
-    assert "100% of the map pixels" in line and "scored above --score-thresh 0.2" in line, line
-    assert "undertrained" in line and "not a lower --score-thresh" in line, line
-    (line,) = predict_with(0.02, 0.5).splitlines()   # text stands out, below the threshold
-    assert "0 words" in line and "--score-thresh 0.03 leaves 5% of the map or less" in line, line
-    assert predict_with(0.02, 0.95) == "", "words on a small share of the map: nothing to say"
+    monkeypatch.setattr(EAST, "forward", lambda self, x: (torch.full((len(x), 1, x.shape[2] // 2, x.shape[3] // 2),
+                                                                     0.3), torch.full((len(x), 5, x.shape[2] // 2,
+                                                                                       x.shape[3] // 2), 4.0)))
+    rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out", tmp_path / "p.json",
+                      "--device", "cpu", "--quiet", "--score-thresh", "0.2")
+    (line,) = err.splitlines()
+    assert rc == 0 and line.startswith(f"warning: {tmp_path / 'p.json'}: 100% of the map pixels ("), line
+    assert "scored above --score-thresh 0.2" in line and "undertrained" in line and str(ck) in line, line
+    assert "not a lower --score-thresh" in line and json.loads((tmp_path / "p.json").read_text())["images"]

@@ -197,6 +197,7 @@ def test_the_bucket_commands_run_against_a_local_s3_server(s3, tmp_path):
     assert s3.fs().exists(s3.url("cache", "receipts", "manifest.json"))
 
 
+@pytest.mark.slow
 def test_the_loops_check_line_pastes_under_set_e(sample_root, tmp_path):
     """The data-centric loop pasted into a script under `set -e`: `check` on a set with anomalies (the sample set's,
     made on purpose) exits 1 and the script goes on; a mistake (no such root, status 2) still stops it."""

@@ -218,6 +218,7 @@ def test_runs_are_named_by_the_shortest_tail_of_their_folder():
     assert runs.short_names([runs.Path("/x/runs/east"), runs.Path("runs/east")]) == ["x/runs/east", "runs/east"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
 def test_the_plot_names_each_run_by_its_folder_and_tables_the_options(tmp_path, capsys):
     """8 runs of one epoch: a panel of the loss per logged step (a short run still draws a line), one of hmean per
