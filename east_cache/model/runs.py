@@ -280,8 +280,9 @@ def by_spread(runs: list[Run], columns: list[str]) -> list[str]:
 
 
 def table(runs: list[Run], names: list[str], columns: list[str], metric: str, width: int = WIDTH) -> str:
-    """The runs best first by the metric, as aligned text within `width` characters: as many option columns as fit,
-    in the recipe's order, the others as `option: value` lines under the table, a line per run."""
+    """The runs best first by the metric, as aligned text within `width` characters: as many option columns as fit
+    (those of most values first), in the recipe's order, the others as `option: value` lines under the table, a line
+    per run."""
     order = best_first(runs, metric)
     figures = []
     for r in runs:
