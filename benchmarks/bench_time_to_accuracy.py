@@ -50,7 +50,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, help="loader workers (default: the cache as train.py picks, the "
                                                 "others one per core)")
     p.add_argument("--time-limit", type=float, default=0.0,
-                   help="s of training per arm: the step that crosses it is the arm's last, then it is evaluated "
+                   help="s of training per arm: it stops before a step that would pass it, then it is evaluated "
                         "(default 0: none)")
     p.add_argument("--jobs", type=int, default=8, help="build jobs (default 8)")
     return parse_arms(p, argv, QUICK, ARMS)

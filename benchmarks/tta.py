@@ -49,7 +49,7 @@ class Schedule:
     lr: float
     seed: int
     amp: str             # fp16 on CUDA, off on a CPU (train.py refuses fp16 there)
-    time_limit: float    # s of training per arm: the step that crosses it is its last, then an evaluation (0: none)
+    time_limit: float    # s of training per arm: no step that would pass it is taken, then an evaluation (0: none)
 
 
 class BaselineDataset(Dataset):
@@ -155,7 +155,7 @@ def train_arm(loader, map_scale: float, s: Schedule, pages, device: torch.device
     seconds, samples = 0.0, 0
     for epoch in range(s.epochs):
         loader.set_epoch(epoch)
-        if s.time_limit:   # train.py's --time-limit: the step that crosses it ends the epoch, and the arm
+        if s.time_limit:   # train.py's --time-limit: no step that would pass it is taken; the epoch ends, the arm
             ctx.state.deadline = time.perf_counter() + s.time_limit - seconds
         stats, _ = train_one_epoch(model, loader, optimizer, ctx)
         scheduler.step()

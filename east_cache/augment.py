@@ -6,8 +6,8 @@ names: --height-jitter, --max-rotation, --input-size, --scale, --perspective, --
 CacheDataset (augment=Augment(...)), and a checkpoint (to_dict). Each epoch a crop draws, in this order, from its
 crop_rng generator alone (east_cache/sample/epoch_geometry.py):
 - height h ~ U[1 - height_jitter, 1 + height_jitter]: the page's height scaled by h, its width kept;
-- angle a ~ U[-max_rotation, max_rotation] degrees, about the page's centre (the baseline's rotate_img sign: a
-  positive angle turns the page clockwise on screen, y down);
+- angle a ~ U[-max_rotation, max_rotation] degrees, about the page's centre (its direction: where the matrix is made,
+  sample/epoch_geometry.py page_warp);
 - with probability scale_p, a scale s ~ U[scale[0], scale[1]]: both sides scaled by s (multi-scale training), else 1;
 - with probability perspective_p, a perspective: each corner of the crop's source square (side input_size, in the
   frame after height, rotation and scale) moved by dx, dy ~ U[-p, p] x input_size each, independently, and that
@@ -15,10 +15,12 @@ crop_rng generator alone (east_cache/sample/epoch_geometry.py):
 then the crop of side input_size px, word-balanced, in the frame after height, rotation and scale.
 Nothing is drawn for a part that is off (scale (1, 1), perspective 0): the baseline's draws stay what they were.
 
-The defaults are the baseline's: height jitter 0.2, rotation 10 degrees, crop 1024 px, scale 1, no perspective; a
-reader without an Augment of its own takes the height jitter, rotation and crop size its cache was built with
-(Augment.of_cache). With --geometry build the page is stored warped: its height and rotation are frozen, and a reader
-refuses an Augment that asks for other ones (check_frozen).
+Height jitter, rotation and crop size default to None, "the cache's": a reader resolves them to the values its
+cache was built with (resolve, when the Augment is given to it; Augment.of_cache), as the flags default to them, so
+Augment(scale=(0.5, 1)) on a cache built with --input-size 512 cuts 512-px crops. Scale 1 and no perspective are
+fixed defaults, as the cache has none; a reader without an Augment of its own takes the cache's values for all.
+With --geometry build the page is stored warped: its height and rotation are frozen, and a reader refuses an
+Augment that asks for other ones (check_frozen).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from east_cache.bounds import Bound, flag_number
-from east_cache.config import HEIGHT_JITTER, INPUT_SIZE, MAX_ROTATION, BuildConfig
+from east_cache.config import HEIGHT_JITTER, INPUT_SIZE, MAX_ROTATION, READER_ONLY, BuildConfig
 from east_cache.errors import UsageError, cache_command
 
 SCALE = Bound(integer=False, least=0.125, most=4, note="the page's sides times U[s0, s1]")
@@ -37,14 +39,16 @@ PROBABILITY = Bound(integer=False, least=0, most=1)
 NUMBERS = {"height_jitter": HEIGHT_JITTER, "max_rotation": MAX_ROTATION, "input_size": INPUT_SIZE,
            "perspective": PERSPECTIVE, "scale_p": PROBABILITY, "perspective_p": PROBABILITY}
 FLAGS = ("height_jitter", "max_rotation", "input_size", "scale", "perspective", "scale_p", "perspective_p")
+CACHE_S = READER_ONLY   # the fields whose default, None, is the cache's value: the build's reader-only options
 
 
 @dataclass(frozen=True)
 class Augment:
-    """The reader's geometric draw (the module docstring says what each part does to the words)."""
-    height_jitter: float = 0.2         # height x U[1 - j, 1 + j]
-    max_rotation: float = 10.0         # degrees, U[-r, r] about the page's centre
-    input_size: int = 1024             # px, side of the square crop
+    """The reader's geometric draw (the module docstring says what each part does to the words). None: the cache's
+    value, resolved by the reader (resolve)."""
+    height_jitter: float | None = None   # height x U[1 - j, 1 + j]; the cache's --height-jitter (0.2 by default)
+    max_rotation: float | None = None    # degrees, U[-r, r] about the page's centre; the cache's (10 by default)
+    input_size: int | None = None        # px, side of the square crop; the cache's --input-size (1024 by default)
     scale: tuple[float, float] = (1.0, 1.0)   # the page's sides x U[s0, s1] before the crop; (1, 1): off
     perspective: float = 0.0           # each corner of the crop's source moved by up to p x its side; 0: off
     scale_p: float = 1.0               # chance that a crop draws a scale (else 1)
@@ -53,9 +57,11 @@ class Augment:
     def __post_init__(self) -> None:
         for name, bound in NUMBERS.items():
             value = getattr(self, name)
+            if value is None and name in CACHE_S:
+                continue
             if bound.wrong_kind(value) or not bound.contains(value):
                 raise UsageError(f"--{flag(name)} {value}: must be {bound.accepted()}")
-        if self.input_size % 32:
+        if self.input_size is not None and self.input_size % 32:
             raise UsageError(f"--input-size {self.input_size} must be a positive multiple of 32 (the VGG backbone's "
                              f"stride)")
         scale = tuple(self.scale) if isinstance(self.scale, (tuple, list)) else ()
@@ -63,7 +69,17 @@ class Augment:
             raise UsageError(f"--scale {self.scale}: must be two numbers S0,S1 with S0 <= S1, each {SCALE.accepted()}")
         object.__setattr__(self, "scale", (float(scale[0]), float(scale[1])))
         for name in ("height_jitter", "max_rotation", "perspective", "scale_p", "perspective_p"):
-            object.__setattr__(self, name, float(getattr(self, name)))
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every field holds a value (none left to the cache)."""
+        return all(getattr(self, k) is not None for k in CACHE_S)
+
+    def resolve(self, cfg: BuildConfig) -> "Augment":
+        """This draw with the fields left to the cache (None) at the values cfg, the cache's build options, holds."""
+        return dataclasses.replace(self, **{k: getattr(cfg, k) for k in CACHE_S if getattr(self, k) is None})
 
     @property
     def scales(self) -> bool:
@@ -79,8 +95,7 @@ class Augment:
     def of_cache(cls, cfg: BuildConfig, **changes) -> "Augment":
         """The cache's build values for height jitter, rotation and crop size (scale 1, no perspective), with
         `changes` (field names; None: keep)."""
-        base = cls(height_jitter=cfg.height_jitter, max_rotation=cfg.max_rotation, input_size=cfg.input_size)
-        return dataclasses.replace(base, **{k: v for k, v in changes.items() if v is not None})
+        return cls(**{k: v for k, v in changes.items() if v is not None}).resolve(cfg)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -107,11 +122,11 @@ class Augment:
         size at its build, and draws no scale or perspective: refuse any other value, naming the rebuild."""
         if cfg.warps_at_read:
             return
-        frozen = Augment.of_cache(cfg)
-        if self == frozen:
+        frozen, asked = Augment.of_cache(cfg), self.resolve(cfg)
+        if asked == frozen:
             return
-        changed = [f"--{flag(k)} {fmt(getattr(self, k))} (built with {fmt(getattr(frozen, k))})" for k in FLAGS
-                   if getattr(self, k) != getattr(frozen, k)]
+        changed = [f"--{flag(k)} {fmt(getattr(asked, k))} (built with {fmt(getattr(frozen, k))})" for k in FLAGS
+                   if getattr(asked, k) != getattr(frozen, k)]
         variants = " --variants 1" if cfg.variants > 1 else ""
         raise UsageError(f"{where} stores its pages warped (--geometry {cfg.geometry}, --crop {cfg.crop}): its height, "
                          f"rotation and crop size were drawn at its build and it draws no scale or perspective, so "

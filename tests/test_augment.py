@@ -129,7 +129,7 @@ PAGE = (400, 300)
 
 def drawn(aug: Augment, seed: int = 0):
     """A draw for a page holding WORD, and WORD in the crop."""
-    g = draw_geometry(np.random.default_rng(seed), WORD[None], PAGE, np.ones(1), aug, 4)
+    g = draw_geometry(np.random.default_rng(seed), WORD[None], PAGE, np.ones(1), aug.resolve(BuildConfig()), 4)
     return g, project(g.matrix, WORD)
 
 
@@ -232,6 +232,23 @@ def test_augment_refuses_what_it_cannot_draw():
     assert Augment.from_dict(ALL_ON.to_dict()) == ALL_ON
 
 
+def test_the_fields_not_given_keep_the_caches_values(sample_root, tmp_path):
+    """Augment(scale=...) on a cache built with --input-size 512 --max-rotation 5 --height-jitter 0.1: 512-px crops
+    at those values, in Python as on the command line (Augment's fields default to the cache's, not to 1024 px)."""
+    from east_cache import Loader
+    cache = make_tiny_cache(sample_root, tmp_path / "c512", image_size=512, input_size=512, max_rotation=5.0,
+                            height_jitter=0.1)
+    loader = Loader(cache, 2, augment=Augment(scale=(0.5, 1.0)), workers=0, jitter=0)
+    assert loader.dataset.aug == Augment(height_jitter=0.1, max_rotation=5.0, input_size=512, scale=(0.5, 1.0))
+    assert next(iter(loader)).image.shape[-2:] == (512, 512)
+    ds = CacheDataset(cache, augment=Augment(max_rotation=20))
+    assert (ds.aug.input_size, ds.aug.max_rotation, ds.aug.height_jitter, ds[0]["image"].shape) == \
+        (512, 20.0, 0.1, (3, 512, 512))
+    assert Augment().resolve(ds.config) == Augment.of_cache(ds.config) and not Augment().resolved
+    with pytest.raises(UsageError, match="must be"):   # a value given is still checked when it is made
+        Augment(input_size=100)
+
+
 # ---------------------------------------------------------------- no rebuild, and the frozen kind
 
 @pytest.mark.slow
@@ -272,8 +289,8 @@ def test_a_run_records_its_augmentation_and_a_resume_keeps_it(tiny_cache, tmp_pa
     first = capsys.readouterr().out
     assert "scale U[0.5, 1], perspective 0.05" in first and "rotation U[-20, 20] deg" in first
     ck = torch.load(run / "latest.pt", map_location="cpu", weights_only=True)
-    assert Augment.from_dict(ck["augment"]) == Augment(max_rotation=20.0, input_size=64, scale=(0.5, 1.0),
-                                                       perspective=0.05)
+    assert Augment.from_dict(ck["augment"]) == Augment(height_jitter=0.2, max_rotation=20.0, input_size=64,
+                                                       scale=(0.5, 1.0), perspective=0.05)
     with pytest.raises(UsageError, match=r"--scale 0.7,1 \(recorded 0.5,1\).*--init-from"):
         train_run(tiny_cache, run, "--resume", str(run / "latest.pt"), "--scale", "0.7,1", "--epochs", "2")
     train_run(tiny_cache, run, "--resume", str(run / "latest.pt"), "--epochs", "2")
@@ -375,3 +392,24 @@ def test_words_far_from_a_tilted_crop_or_past_its_horizon_are_clipped_to_it():
         gather_quads(points, offsets, kept > 0)   # legible words are quads
         make_targets(points, offsets, kept, 128, 0.5)
     assert far > 1000   # the case was met
+
+
+def test_which_way_an_angle_turns_is_said_where_each_matrix_is_made():
+    """Measured: a point right of the page's centre moves up under the reader's positive angle (counter-clockwise on
+    screen, y down: page_warp) and down under the build's (geometry.rotation_matrix); each says so, and nothing else in
+    the package says which way a positive angle turns (augment.py said clockwise, of the reader's draw)."""
+    import inspect
+    from pathlib import Path
+    from east_cache.sample import epoch_geometry, geometry
+    m, _ = epoch_geometry.page_warp((200, 200), 1.0, 30.0, 4)
+    centre, right = m @ [100, 100, 1.0], m @ [180, 100, 1.0]
+    assert right[1] < centre[1], "the reader's positive angle: counter-clockwise on screen"
+    b = geometry.rotation_matrix(geometry.AugParams(1.0, 1.0, 30.0), 200, 200)
+    assert (b @ [180, 100, 1.0])[1] > (b @ [100, 100, 1.0])[1], "the build's: clockwise on screen"
+    assert "a positive angle turns the page counter-clockwise" in " ".join(inspect.getdoc(epoch_geometry.page_warp)
+                                                                             .split())
+    assert "A positive angle turns the image clockwise" in " ".join(inspect.getdoc(geometry.rotation_matrix).split())
+    package = Path(epoch_geometry.__file__).parents[1]
+    saying = sorted(str(f.relative_to(package)) for f in package.rglob("*.py")
+                    if "positive angle" in " ".join(f.read_text().split()))
+    assert saying == ["sample/epoch_geometry.py", "sample/geometry.py"], saying

@@ -201,8 +201,10 @@ def test_auto_strategy_prefers_per_image_files_for_big_records():
     assert choose_strategy(500, 60 << 20, 8 << 30)[0] == "image"
 
 
+@pytest.mark.slow
 def test_cli_build_and_info_do_not_import_torch(sample_root, tmp_path):
-    """Both in one fresh process: torch is not in sys.modules after the build and info ran."""
+    """Both in one fresh process: torch is not in sys.modules after the build and info ran (a process of its own:
+    slow; tests/test_imports.py checks every import statement of the build side in the fast suite)."""
     out = tmp_path / "cli-cache"
     code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]) or c.main(['info', sys.argv[5]]); "
             "assert 'torch' not in sys.modules, 'preprocess must not import torch'; sys.exit(rc)")

@@ -188,18 +188,42 @@ def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path, build):
     assert r.stderr == "" and r.returncode == 141
 
 
-def test_progress_off_a_terminal_prints_whole_lines_every_tenth():
+class Clock:
+    """time.perf_counter for east_cache.progress, moved on by the test."""
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def progress_lines(monkeypatch, total, seconds_each: float, n: int, **kw) -> list[str]:
+    """The plain lines of n updates of a Progress of `total`, each `seconds_each` after the one before."""
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
     stream = io.StringIO()
-    with Progress(20, "samples", stream=stream, desc="build") as p:
-        for _ in range(20):
+    with Progress(total, "items", stream=stream, desc="work", **kw) as p:
+        for _ in range(n):
+            clock.now += seconds_each
             p.update(1)
-    lines = stream.getvalue().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("  build: 20/20 samples (")
-    resumed = io.StringIO()
-    with Progress(20, "steps", stream=resumed, initial=10) as p:   # a resumed run: lines from where it stands
-        p.update(2)
-    assert resumed.getvalue().startswith("  12/20 steps (")
     assert "\r" not in stream.getvalue()
+    return stream.getvalue().splitlines()
+
+
+def test_progress_off_a_terminal_prints_whole_lines_every_tenth(monkeypatch):
+    lines = progress_lines(monkeypatch, 20, 6.0, 20)   # 2 minutes of work: a line per tenth
+    assert len(lines) == 10 and lines[-1].startswith("  work: 20/20 items (")
+    lines = progress_lines(monkeypatch, 20, 6.0, 10, initial=10)   # a resumed run: lines from where it stands
+    assert lines[0].startswith("  work: 12/20 items (") and lines[-1].startswith("  work: 20/20 items")
+
+
+def test_progress_off_a_terminal_is_one_line_for_short_work(monkeypatch):
+    """Hashing 16 images in a second, on every build and check: one line, where it ended (not 10)."""
+    assert [line.split(" (")[0] for line in progress_lines(monkeypatch, 16, 0.06, 16)] == ["  work: 16/16 items"]
+    lines = progress_lines(monkeypatch, 100, 0.2, 100)   # 20 s: a tenth every 2 s, a line at most every 5 s
+    assert 3 <= len(lines) <= 5 and lines[-1].startswith("  work: 100/100 items"), lines
+    lines = progress_lines(monkeypatch, None, 1.0, 70)   # no total: a line every 30 s, and the end
+    assert [line.split(" (")[0] for line in lines] == ["  work: 30 items", "  work: 60 items", "  work: 70 items"]
 
 
 def test_progress_without_a_total_prints_by_time_with_its_figures(monkeypatch):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -346,3 +347,21 @@ def test_a_root_inside_its_source_folder_or_the_folder_itself_is_converted_again
     (tmp_path / "linked" / "images").symlink_to(src)
     with pytest.raises(UsageError, match=r"would write .*images, which is the source SRC"):
         convert("sroie", src, tmp_path / "linked")
+
+
+def test_images_already_in_the_roots_images_folder_stay_and_only_ufo_is_written(tmp_path, capsys):
+    """convert --from icdar2015 gt --images data/ic15/images --out data/ic15: the images are where the root wants
+    them; they stay as they are (no link over a file, nothing refused) and only ufo/train.json is written."""
+    src = icdar2015_set(tmp_path / "src")
+    root = tmp_path / "data" / "ic15"
+    shutil.copytree(src / "img", root / "images")
+    before = {p.name: (p.stat().st_ino, p.read_bytes()) for p in (root / "images").iterdir()}
+    argv = ["convert", "--from", "icdar2015", str(src / "gt"), "--images", str(root / "images"), "--out", str(root)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "left as they are" in capsys.readouterr().err
+    assert {p.name: (p.stat().st_ino, p.read_bytes()) for p in (root / "images").iterdir()} == before
+    assert not any(p.is_symlink() for p in (root / "images").iterdir())
+    assert sorted(ufo(root)) == ["img_1.jpg", "img_2.png"]
+    assert main([*argv, "--split", "val", "--prefix", "x_"]) == 2   # a name that is not there: refused
+    assert "stays as it is" in capsys.readouterr().err and not (root / "ufo" / "val.json").exists()
+    assert sorted(p.name for p in (root / "images").iterdir()) == sorted(before)

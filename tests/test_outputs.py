@@ -111,9 +111,6 @@ CASES = {
         ("--staging", "annotations of --data")),
     "convert --out over its source file": ("cli", ["convert", "--from", "mmocr", "{w}/" + GT, "--out", "{w}/root",
                                                    "--force"], ("--out", "the source SRC")),
-    "convert --out whose images/ is the --images folder": ("cli", [
-        "convert", "--from", "icdar2015", "{w}/root/ufo", "--images", "{w}/root/images", "--out", "{w}/root",
-        "--split", "other"], ("--out", "the images --images")),
     "train --out whose log.jsonl is a link to the cache's manifest": ("train", [
         "--cache", "{w}/cache", "--out", "{w}/sym", *TRAIN], ("--out", "the manifest of the cache")),
     "train --out over its --init-from": ("train", ["--cache", "{w}/cache", "--init-from", "{w}/run/latest.pt",

@@ -162,27 +162,42 @@ def test_cli_errors_are_one_line_naming_the_path(case, sample_root, tmp_path, ca
     assert rc == 2 and err.count("\n") == 1 and expect in err, err
 
 
-def test_predictions_with_no_word_in_any_image_say_so_and_which_threshold_to_lower(sample_root, tmp_path, capsys,
-                                                                                     monkeypatch):
-    """A model whose score map stays below --score-thresh everywhere (a briefly trained one): the file is written
-    with 0 words, and a warning line says so, naming --score-thresh and the checkpoint; a model that finds words
-    gets no such line."""
+def test_the_score_maps_warn_of_no_word_and_of_most_of_the_map_above_the_threshold(sample_root, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """A briefly trained model scores every pixel alike: at the default --score-thresh no word (the line names the
+    threshold, the highest score and the checkpoint, and does not advise a lower threshold, which would make every
+    pixel a candidate); below its scores most of the map is candidates, slow to decode: the line says how many and
+    why. A map that singles text out suggests the threshold that leaves 5% of it as candidates; a model that finds
+    words on a small share of the map gets no line."""
     import torch
 
     from east_cache.model.model import EAST
+    from east_cache.model.predict import MapStats, map_warning
+
+    def said(background, text, thresh, words) -> str:
+        stats = MapStats()
+        score = np.full((64, 64), background, np.float32)
+        score[8:12, 8:24] = text   # a word: 1.6% of the map
+        stats.add(score, thresh, 0.5)
+        return map_warning(stats, thresh, words, 1, 1.0, "ck.pt, epoch 1")
+
+    line = said(0.3, 0.3, 0.8, 0)
+    assert line.startswith("0 words in all 1 image(s)") and "--score-thresh 0.8 (the highest: 0.30" in line, line
+    assert "about the same everywhere" in line and "trained longer" in line and "ck.pt" in line, line
+    assert "--score-thresh 0." not in line.split("(the highest")[1], "no lower threshold advised: " + line
+    line = said(0.02, 0.5, 0.8, 0)   # text stands out, below the threshold
+    assert "0 words" in line and "--score-thresh 0.03 leaves 5% of the map or less" in line, line
+    assert said(0.02, 0.95, 0.8, 3) == "", "words on a small share of the map: nothing to say"
+    # through east-predict: a flat map of 0.3 under --score-thresh 0.2, every pixel a candidate
     ck = tmp_path / "run" / "latest.pt"
     ck.parent.mkdir()
     torch.save({"model": EAST(0.5).state_dict(), "config": {"image_size": 128, "map_scale": 0.5}, "epoch": 1}, ck)
-    low = 0.3   # every map pixel's score: below the default threshold, above a lowered one
     monkeypatch.setattr(EAST, "forward", lambda self, x: (torch.full((len(x), 1, x.shape[2] // 2, x.shape[3] // 2),
-                                                                     low), torch.full((len(x), 5, x.shape[2] // 2,
+                                                                     0.3), torch.full((len(x), 5, x.shape[2] // 2,
                                                                                        x.shape[3] // 2), 4.0)))
     rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out", tmp_path / "p.json",
-                      "--device", "cpu", "--quiet")
-    (line,) = err.splitlines()
-    assert rc == 0 and line.startswith(f"warning: {tmp_path / 'p.json'}: 0 words in all 5 image(s)"), err
-    assert "--score-thresh 0.8" in line and "lower --score-thresh" in line and str(ck) in line, line
-    assert json.loads((tmp_path / "p.json").read_text())["images"]
-    rc, err = run_cli(capsys, "--checkpoint", ck, "--images", sample_root / "images", "--out", tmp_path / "q.json",
                       "--device", "cpu", "--quiet", "--score-thresh", "0.2")
-    assert rc == 0 and "warning" not in err, err
+    (line,) = err.splitlines()
+    assert rc == 0 and line.startswith(f"warning: {tmp_path / 'p.json'}: 100% of the map pixels ("), line
+    assert "scored above --score-thresh 0.2" in line and "undertrained" in line and str(ck) in line, line
+    assert "not a lower --score-thresh" in line and json.loads((tmp_path / "p.json").read_text())["images"]

@@ -158,17 +158,16 @@ def test_an_empty_result_is_said_by_pseudo_and_by_the_build_that_mixes_it_in(sam
      '"score" must be a finite number in [0, 1], not 1.7', False),
     ({"points": [[1, 1], [20, 1], [20, 9], [1, 9]], "score": -0.5}, "not -0.5", False),
     ({"points": [[1, 1], [20, 1], [20, 9], [1, 9]], "score": "0.9"}, "not '0.9'", False),
-    ({"points": [[1, 1], [20, 1], [20, 9], [1, "nan"]], "score": 0.99}, '"points" must be a list of exactly 4', False),
+    ({"points": [[1, 1], [20, 1], [20, 9], [1, "nan"]], "score": 0.99}, '"points" must be a list of at least 3', False),
     ({"points": [[1, 1], [20, 1], [20, 9], [1, float("nan")]], "score": 0.99},
-     '"points" must be a list of exactly 4', False),
-    ({"points": [[1, 1], [20, 1], [20, 9]], "score": 0.99}, '"points" must be a list of exactly 4', True),
-    ({"points": [[1, 1], [20, 1], [20, 9], [1, 9], [0, 5]], "score": 0.99}, "exactly 4", True),
-    ({"points": "1,1,20,1,20,9,1,9", "score": 0.99}, "exactly 4", False),
+     '"points" must be a list of at least 3', False),
+    ({"points": [[1, 1], [20, 1]], "score": 0.99}, '"points" must be a list of at least 3', False),
+    ({"points": "1,1,20,1,20,9,1,9", "score": 0.99}, "at least 3", False),
 ])
 def test_a_bad_prediction_stops_pseudo_and_evaluate_alike_naming_the_image_and_word(predicted, tmp_path, capsys,
                                                                                      word, said, polygon):
     """pseudo reads predictions with evaluate's reader (ufofile.predicted_word): the same refusals, each naming the
-    image and the word; nothing is written. A polygon of 3 or 5 points is a detection evaluate scores, no quad."""
+    image and the word; nothing is written."""
     folder, pred = predicted
     doc = json.loads(pred.read_text())
     name = sorted(doc["images"])[0]
@@ -183,6 +182,30 @@ def test_a_bad_prediction_stops_pseudo_and_evaluate_alike_naming_the_image_and_w
     gt.write_text(json.dumps({"images": {n: {"words": {}} for n in doc["images"]}}))
     status, _, err = cli_run(capsys, "evaluate", "--gt", gt, "--pred", pred)
     assert status == 2 and f"image {name!r}, word 'bad'" in err, err
+
+
+def test_a_polygon_word_is_kept_as_the_build_takes_it(predicted, tmp_path, capsys):
+    """A model other than EAST predicts polygons: a 6-point word (and a 5-point one, clipped to the image) becomes a
+    pseudo-label as it is, which the build takes as any UFO polygon (don't-care, or fitted with --fit-polygons)."""
+    folder, pred = predicted
+    doc = json.loads(pred.read_text())
+    name = sorted(doc["images"])[0]
+    six = [[5, 20], [20, 18], [35, 20], [35, 30], [20, 32], [5, 30]]
+    doc["images"][name]["words"] = {"six": {"points": six, "score": 0.99},
+                                    "five": {"points": [[-5, 40], [30, 40], [30, 50], [15, 52], [-5, 50]],
+                                             "score": 0.9}}
+    pred.write_text(json.dumps(doc))
+    status, _, err = cli_run(capsys, "pseudo", "--pred", pred, "--images", folder, "--out", tmp_path / "ps")
+    assert status == 0, err
+    words = json.loads((tmp_path / "ps" / "ufo" / "train.json").read_text())["images"][name]["words"]
+    assert words["six"]["points"] == six and not words["six"]["illegibility"]
+    assert words["five"]["points"][0] == [0, 40] and words["five"]["illegibility"] and "1 word(s) clipped" in err
+    for fit in (False, True):
+        out = tmp_path / f"cache{fit}"
+        build_cache(BuildConfig(**{**TINY, "fit_polygons": fit}), [tmp_path / "ps"], out, jobs=1, quiet=True)
+        ingest = Manifest.load(out).ingest
+        assert ingest["images"] == len(json.loads((tmp_path / "ps" / "ufo" / "train.json").read_text())["images"])
+        assert (ingest["fitted"], ingest["not_quad"]) == ((1, 0) if fit else (0, 1)), ingest   # the legible six
 
 
 def test_points_outside_the_image_are_clipped_and_degenerate_words_dropped_with_counts(predicted, tmp_path, capsys):

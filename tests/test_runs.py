@@ -72,10 +72,10 @@ def test_runs_shows_the_options_they_differ_in_and_the_best_epoch(three, capsys)
     folders = [str(three / n) for n in "abc"]
     assert cli.main(["runs", *folders]) == 0
     head, *table = rows(capsys.readouterr().out)
-    assert head == ["run", "lr", "cache.max_rotation", "best", "hmean", "epoch", "last", "loss", "samples/s", "wall",
+    assert head == ["run", "lr", "max_rotation", "best", "hmean", "epoch", "last", "loss", "samples/s", "wall",
                     "state"], "only lr and the rotation differ (resume, out, the pids and times are no options)"
-    by_run = {r[0].rsplit("/", 1)[1]: r[1:] for r in table}
-    assert [r[0].rsplit("/", 1)[1] for r in table] == ["b", "a", "c"], "best hmean first"
+    by_run = {r[0]: r[1:] for r in table}
+    assert [r[0] for r in table] == ["b", "a", "c"], "best hmean first, each run by its folder's name"
     assert by_run["a"][:6] == ["0.001", "10", "0.7000", "2", "0.7000", "42"]
     assert by_run["a"][6:] == ["0:03:00", "finished"]
     assert by_run["b"][:5] == ["0.01", "10", "0.8000", "1", "0.8500"]
@@ -131,7 +131,7 @@ def test_runs_reads_the_folders_without_torch(three):
     done = subprocess.run([sys.executable, "-c", code, *(str(three / n) for n in "abc")], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "cache.max_rotation" in done.stdout
+    assert "max_rotation" in done.stdout
 
 
 @pytest.mark.slow
@@ -143,3 +143,102 @@ def test_two_real_runs_differing_in_one_option_show_that_option_alone(tiny_cache
     head, *table = rows(capsys.readouterr().out)
     assert head[:2] == ["run", "lr"] and head[2:4] == ["best", "loss"], head
     assert sorted(r[1] for r in table) == ["0.0005", "0.001"] and all(r[-1] == "finished" for r in table)
+
+
+def sweep_header(folder: str, **options) -> dict:
+    """A `run` record as east-train writes it for a sweep's point: the augmentation flags given in config (None where
+    not given) and their effective values in `augment` (the flags over the cache's), a check run's bookkeeping."""
+    flags = {k: options.get(k) for k in ("height_jitter", "max_rotation", "input_size", "scale", "perspective",
+                                         "scale_p", "perspective_p")}
+    used = {"height_jitter": 0.2, "max_rotation": 10.0, "input_size": 512, "scale": [1.0, 1.0], "perspective": 0.0,
+            "scale_p": 1.0, "perspective_p": 1.0, **{k: v for k, v in flags.items() if v is not None}}
+    config = {"cache": "cache/receipts", "out": folder, "epochs": 30, "lr": options.get("lr", 0.001), "jitter": 0.5,
+              "seed": 0, "batch_size": 8, "augment": None, **flags, "max_steps": options.get("max_steps"),
+              "time_limit": None, "check_run": options.get("check_run", False),
+              "eval_every": options.get("eval_every", 1), "val_data": options.get("val_data", "data/receipts"),
+              "keep_last": 3, "log_every": 20, "workers": None}
+    return {"event": "run", "time": "2026-01-01T10:00:00+00:00", "argv": [], "device": "cuda", "world": 1,
+            "config": config, "cache_fingerprint": "f" * 32,
+            "cache_config": {"image_size": 2048, "input_size": 512, "max_rotation": 10.0, "height_jitter": 0.2},
+            "val_cache_fingerprint": None, "code_version": {"package": "0.1.0", "east": "c" * 16},
+            "host": HOST, "pid": gone_pid(), "augment": used, "transform": None}
+
+
+def write_sweep(root, points: dict) -> list[str]:
+    folders = []
+    for name, options in points.items():
+        folder = root / "runs" / name
+        write_log(folder, [sweep_header(str(folder), **options), epoch(1, 0.5, 0.9, 10, "2026-01-01T10:01:00+00:00"),
+                           {"event": "end", "reason": "finished", "epoch": 1, "step": 10,
+                            "time": "2026-01-01T10:02:00+00:00"}])
+        folders.append(str(folder))
+    return folders
+
+
+def test_an_option_is_one_column_holding_the_value_the_run_used(tmp_path, capsys):
+    """--max-rotation given in one run and left at the cache's in the other: one column, 15 and 10 (not the flag's
+    `-` beside augment.max_rotation's 10)."""
+    folders = write_sweep(tmp_path, {"rot15": {"max_rotation": 15.0}, "base": {}})
+    assert cli.main(["runs", *folders]) == 0
+    head, *table = rows(capsys.readouterr().out)
+    assert head[:2] == ["run", "max_rotation"] and head[2:4] == ["best", "hmean"], head
+    assert sorted((r[0], r[1]) for r in table) == [("base", "10"), ("rot15", "15")]
+
+
+def test_length_and_bookkeeping_options_are_apart_unless_all(tmp_path, capsys):
+    folders = write_sweep(tmp_path, {"check": {"check_run": True, "max_steps": 20, "eval_every": 0, "val_data": None},
+                                     "long": {"lr": 0.0003}})
+    assert cli.main(["runs", *folders]) == 0
+    head = rows(capsys.readouterr().out)[0]
+    assert head[:2] == ["run", "lr"] and head[2] == "best", "the length and the checking are no difference"
+    assert cli.main(["runs", *folders, "--all"]) == 0
+    out = capsys.readouterr().out
+    assert all(k in out for k in ("check_run", "max_steps", "eval_every", "val_data")), out
+
+
+def test_four_runs_of_a_sweep_fit_100_columns_and_the_rest_fold(tmp_path, capsys):
+    """The README's sweep and a default run: the table within 100 characters, the options that do not fit under it
+    as `option: value`, every option once."""
+    folders = write_sweep(tmp_path, {"rot15": {"max_rotation": 15.0}, "scale": {"scale": [0.5, 1.0],
+                                     "perspective": 0.05}, "crop256": {"input_size": 256}, "east": {}})
+    assert cli.main(["runs", *folders]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= runs.WIDTH, out
+    head = lines[0].split()
+    assert head[0] == "run" and [r.split()[0] for r in lines[1:5]] == ["rot15", "scale", "crop256", "east"], out
+    for option, values in (("max_rotation", "15"), ("input_size", "256"), ("scale", "0.5,1"), ("perspective", "0.05")):
+        assert option in head or f"{option}: {values}" in out, f"{option} neither a column nor folded: {out}"
+    assert "augment." not in out and "cache." not in out and "lr" not in head
+
+
+def test_runs_are_named_by_the_shortest_tail_of_their_folder():
+    assert runs.short_names([runs.Path("runs/rot15"), runs.Path("runs/sweep/scale")]) == ["rot15", "scale"]
+    assert runs.short_names([runs.Path("a/east"), runs.Path("b/east"), runs.Path("c")]) == ["a/east", "b/east", "c"]
+    assert runs.short_names([runs.Path("/x/runs/east"), runs.Path("runs/east")]) == ["x/runs/east", "runs/east"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed")
+def test_the_plot_names_each_run_by_its_folder_and_tables_the_options(tmp_path, capsys):
+    """8 runs of one epoch: a panel of the loss per logged step (a short run still draws a line), one of hmean per
+    epoch, and a table of the runs by their short names and the options they differ in, no legend of full paths."""
+    import matplotlib
+    points = {f"rot{r}": {"max_rotation": float(r)} for r in (0, 5, 15, 20)}
+    points.update({"scale": {"scale": [0.5, 1.0], "perspective": 0.05}, "crop256": {"input_size": 256},
+                   "lr3e-4": {"lr": 0.0003}, "east": {}})
+    folders = write_sweep(tmp_path, points)
+    for f in folders:   # the steps a run logs before its epoch record
+        with open(runs.Path(f) / runs.LOG, "a") as log:
+            log.writelines(json.dumps({"event": "step", "epoch": 1, "step": s, "loss": 2.0 / s}) + "\n"
+                           for s in (2, 4, 6, 8))
+    svg = tmp_path / "runs.svg"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):   # the texts as text, to be read back
+        assert cli.main(["runs", *folders, "--plot", str(svg)]) == 0
+    text = svg.read_text()
+    assert "training loss per logged step" in text and "hmean per epoch" in text
+    assert all(f">{name}<" in text for name in points), "every run by its folder's name"
+    assert str(tmp_path) not in text and "augment." not in text and "cache." not in text
+    for option in ("max_rotation", "scale", "perspective", "input_size", "lr"):
+        assert f">{option}<" in text, option
+    assert runs.read_run(runs.Path(folders[0])).losses == {2: 1.0, 4: 0.5, 6: 2 / 6, 8: 0.25}

@@ -4,6 +4,7 @@ taken by the build and by validation as any split."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -162,3 +163,32 @@ def test_each_command_shows_an_example_in_its_help(capsys):
     for command, example in (("split", "east-cache split --data"), ("pseudo", "east-cache pseudo --pred")):
         status, out, _ = cli_run(capsys, command, "--help")
         assert status == 0 and example in out
+
+
+def test_a_root_with_a_folder_per_split_gets_its_folds_images_linked(sample_root, tmp_path, capsys):
+    """The competition's layout, images in img/train/ (as the baseline reads them): split links img/train{k} and
+    img/val{k} to img/train and says so; a fold then builds, validates and checks as any split, its images once."""
+    import shutil
+    from east_cache.ingest.ufo import find_split
+    root = tmp_path / "medical"
+    shutil.copytree(sample_root / "ufo", root / "ufo")
+    shutil.copytree(sample_root / "images", root / "img" / "train")
+    status, _, err = cli_run(capsys, "split", "--data", root, "--split", "train", "--folds", 2)
+    assert status == 0, err
+    assert "linked" in err and str(root / "img" / "train0") in err
+    for k in range(2):
+        for name in (f"train{k}", f"val{k}"):
+            link = root / "img" / name
+            assert link.is_symlink() and os.readlink(link) == "train"
+            assert find_split(root, name) == (root / "ufo" / f"{name}.json", link)
+    train, _ = folds(root, 2)[0]
+    cfg = BuildConfig(image_size=96, input_size=64, variants=1, crop_tries=20)
+    build_cache(cfg, [root], tmp_path / "cache", split="train0", jobs=1, quiet=True)
+    assert sorted(Manifest.load(tmp_path / "cache").images) == sorted(train)
+    status, out, _ = cli_run(capsys, "check", "--data", root, "--quiet")
+    assert status in (0, 1) and "duplicates: 0 pair(s)" in out, "a linked image is the one file, not a copy"
+    assert cli_run(capsys, "split", "--data", root, "--folds", 2, "--force")[0] == 0, "the links kept as they are"
+    (root / "img" / "val1").unlink()
+    (root / "img" / "val1").mkdir()   # a folder of its own there: refused, before anything is written
+    status, _, err = cli_run(capsys, "split", "--data", root, "--folds", 2, "--force")
+    assert status == 2 and "img/val1" in err and "a folder of its own" in err

@@ -385,6 +385,30 @@ def test_profile_writes_a_chrome_trace(cache, tmp_path, capsys):
     assert not list(tmp_path.glob("*.pt"))
 
 
+def test_a_time_limit_stops_before_a_step_that_would_pass_it():
+    """The check run's 120 s (or --time-limit) bounds the training: a run stops where the next step, as long as the
+    last one, would end past the limit (it ran 126 s of a 120 s check run, stopping after the step that crossed)."""
+    import time
+    from types import SimpleNamespace
+    now = time.perf_counter()
+    ctx = SimpleNamespace(state=config.RunState(deadline=now + 5.0, step_s=8.0), rt=SimpleNamespace(world=1),
+                          cfg=TrainConfig(log_every=20))
+    assert engine.should_stop(ctx), "a step of 8 s would end 3 s past the limit"
+    ctx.state.step_s = 1.0
+    assert not engine.should_stop(ctx)
+    ctx.state.deadline = now - 1.0
+    assert engine.should_stop(ctx)
+
+
+@pytest.mark.slow
+def test_a_limit_met_at_the_runs_last_step_cut_nothing(cache, tmp_path, capsys):
+    """A limit (--max-steps, the check run's) that falls on the last step of the last epoch leaves the run finished,
+    not stopped by it (the check run logged `time-limit` after its whole epoch)."""
+    log = train_run(cache, tmp_path / "r", "--epochs", "1", "--max-steps", "1")   # 1 step an epoch: batch 2 of 2
+    assert [r["reason"] for r in log if r.get("event") == "end"] == ["finished"]
+    assert "stopped at" not in capsys.readouterr().out
+
+
 def test_cpu_defaults_are_a_short_check_run():
     def resolve(argv, device):
         return config.resolve_config(train.get_args_parser().parse_args(argv), torch.device(device))

@@ -358,3 +358,22 @@ def test_train_pys_compact_batches_hold_the_targets_of_the_plain_items(cache, re
                 if recipe == "pixels":
                     assert torch.equal(batch.score, before.score) and torch.equal(batch.geo, before.geo)
                     assert torch.equal(batch.roi, before.roi) and not torch.equal(batch.image, before.image)
+
+
+def test_the_sheet_names_the_transforms_that_fired_on_each_crop(cache, tmp_path):
+    """show --augment's caption of a crop names the recipe's transforms that fired on it (albumentations' applied
+    transforms), not only the geometric draw: ToGray named exactly where the crop came out grey."""
+    from east_cache.reader.show import show_epochs
+    recipe = tmp_path / "aug.yaml"
+    A.save(A.Compose([A.GaussNoise(p=0.5), A.ToGray(p=0.5)]), str(recipe), data_format="yaml")
+    epochs = list(range(8))
+    labels = show_epochs(cache, "0", epochs, tmp_path / "sheet.png", recipe=load_recipe(str(recipe)))
+    assert all(label[0].startswith(f"epoch {e}: x") for e, label in zip(epochs, labels))
+    fired = [" ".join(label[1:]) for label in labels]
+    assert {"ToGray" in f for f in fired} == {True, False} and any("GaussNoise" in f for f in fired), fired
+    assert any(f == "none fired" for f in fired) or all(f for f in fired)
+    ds = CacheDataset(cache, transform=load_recipe(str(recipe)))
+    for e, f in zip(epochs, fired):
+        image = ds[(e, 0)]["image"].astype(int)
+        grey = not np.abs(image[0] - image[1]).any() and not np.abs(image[1] - image[2]).any()
+        assert grey == ("ToGray" in f), (e, f)

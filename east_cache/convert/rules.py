@@ -52,6 +52,7 @@ class Summary:
     fixed: int = 0                      # counter-clockwise polygons written clockwise
     polygons: int = 0                   # words with more than 4 points (the build's polygon rules apply)
     stored_layout: int = 0              # stated sizes that match the stored pixels, not the EXIF-rotated ones
+    in_place: bool = False              # --images is ROOT/images itself: the images stayed as they are
     bad_lines: list[tuple[str, str]] = field(default_factory=list)    # (file:line or file, why), --skip-bad
     bad_images: list[tuple[str, str]] = field(default_factory=list)   # (annotation or image, why), --skip-bad
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 
 from east_cache.convert import FORMATS
@@ -25,9 +26,11 @@ def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix
     if images is not None and not Path(images).is_dir():
         raise UsageError(f"--images {images}: not a folder")
     check_output(out, split, force)
+    # images already where the root wants them (--images ROOT/images): they stay as they are, only ufo/ is written
+    in_place = images is not None and (out / IMAGES_DIR).is_dir() and os.path.samefile(images, out / IMAGES_DIR)
     refuse_overwrite("--out", out, [Input("the source SRC", src, tree=src.is_dir(), reads=SOURCE_READS),
                                     Input("the images --images", images, tree=True)],
-                     (ufo_path(".", split).as_posix(), IMAGES_DIR))
+                     (ufo_path(".", split).as_posix(), *(() if in_place else (IMAGES_DIR,))))
     check_prefix(prefix)
     module, reader, trusted, _ = FORMATS[fmt]
     read = getattr(importlib.import_module(f"east_cache.convert.{module}"), reader)
@@ -49,9 +52,23 @@ def convert(fmt: str, src, out, split: str = "train", copy: bool = False, prefix
             summary.bad_images.append((page.where, str(e)))
             continue
         sources[name] = page.image
+    if in_place:
+        moved = next((n for n, path in sources.items() if not _same(path, out / IMAGES_DIR / n)), None)
+        if moved is not None:
+            raise UsageError(f"--images {images} is {out / IMAGES_DIR}, which stays as it is: each image must lie there "
+                             f"under the name the UFO file gives it, and {sources[moved]} would be {moved} (a --prefix "
+                             f"or a subfolder); nothing was written. Give --images the folder the images lie in "
+                             f"elsewhere, or leave out --prefix")
     write_root(out, split, entries, sources, copy, force)
-    summary.images = len(entries)
+    summary.images, summary.in_place = len(entries), in_place
     return summary
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:   # b missing, or a dangling link
+        return False
 
 
 def _entry(page: Page, trusted: bool, summary: Summary) -> dict:
@@ -80,6 +97,7 @@ def describe(fmt: str, src, out, split: str, copy: bool, s: Summary) -> str:
     lines = [(f"converted {fmt} {src} -> {ufo_path(out, split)}: {s.images} images, {s.words} words "
               f"({s.words - s.illegible} legible, {s.illegible} illegible), {s.fixed} counter-clockwise words "
               f"written clockwise, {s.polygons} polygons with more than 4 points"),
+             f"images already in {Path(out) / IMAGES_DIR}, left as they are" if s.in_place else
              f"images {'copied' if copy else 'linked'} into {Path(out) / IMAGES_DIR}"]
     if s.stored_layout:
         lines.append(f"{s.stored_layout} image(s) annotated on their stored layout (EXIF orientation not applied); "

@@ -44,15 +44,15 @@ def word_score(word, where: str) -> float | None:
     return float(value)
 
 
-def predicted_word(word, where: str, quad: bool = False) -> PredictedWord:
+def predicted_word(word, where: str) -> PredictedWord:
     """One word of a predictions file, checked as `evaluate`, `review` and `pseudo` all read it: "points" a list of
-    at least MIN_POINTS (quad: exactly 4) [x, y] pairs of finite numbers, "score" (word_score) finite in [0, 1]
-    where present; anything else is a DataError naming `where` (the file, the image and the word)."""
+    at least MIN_POINTS [x, y] pairs of finite numbers (a quad, or a polygon as models other than EAST predict and
+    the build takes), "score" (word_score) finite in [0, 1] where present; anything else is a DataError naming
+    `where` (the file, the image and the word)."""
     points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
-    if points is None or len(points) < MIN_POINTS or (quad and len(points) != 4):
-        want = "exactly 4" if quad else f"at least {MIN_POINTS}"
-        raise DataError(f"{where}: \"points\" must be a list of {want} [x, y] pairs of finite numbers; fix the "
-                        f"prediction")
+    if points is None or len(points) < MIN_POINTS:
+        raise DataError(f"{where}: \"points\" must be a list of at least {MIN_POINTS} [x, y] pairs of finite "
+                        f"numbers; fix the prediction")
     return PredictedWord(points, word_score(word, where))
 
 

@@ -30,7 +30,7 @@ BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (tra
 CPU_BATCH_SIZE = 1           # the same on a CPU, where a GPU batch of 1024 px crops needs gigabytes and minutes a step
 # `python train.py` on a CPU without --epochs, --max-steps or --time-limit: a check run that ends within minutes
 CPU_BUDGET_STEPS = 20        # optimiser steps
-CPU_BUDGET_SECONDS = 120.0   # s; stop after the step that crosses this
+CPU_BUDGET_SECONDS = 120.0   # s of training; stop before a step that would cross this (by the last step's time)
 OUT = Path("runs/east")      # --out of a training run
 BACKBONES = ("imagenet", "random")  # --backbone-weights words; anything else is a file
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "off": None}  # --amp -> autocast dtype
@@ -46,7 +46,7 @@ class TrainConfig:
     out: Path = OUT                        # checkpoints, log.jsonl, eval.jsonl, profile trace
     epochs: int = EPOCHS                   # epochs in all, counting those a resumed checkpoint has done
     max_steps: int | None = None           # optimiser steps in all (over resumes); None: no cap
-    time_limit: float | None = None        # s of wall time for this run; stop after the step that crosses it
+    time_limit: float | None = None        # s of wall time for this run; stop before a step that would cross it
     batch_size: int = BATCH_SIZE           # samples per micro-batch per process
     accum_steps: int = 1                   # micro-batches per optimiser step
     lr: float = 1e-3                       # Adam learning rate; x0.1 at half the epochs
@@ -107,6 +107,7 @@ class RunState:
     epoch_sums: torch.Tensor | None = None     # that epoch's loss sums and good-step count (east_cache.model.engine)
     step_limit: int | None = None              # stop when step reaches this (--max-steps, or --profile's end)
     deadline: float | None = None              # time.perf_counter() value of --time-limit
+    step_s: float = 0.0                        # s the last optimiser step took, batch included: the next one's guess
     stopped: bool = False                      # step_limit, deadline or a signal reached
     signal: int | None = None                  # SIGINT / SIGTERM received: stop at the next step boundary
     last_checkpoint: Path | None = None        # the newest checkpoint this run wrote
@@ -220,7 +221,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     length.add_argument("--max-steps", type=flag_number(COUNT),
                         help="optimiser steps in all, counting resumed ones (default: no cap)")
     length.add_argument("--time-limit", type=flag_number(POSITIVE), metavar="SECONDS",
-                        help="stop after the step that crosses this wall time, saving a checkpoint (default: none)")
+                        help="stop before a step that would pass this wall time of training (by the last step's "
+                             "time), saving a checkpoint (default: none)")
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--batch-size", type=flag_number(COUNT),
                      help=f"samples per micro-batch per process (default: {d.batch_size} on a GPU, "

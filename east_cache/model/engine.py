@@ -104,7 +104,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
     optimizer.zero_grad(set_to_none=True)
     progress = Progress(n_micro // accum, "steps", quiet=ctx.rt.rank != 0, initial=first // accum,
                         desc=f"epoch {state.epoch + 1}/{cfg.epochs}")
-    it = iter(loader)
+    it, last_step = iter(loader), t0
     for i in range(first, n_micro):
         t = time.perf_counter()
         batch = next(it)
@@ -123,6 +123,7 @@ def train_one_epoch(model, loader, optimizer, ctx: Context) -> tuple[dict, bool]
         bad = optimizer_step(model, optimizer, ctx, acc[0])
         count_step(ctx, bad, acc, (state.epoch_sums, window))
         state.epoch_micro, steps = i + 1, steps + 1
+        state.step_s, last_step = time.perf_counter() - last_step, time.perf_counter()
         progress.update(1)
         if ctx.on_step:
             ctx.on_step()
@@ -158,13 +159,16 @@ def count_step(ctx: Context, bad: torch.Tensor, acc: torch.Tensor, sums: tuple) 
 
 
 def should_stop(ctx: Context) -> bool:
-    """--max-steps (or --profile's end), --time-limit or SIGINT / SIGTERM. Under DDP the clock and the signal
-    flag are read at log intervals only and agreed on by all ranks, so that no rank leaves while the others wait
-    in a collective, and all of them save the same step."""
+    """--max-steps (or --profile's end), --time-limit or SIGINT / SIGTERM. --time-limit stops before a step that
+    would end past it, the last step's time taken as the next one's, so that training stays within it (a step
+    slower than the one before may still pass it by the difference). Under DDP the clock and the signal flag are
+    read at log intervals only, the next check --log-every steps away, and agreed on by all ranks, so that no rank
+    leaves while the others wait in a collective, and all of them save the same step."""
     state = ctx.state
     if state.step_limit is not None and state.step >= state.step_limit:
         return True
-    late = state.deadline is not None and time.perf_counter() >= state.deadline
+    ahead = state.step_s * (1 if ctx.rt.world == 1 else ctx.cfg.log_every)   # until the next check
+    late = state.deadline is not None and time.perf_counter() + ahead >= state.deadline
     if ctx.rt.world == 1:
         return late or state.signal is not None
     if state.step % ctx.cfg.log_every:

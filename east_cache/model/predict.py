@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import groupby, islice
 from pathlib import Path
 from typing import NamedTuple
@@ -52,6 +52,9 @@ SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
 THRESHOLD = Bound(integer=False, above=0, below=1)           # --score-thresh, --nms-thresh
+MOST_OF_THE_MAP = 0.5         # share of map pixels above --score-thresh past which a warning says what it costs
+FEW_CANDIDATES = 0.05         # the share of map pixels a --score-thresh suggested for 0 words leaves as candidates
+SCORE_BINS = 100              # the score histogram MapStats keeps: bins of 0.01 over [0, 1]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,34 @@ class PredictConfig:
         for name, bound in (("image_size", IMAGE_SIZE), ("batch_size", COUNT), ("score_thresh", THRESHOLD),
                             ("nms_thresh", THRESHOLD)):
             check_number(name, getattr(self, name), bound)
+
+
+@dataclass
+class MapStats:
+    """What the score maps of a prediction held, over every image and pass: map pixels, those above --score-thresh
+    (candidates, each a quad decoded and merged), a histogram of the scores, and the seconds spent decoding."""
+    pixels: int = 0
+    candidates: int = 0
+    highest: float = 0.0
+    decode_s: float = 0.0
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(SCORE_BINS, np.int64))
+
+    def add(self, score: np.ndarray, thresh: float, seconds: float) -> None:
+        if not score.size:
+            return
+        self.pixels += score.size
+        self.candidates += int(np.count_nonzero(score > thresh))
+        self.highest = max(self.highest, float(score.max()))
+        self.decode_s += seconds
+        self.hist += np.bincount(np.clip((score * SCORE_BINS).astype(np.int64), 0, SCORE_BINS - 1).ravel(),
+                                 minlength=SCORE_BINS)
+
+    def threshold_for(self, share: float) -> float | None:
+        """The lowest bin edge t (a multiple of 1 / SCORE_BINS) above which at most `share` of the pixels lie, where
+        some pixel lies above it; None where none does (a flat map: every pixel in the top bin's neighbourhood)."""
+        above = np.cumsum(self.hist[::-1])[::-1]   # pixels at or above each bin's bottom edge
+        fits = [k for k in range(1, SCORE_BINS) if 0 < above[k] <= share * self.pixels]
+        return fits[0] / SCORE_BINS if fits else None
 
 
 class Page(NamedTuple):
@@ -163,21 +194,27 @@ def forward(model, images: np.ndarray, device: torch.device) -> tuple[np.ndarray
     return score.float()[:, 0].cpu().numpy(), geo.float().cpu().numpy()
 
 
-def page_quads(score: np.ndarray, geo: np.ndarray, page: Page, cfg: PredictConfig) -> tuple[np.ndarray, np.ndarray]:
+def page_quads(score: np.ndarray, geo: np.ndarray, page: Page, cfg: PredictConfig,
+               stats: MapStats | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(quads (K, 4, 2) float64 in the page's frame px, clipped to the page, scores (K,)) of one image's maps;
-    the padding's map pixels are left out."""
+    the padding's map pixels are left out. stats: where the maps' figures are added."""
     scale, (h, w), _ = input_geometry(page, cfg.image_size)
     mh, mw = math.ceil(h * cfg.map_scale), math.ceil(w * cfg.map_scale)
+    t = time.perf_counter()
     quads, scores = decode_maps(score[:mh, :mw], geo[:, :mh, :mw], cfg.map_scale, cfg.score_thresh, cfg.nms_thresh)
+    if stats is not None:
+        stats.add(score[:mh, :mw], cfg.score_thresh, time.perf_counter() - t)
     quads = quads.astype(np.float64) / scale
     np.clip(quads, 0, (page.width, page.height), out=quads)   # a word at the edge reaches past it
     return quads, scores
 
 
 def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, progress: bool = True,
-            desc: str = "predict") -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[tuple[str, str]]]:
+            desc: str = "predict", stats: MapStats | None = None
+            ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[tuple[str, str]]]:
     """({name: (quads in frame px, scores)}, skipped [(name, why)]) for pages, with a model in eval mode that
-    maps normalised images (B, 3, H, W) to score (B, 1, h, w) and geo (B, 5, h, w)."""
+    maps normalised images (B, 3, H, W) to score (B, 1, h, w) and geo (B, 5, h, w); the maps' figures added to
+    stats where given."""
     results, skipped = {}, []
     batches = plan_batches(pages, cfg.image_size, cfg.batch_size)
     with ThreadPoolExecutor(LOADER_THREADS) as pool, \
@@ -187,7 +224,7 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
             if batch:
                 score, geo = forward(model, images, device)
                 for k, page in enumerate(batch):
-                    results[page.name] = page_quads(score[k], geo[k], page, cfg)
+                    results[page.name] = page_quads(score[k], geo[k], page, cfg, stats)
             bar.update(len(batch) + len(bad))
     return dict(sorted(results.items())), skipped
 
@@ -243,15 +280,16 @@ def scale_list(text: str) -> list[int]:
 
 
 def predict_fused(passes: list[tuple], pages: list[Page], cfg: PredictConfig, sizes: list[int],
-                  device: torch.device, votes: int | None = None, progress: bool = True):
+                  device: torch.device, votes: int | None = None, progress: bool = True, stats: MapStats | None = None):
     """predict() for each (model, map scale) of passes at each input size, the words of all passes fused
     (east_cache.evaluate.ensemble.fuse, votes defaulting to a majority); one pass: its words as they are. Returns
-    (results, skipped) as predict() does."""
+    (results, skipped) as predict() does; every pass's maps' figures added to stats where given."""
     outs, skipped = [], {}
     for k, (model, map_scale) in enumerate(passes):
         for size in sizes:
             desc = "predict" if len(passes) * len(sizes) == 1 else f"predict {k + 1}/{len(passes)} at {size}"
-            r, bad = predict(model, pages, replace(cfg, image_size=size, map_scale=map_scale), device, progress, desc)
+            r, bad = predict(model, pages, replace(cfg, image_size=size, map_scale=map_scale), device, progress, desc,
+                             stats)
             outs.append(r)
             skipped.update(bad)
     return (outs[0] if len(outs) == 1 else fuse(outs, votes=votes)), list(skipped.items())
@@ -291,8 +329,8 @@ def run(argv: list[str] | None = None) -> None:
     if a.votes is not None and a.votes > len(passes) * len(sizes):
         raise UsageError(f"--votes {a.votes}: more than the {len(passes) * len(sizes)} prediction passes "
                          f"(checkpoints x scales)")
-    t0 = time.perf_counter()
-    results, bad = predict_fused(passes, pages, cfg, sizes, device, a.votes, progress=not a.quiet)
+    t0, stats = time.perf_counter(), MapStats()
+    results, bad = predict_fused(passes, pages, cfg, sizes, device, a.votes, progress=not a.quiet, stats=stats)
     took = time.perf_counter() - t0
     source = {"checkpoint": str(a.checkpoint[0]), "epoch": ck["epoch"], "image_size": cfg.image_size,
               "score_thresh": cfg.score_thresh, "nms_thresh": cfg.nms_thresh}
@@ -305,15 +343,38 @@ def run(argv: list[str] | None = None) -> None:
         at = f"--image-size {cfg.image_size}" if len(sizes) == 1 else f"--scales {','.join(map(str, sizes))}"
         print(f"{a.out}: {len(results)} images, {words} words [{took:.1f} s, {len(results) / max(took, 1e-9):.2f} "
               f"images/s at {at} on {device}]", file=sys.stderr)
-    if results and not words:
-        stderr_line(f"warning: {a.out}: 0 words in all {len(results)} image(s): no map pixel scored above "
-                    f"--score-thresh {cfg.score_thresh} ({', '.join(map(str, a.checkpoint))}, epoch {ck['epoch']}); "
-                    f"lower --score-thresh (e.g. --score-thresh {cfg.score_thresh / 2:g}), or predict with a "
-                    f"checkpoint trained longer")
+    warning = map_warning(stats, cfg.score_thresh, words, len(results), took,
+                          f"{', '.join(map(str, a.checkpoint))}, epoch {ck['epoch']}")
+    if warning:
+        stderr_line(f"warning: {a.out}: {warning}")
     if skipped:
         shown = "; ".join(f"{name}: {why}" for name, why in skipped[:SHOW_SKIPPED])
         more = f"; and {len(skipped) - SHOW_SKIPPED} more" if len(skipped) > SHOW_SKIPPED else ""
         print(f"--skip-bad: skipped {len(skipped)} image(s): {shown}{more}", file=sys.stderr)
+
+
+def map_warning(stats: MapStats, thresh: float, words: int, images: int, took: float, checkpoint: str) -> str:
+    """What the score maps say about the model, where it is worth a line: most of the map above --score-thresh (an
+    undertrained model: every such pixel a candidate to decode, its words no text), or no word at all, with the
+    highest score and the threshold that would leave FEW_CANDIDATES of the map, where one does."""
+    share = stats.candidates / stats.pixels if stats.pixels else 0.0
+    if share > MOST_OF_THE_MAP:
+        return (f"{share:.0%} of the map pixels ({stats.candidates:,} of {stats.pixels:,}) scored above --score-thresh "
+                f"{thresh:g}, each a candidate word to decode and merge ({stats.decode_s:.1f} of the {took:.1f} s): "
+                f"the model scores most of every image as text, as an undertrained one does ({checkpoint}), and its "
+                f"{words} word(s) are no detections; predict with a checkpoint trained longer, not a lower "
+                f"--score-thresh")
+    if not images or words:
+        return ""
+    said = (f"0 words in all {images} image(s): no map pixel scored above --score-thresh {thresh:g} (the highest: "
+            f"{stats.highest:.2f}; {checkpoint})")
+    lower = stats.threshold_for(FEW_CANDIDATES)
+    if lower is not None and lower < thresh:
+        return (f"{said}; --score-thresh {lower:g} leaves {FEW_CANDIDATES:.0%} of the map or less as candidates, or "
+                f"predict with a checkpoint trained longer")
+    return (f"{said}; its scores are about the same everywhere, as an undertrained model's are: a lower "
+            f"--score-thresh would make most of the map candidates, slow to decode and no text; predict with a "
+            f"checkpoint trained longer")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,7 +40,8 @@ from east_cache.model.checkpoint import (
 )
 from east_cache.augment import given as augment_given
 from east_cache.augment import Augment
-from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
+from east_cache.model.config import (BACKBONES, CPU_BUDGET_SECONDS, CPU_BUDGET_STEPS, RunState, TrainConfig,
+                                     check_flags, get_args_parser, resolve_config)
 from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.report import check_report_flags, records_to, start_reporting
@@ -344,15 +345,19 @@ def finish(ctx: Context, argv: list[str]) -> int:
         rt.say(f"stopped by a signal at step {state.step}, {where}; saved {saved}{again}{no_best(cfg, state)}")
         return INTERRUPTED
     note = ""
-    if state.stopped and saved and not cfg.check_run and not cfg.profile:
+    cut = state.stopped and state.epoch < cfg.epochs   # a limit met on the last step of the last epoch cut nothing
+    if cut and saved and cfg.check_run:
+        note = (f"; the check run without a GPU stopped at its limit ({CPU_BUDGET_STEPS} steps, or before a step that "
+                f"would pass {CPU_BUDGET_SECONDS:g} s of training): --epochs, --max-steps or --time-limit set a run's "
+                f"length")
+    elif cut and saved and not cfg.profile:
         if reached(state.step, state.step_limit):
             go_on = resume_command(argv, saved, rt.world, drop=("--max-steps",))
             note = f"; stopped at --max-steps {cfg.max_steps}; to go on: {go_on} --max-steps N (N > {state.step})"
         else:
             note = f"; stopped at --time-limit{again}"
     if ctx.log:
-        reason = "finished" if not state.stopped else "max-steps" if reached(state.step, state.step_limit) \
-            else "time-limit"
+        reason = "finished" if not cut else "max-steps" if reached(state.step, state.step_limit) else "time-limit"
         ctx.log({"event": "end", "reason": reason, "epoch": state.epoch, "step": state.step, "time": now()})
     rt.say(f"done: {state.step} steps, {int(state.bad_total)} skipped as non-finite; outputs in {cfg.out}{note}"
            f"{no_best(cfg, state)}")

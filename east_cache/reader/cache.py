@@ -90,8 +90,9 @@ class CacheDataset(RecordReader, Dataset):
     those above (store/page_record.py) are declared there once.
 
     augment: True (the default) draws each epoch's geometry of a --geometry read page by the cache's build values;
-    an Augment (east_cache/augment.py: height jitter, rotation, crop side, scale, perspective) by that (a cache
-    whose pages are stored warped refuses one that differs from its build); False: no geometry (a validation read).
+    an Augment (east_cache/augment.py: height jitter, rotation, crop side, scale, perspective) by that, the fields it
+    leaves out at the cache's values (a cache whose pages are stored warped refuses one that differs from its
+    build); False: no geometry (a validation read).
     in_memory: read every data file into RAM once (forked loader workers share it copy-on-write); check_stale:
     refuse (StaleCacheError) a cache whose source changed since its build or that other sample code made. A
     CacheDataset pickles without its open files: whoever unpickles it opens its own.

@@ -278,7 +278,8 @@ class Loader:
     train, else 0). augment: draw each epoch's geometry (default: train), by the cache's build values (True) or by an
     Augment (east_cache/augment.py: height_jitter, max_rotation, input_size, scale, perspective, scale_p,
     perspective_p; the flags of east-train of the same names), e.g.
-    augment=east_cache.Augment(scale=(0.5, 1), perspective=0.05, input_size=1024). rebuild: bring a stale
+    augment=east_cache.Augment(scale=(0.5, 1), perspective=0.05): the fields not given keep the cache's values (its
+    height jitter, rotation and crop side), as the flags do. rebuild: bring a stale
     cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
     share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.

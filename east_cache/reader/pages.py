@@ -58,7 +58,9 @@ class PageCropper:
         self._fits: bool | None = None   # the data files fit in half the memory (fits_in_memory), once asked
 
     def set_aug(self, aug: Augment) -> None:
-        """Draw by aug from now on (a cache whose pages are stored warped takes only its build's: check_frozen)."""
+        """Draw by aug from now on, its fields left to the cache at the cache's values (Augment.resolve; a cache
+        whose pages are stored warped takes only its build's: check_frozen)."""
+        aug = aug.resolve(self.records.config)
         aug.check_frozen(self.records.config, str(self.records.where))
         self.aug, self.size = aug, aug.input_size
         self._weights: dict[tuple[int, int], np.ndarray] = {}
@@ -86,13 +88,14 @@ class PageCropper:
 
     def crop_transform(self, i: int, variant: int, epoch: int):
         """The user's transform (self.transform) of image i's crop at an epoch, seeded by (seed, epoch, image name,
-        variant): a function of the crop (S, S, 3) and its words (points, offsets, care); None where there is none or
-        the crops are not augmented (validation)."""
+        variant): a function of the crop (S, S, 3), its words (points, offsets, care) and optionally a list for the
+        names of the transforms that fired (CropTransform); None where there is none or the crops are not augmented
+        (validation)."""
         if self.transform is None or not self.augment:
             return None
         name = self.records.names[i]
         seed, where = crop_seed(self.transform_seed, epoch, name, variant), f"image {name} (variant {variant}, epoch {epoch})"
-        return lambda image, words: self.transform(image, CropWords(*words), seed, where)
+        return lambda image, words, applied=None: self.transform(image, CropWords(*words), seed, where, applied)
 
     def decode_on_device(self, on: bool) -> None:
         """Compact crops of jpeg pages hand out their blocks' JPEG streams (for reader/expand.py to decode on the

@@ -26,7 +26,7 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
     that epoch's draw under the cache's build values changed by `augment` (Augment fields: east-train's flags of the
     same names), the draw in the caption. A stale cache is drawn with a note saying so. A cache at a URL is read through
     the folder local_cache (--local-cache; local_cache_limit, --local-cache-limit). With epochs or recipe (--augment
-    RECIPE): show_epochs's contact sheet of the crops at `epochs` (default [epoch])."""
+    RECIPE): show_epochs's contact sheet of the crops at `epochs` (default [epoch]), whose captions it returns."""
     if epochs is not None or recipe is not None:
         return show_epochs(cache, index, epochs or [epoch], out, recipe, variant, local_cache, local_cache_limit,
                            augment)
@@ -58,12 +58,14 @@ SHEET_COLUMNS = 4   # crops per row of a contact sheet
 
 
 def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, variant: int = 0, local_cache=None,
-                local_cache_limit: str | int = 0, augment: dict | None = None) -> None:
+                local_cache_limit: str | int = 0, augment: dict | None = None) -> list[list[str]]:
     """A contact sheet of image `index`'s crops at each of `epochs` (a cache whose pages are stored resized only):
     each as training reads it, the epoch's warp (the cache's build values changed by `augment`, as show_cached) then
     `recipe` (a recipe file or transform, reader/recipe.py), with
     its score (red), don't-care (dark, hatched) and words (green legible, orange don't-care) where the recipe moved
-    them; what a recipe does, seen before training on it."""
+    them; what a recipe does, seen before training on it. Each crop's caption: its geometric draw and, for an
+    albumentations recipe, the transforms of it that fired on the crop (albumentations' applied transforms).
+    Returns the captions, a list of lines per crop."""
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     if not (ds.pages and ds.config.warps_at_read):
@@ -83,20 +85,31 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
     what = f"--augment {ds.transform.recipe}" if ds.transform is not None else "no --augment"
     caption = textwrap.wrap(f"{ds.names[i]} (#{i}), variant {variant}, {what}: score red, ROI=0 dark + hatched, words "
                             f"green (legible) / orange (don't care)", width=max(20, cols * (s + GAP) // 6))
-    sheet = Image.new("RGB", (cols * (s + GAP), rows * (s + LABEL_H + GAP) + len(caption) * LABEL_H), "white")
-    draw, font = ImageDraw.Draw(sheet), ImageFont.load_default()
-    for k, epoch in enumerate(epochs):
+    panels, labels = [], []
+    for epoch in epochs:
         ds.set_epoch(epoch)
         plain.set_epoch(epoch)
         item, words = ds[i], plain.quads(i, variant)
-        moving = ds.cropper.crop_transform(i, variant, epoch)
-        if moving is not None:   # the words where the recipe moved them, drawn over the crop it made
+        moving, fired = ds.cropper.crop_transform(i, variant, epoch), []
+        if moving is not None:   # the words where the recipe moved them, drawn over the crop it made, and what fired
             hwc = np.ascontiguousarray(plain[i]["image"].transpose(1, 2, 0))
-            words = moving(hwc, words)[1]
+            words = moving(hwc, words, fired)[1]
         g = ds.cropper.geometry(i, variant, epoch)
-        x, y = (k % cols) * (s + GAP), (k // cols) * (s + LABEL_H + GAP)
-        draw.text((x, y), f"epoch {epoch}: x{g.height:.2f} {g.angle:+.0f} deg" + (f" s{g.scale:.2f}" if g.scale != 1 else ""), fill="black", font=font)
-        sheet.paste(Image.fromarray(crop_panel(item["image"], item["score"], item["roi"], *words)), (x, y + LABEL_H))
+        label = [f"epoch {epoch}: x{g.height:.2f} {g.angle:+.0f} deg" + (f" s{g.scale:.2f}" if g.scale != 1 else "")]
+        if ds.transform is not None:   # which of the recipe's transforms fired on this crop
+            label += (textwrap.wrap(", ".join(fired) or "none fired", width=max(10, s // 6))[:2]
+                      if ds.transform.kind == "albumentations" else ["(not albumentations: not known)"])
+        labels.append(label)
+        panels.append(Image.fromarray(crop_panel(item["image"], item["score"], item["roi"], *words)))
+    label_h = LABEL_H * max(map(len, labels))
+    sheet = Image.new("RGB", (cols * (s + GAP), rows * (s + label_h + GAP) + len(caption) * LABEL_H), "white")
+    draw, font = ImageDraw.Draw(sheet), ImageFont.load_default()
+    for k, (panel, label) in enumerate(zip(panels, labels)):
+        x, y = (k % cols) * (s + GAP), (k // cols) * (s + label_h + GAP)
+        for n, line in enumerate(label):
+            draw.text((x, y + n * LABEL_H), line, fill="black", font=font)
+        sheet.paste(panel, (x, y + label_h))
     for k, line in enumerate(caption):
-        draw.text((2, rows * (s + LABEL_H + GAP) + k * LABEL_H), line, fill="black", font=font)
+        draw.text((2, rows * (s + label_h + GAP) + k * LABEL_H), line, fill="black", font=font)
     sheet.save(out)
+    return labels

@@ -79,24 +79,31 @@ class CropTransform:
         self.moves = self.kind == "albumentations" and moves_pixels(transform)
         self.record = record
         self._pipeline = keypoint_pipeline(transform) if self.kind == "albumentations" else None
+        self._recording = None   # the same pipeline saving which transforms it applied (`applied`), made when asked
 
     def __repr__(self) -> str:
         return f"CropTransform({self.recipe})"
 
-    def __call__(self, image: np.ndarray, words: CropWords, seed: int, where: str) -> tuple[np.ndarray, CropWords]:
+    def __call__(self, image: np.ndarray, words: CropWords, seed: int, where: str,
+                 applied: list | None = None) -> tuple[np.ndarray, CropWords]:
         """(the transformed crop, its words) for the crop `image` uint8 (S, S, 3) and its words, drawn from `seed`
         (crop_seed); where: the image, as an error names it. Words are the same object unless the transform
-        moves pixels."""
+        moves pixels. applied: a list to which the names of the albumentations transforms that fired on this crop
+        are added (albumentations' save_applied_params: the same draws, recorded; left as it is for a torch
+        transform or a callable, whose draws are not known)."""
         points = words.points
         try:
             with seeded(seed, torch_too=self.kind == "torch"):
                 if self._pipeline is not None:
-                    self._pipeline.set_random_seed(seed)
+                    pipeline = self._pipeline if applied is None else self.recording()
+                    pipeline.set_random_seed(seed)
                     if self.moves:
-                        out = self._pipeline(image=image, keypoints=points.reshape(-1, 2))
+                        out = pipeline(image=image, keypoints=points.reshape(-1, 2))
                         points = np.asarray(out["keypoints"], np.float32)[:, :2]
                     else:
-                        out = self._pipeline(image=image)
+                        out = pipeline(image=image)
+                    if applied is not None:
+                        applied.extend(name for name, _ in out.get("applied_transforms") or ())
                     result = out["image"]
                 elif self.kind == "torch":
                     result = torch_image(self.transform(torch_tensor(image)))
@@ -109,6 +116,12 @@ class CropTransform:
         if not self.moves:
             return result, words
         return result, moved_words(points, words, image.shape[0])
+
+    def recording(self):
+        """The keypoint pipeline that also returns the transforms it applied ("applied_transforms")."""
+        if self._recording is None:
+            self._recording = keypoint_pipeline(self.transform, save_applied_params=True)
+        return self._recording
 
     def check(self, result, shape: tuple, where: str) -> np.ndarray:
         """The transform's result as uint8 (S, S, 3), refused (TransformError) when it is anything else."""
@@ -144,13 +157,15 @@ def moves_pixels(transform) -> bool:
     return isinstance(transform, A.DualTransform)
 
 
-def keypoint_pipeline(transform):
+def keypoint_pipeline(transform, save_applied_params: bool = False):
     """The user's transform inside a Compose that carries the words' corners as keypoints through it ("xy", none
-    removed when it leaves the image: a word that leaves the crop becomes don't-care, it does not vanish)."""
+    removed when it leaves the image: a word that leaves the crop becomes don't-care, it does not vanish);
+    save_applied_params: the result also names the transforms applied (the draws are the same)."""
     import albumentations as A
+    more = {"save_applied_params": True} if save_applied_params else {}
     with warnings.catch_warnings():   # a pipeline of pixel transforms: "no transform to process" the keypoints
         warnings.simplefilter("ignore", UserWarning)
-        return A.Compose([transform], keypoint_params=A.KeypointParams(format="xy", remove_invisible=False))
+        return A.Compose([transform], keypoint_params=A.KeypointParams(format="xy", remove_invisible=False), **more)
 
 
 def moved_words(points: np.ndarray, words: CropWords, size: int) -> CropWords:

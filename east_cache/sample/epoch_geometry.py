@@ -33,7 +33,7 @@ from east_cache.sample.geometry import transform_points
 class EpochGeometry(NamedTuple):
     """One epoch's draw for a page, and the crop it makes."""
     height: float          # vertical scale of the page, U[1 - height_jitter, 1 + height_jitter]
-    angle: float           # degrees, U[-max_rotation, max_rotation], about the page's centre, counter-clockwise
+    angle: float           # degrees, U[-max_rotation, max_rotation], about the page's centre (page_warp: which way)
     scale: float           # both sides' scale, U[s0, s1] (1: none drawn)
     corners: np.ndarray    # float64 (4, 2): the perspective's moves of the crop source's corners (top left, top right,
                            # bottom right, bottom left), in crop sides (zeros: none drawn)
@@ -53,9 +53,11 @@ def is_affine(matrix: np.ndarray) -> bool:
 
 def page_warp(page_size: tuple[int, int], height: float, angle: float, step: int,
               scale: float = 1.0) -> tuple[np.ndarray, tuple[int, int]]:
-    """(page px -> warped px (2, 3), (W', H')): the height scaled, the page rotated (counter-clockwise on screen for
-    a positive angle, as the baseline's rotate_img) and both sides scaled, about its centre, the box of the warped
-    canvas moved to (0, 0) and its sides rounded up to multiples of step (the crop grid's)."""
+    """(page px -> warped px (2, 3), (W', H')): the height scaled, the page rotated and both sides scaled, about its
+    centre, the box of the warped canvas moved to (0, 0) and its sides rounded up to multiples of step (the crop
+    grid's). The one place that says which way a rotation turns: a positive angle turns the page counter-clockwise
+    on screen (y down: a point right of the centre moves up), the sign of the baseline's rotate_img and of
+    cv2.getRotationMatrix2D."""
     w, h = page_size
     centre = np.array([w / 2, h / 2])
     t = math.radians(angle)
@@ -258,7 +260,7 @@ def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads:
     """The draw of page (image name, variant) at an epoch under aug (default: the cache's build values,
     Augment.of_cache): from crop_rng's generator for that key, so the same in every process, worker, batch order and
     rank, and again on an exact resume."""
-    aug = Augment.of_cache(cfg) if aug is None else aug
+    aug = Augment.of_cache(cfg) if aug is None else aug.resolve(cfg)
     return draw_geometry(crop_rng(cfg.seed, epoch, name, variant), quads, page_size, weights, aug,
                          grid_step(cfg.map_scale), augment)
 

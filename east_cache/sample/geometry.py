@@ -137,7 +137,10 @@ def _linear(a: float, b: float, c: float, d: float, tx: float = 0.0, ty: float =
 
 
 def rotation_matrix(p: AugParams, frame_w: int, frame_h: int) -> np.ndarray:
-    """Frame px -> the resized, jittered, rotated image (before the crop)."""
+    """Frame px -> the resized, jittered, rotated image (before the crop): the build's warp (--geometry build pages,
+    --crop build crops). A positive angle turns the image clockwise on screen (y down), the other way from the
+    reader's turn (epoch_geometry.page_warp); the angle is drawn from U[-r, r], so both draw the same turns, and this
+    sign stays as it is so that the caches built with it stay valid (the build fingerprint hashes this code)."""
     sx, sy = p.resize, p.resize * p.height
     cx, cy = frame_w * sx / 2, frame_h * sy / 2
     t = np.deg2rad(p.angle)

@@ -101,7 +101,7 @@ def warped_mode(names: Sequence[str], pages: Sequence[Sequence[tuple]], cfg: Bui
     """Pages stored resized only: pages[i][0] = (legible quads (L, 4, 2) page px, page (W, H), stored word weights
     (L,)); every epoch's height, rotation, scale, perspective and crop are drawn as the reader draws them under aug
     (default: the cache's build values), with the weights the reader uses (reader/pages.py PageCropper.weights)."""
-    aug = Augment.of_cache(cfg) if aug is None else aug
+    aug = Augment.of_cache(cfg) if aug is None else aug.resolve(cfg)
     step = grid_step(cfg.map_scale)
     side = weights_side(aug, step)
     weights: dict[int, np.ndarray] = {}

@@ -7,11 +7,13 @@ illegible (a don't-care region: neither text nor background in training); one be
 An image left without words is left out. The file and each image are marked (ingest/pseudolabels.py), so that
 the build's plan and `info` say how many images are pseudo-labels. No torch: predictions are read as JSON.
 
-Predictions are read by ufofile.predicted_word, the reader `evaluate` and `review` use: a word that is no quad of
+Predictions are read by ufofile.predicted_word, the reader `evaluate` and `review` use: a word of fewer than 3
 finite points, or whose score is missing or not a finite number in [0, 1], stops the command with an error naming
-the image and the word. A kept word's points outside its image are clipped to the image (its frame, EXIF upright:
-the frame east-predict predicted in); a word whose area is then below the build's --drop-area default is dropped
-as degenerate. Both are counted in the summary.
+the image and the word. A polygon (more than 4 points, as models other than EAST predict) is kept as it is, as the
+UFO files it writes and the build take it (a don't-care region there unless --fit-polygons). A kept word's points
+outside its image are clipped to the image (its frame, EXIF upright: the frame east-predict predicted in); a word
+whose area is then below the build's --drop-area default is dropped as degenerate. Both are counted in the
+summary.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def pseudo_entry(entry: dict, size: tuple[int, int], min_score: float, care_scor
     words, (w, h), least = {}, size, BuildConfig().drop_area
     for word_id, word in (entry.get("words") or {}).items():
         at = f"{where}, word {word_id!r}"
-        p = predicted_word(word, at, quad=True)
+        p = predicted_word(word, at)
         if p.score is None:
             raise DataError(f"{at}: no \"{WORD_SCORE}\" (a number) in the word: these predictions carry no word "
                             f"scores; predict again with this version, `{RERUN}`")
@@ -157,7 +159,7 @@ def run(a: argparse.Namespace) -> int:
 def no_word(a: argparse.Namespace, predicted: int) -> str:
     """Why pseudo kept no image, and what to run instead, from the count of predicted words."""
     if not predicted:
-        return (f"{a.pred} holds no predicted word; predict again with a lower --score-thresh (east-predict's), or "
-                f"with a checkpoint trained longer")
+        return (f"{a.pred} holds no predicted word; predict again with a checkpoint trained longer (east-predict's "
+                f"warning says whether a lower --score-thresh would find words)")
     return (f"none of its {predicted} predicted word(s) scored at least --min-score {a.min_score}; run pseudo again "
             f"with a lower --min-score")

@@ -8,10 +8,15 @@ then an order drawn from --seed); groups without legible words go into the fold 
 greedy rule leaves every fold's words within the largest group's words of every other fold's. --group-by keeps
 the images whose names give the same match (a source, a document id) in one fold. The files keep every field
 of the source's entries and its other top-level members as they are (ingest/ufofile.py).
+
+A root whose images lie in a folder per split (ROOT/img/SPLIT/, the competition's layout, which ingest/ufo.py
+find_split reads) gets ROOT/img/train{k} and ROOT/img/val{k} too, each a relative link to img/SPLIT, so that a
+fold's images are found as any split's, by every command and by code that reads img/SPLIT itself.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -46,7 +51,8 @@ def register(sub) -> None:
                                      "balanced by legible words", description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=flag_location, required=True, metavar="ROOT",
-                   help="dataset root holding ufo/SPLIT.json and images/; the folds are written into ROOT/ufo/")
+                   help="dataset root holding ufo/SPLIT.json and images/ (or img/SPLIT/: then img/train{k} and "
+                        "img/val{k} are linked to it); the folds are written into ROOT/ufo/")
     p.add_argument("--split", default="train", help="the split to divide (default: train)")
     p.add_argument("--folds", type=flag_number(Bound(least=2)), default=DEFAULT_FOLDS, metavar="K",
                    help=f"number of folds, 2 or more (default {DEFAULT_FOLDS})")
@@ -55,7 +61,9 @@ def register(sub) -> None:
                         "one fold; an image it does not match is a group of its own (default: every image alone)")
     p.add_argument("--seed", type=flag_number(SEED), default=DEFAULT_SEED,
                    help=f"seed of the order among equals: the same seed gives the same folds (default {DEFAULT_SEED})")
-    p.add_argument("--force", action="store_true", help="replace fold files that exist (never the split itself)")
+    p.add_argument("--force", action="store_true",
+                   help="replace fold files that exist, and links img/train{k}, img/val{k} that lead elsewhere "
+                        "(never the split itself, nor a folder)")
     p.add_argument("--quiet", action="store_true", help="no progress and no table")
     p.set_defaults(func=run)
 
@@ -132,15 +140,40 @@ def check_outputs(source: Path, outputs: list[Path], force: bool, split: str) ->
         raise UsageError(f"{there[0]}{more} exist already; pass --force to replace them")
 
 
+def image_links(image_dir: Path, paths: list[tuple[Path, Path]], force: bool) -> list[Path]:
+    """The folders per split (ROOT/img/{fold split}) to link to image_dir, ROOT/img/SPLIT, so that the fold files
+    find their images there; those already linked to it are left out. Before any work: a folder that is no link is
+    refused (it holds images of its own), a link elsewhere without --force."""
+    todo = []
+    for path in (p for pair in paths for p in pair):
+        link = image_dir.parent / path.stem
+        if os.path.islink(link) and os.path.realpath(link) == os.path.realpath(image_dir):
+            continue
+        if os.path.lexists(link) and not (os.path.islink(link) and force):
+            what = "a link elsewhere; pass --force to replace it" if os.path.islink(link) else \
+                "a folder of its own; move its images into the split's folder or rename it, then split again"
+            raise UsageError(f"{link}: the images of fold split {path.stem} are looked for there ({image_dir}'s, "
+                             f"linked), and it is {what}")
+        todo.append(link)
+    return todo
+
+
+def link_folder(link: Path, target: str) -> None:
+    """link -> target (relative), in place of a link there, atomically."""
+    tmp = link.with_name(f".{link.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp, target_is_directory=True)
+    os.replace(tmp, link)
+
+
 def run(a: argparse.Namespace) -> int:
     if is_remote(a.data):
         raise UsageError(f"--data {a.data}: split writes beside a local UFO file; copy the root to a folder first")
     json_path, image_dir = ufo.find_split(a.data, a.split)
-    if Path(image_dir) != Path(a.data) / "images":
-        raise UsageError(f"{a.data}: the images lie in {image_dir}, a folder per split, which the fold files would "
-                         f"not find; move them to {Path(a.data) / 'images'} and split again")
     paths = fold_paths(json_path.parent, a.folds)
     check_outputs(json_path, [p for pair in paths for p in pair], a.force, a.split)
+    per_split = Path(image_dir) != Path(a.data) / "images"   # ROOT/img/SPLIT: the folds' folders link to it
+    links = image_links(Path(image_dir), paths, a.force) if per_split else []
     top, texts, words = {}, {}, {}   # each image's text in the files, made once
     with Progress(None, "img", quiet=a.quiet, desc=f"read {json_path.name}") as bar:
         for name, entry in read_entries(json_path, top):
@@ -153,6 +186,8 @@ def run(a: argparse.Namespace) -> int:
                          f"--folds {len(groups)} or fewer")
     fold_of = assign(groups, a.folds, a.seed)
     fold = {name: fold_of[g] for g, group in enumerate(groups) for name in group.names}
+    for link in links:   # before the fold files: a fold file never names images that are not found
+        link_folder(link, Path(image_dir).name)
     with Progress(None, "file", quiet=a.quiet, desc="write folds") as bar:   # a bar on a terminal, else by time
         for k, (train, val) in enumerate(paths):
             for path, keep in ((val, True), (train, False)):
@@ -166,6 +201,12 @@ def run(a: argparse.Namespace) -> int:
         print(f"wrote {paths[0][0].name} .. {paths[-1][0].name} and {paths[0][1].name} .. {paths[-1][1].name} into "
               f"{json_path.parent}: build --split {TRAIN.format(0)}, train with --val-split {VAL.format(0)}",
               file=sys.stderr)
+        if per_split:
+            folder = Path(image_dir).parent
+            print(f"the images lie in a folder per split: {'linked' if links else 'kept the links'} "
+                  f"{folder / TRAIN.format(0)} .. {TRAIN.format(a.folds - 1)} and {VAL.format(0)} .. "
+                  f"{VAL.format(a.folds - 1)} to {Path(image_dir).name}/ ({image_dir}), where the fold files' images "
+                  f"are looked for", file=sys.stderr)
     return 0
 
 

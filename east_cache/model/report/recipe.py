@@ -6,13 +6,17 @@ The names follow the records: every TrainConfig field as it is (a nested one, su
 `field.sub`), the training cache's build options as `cache.NAME`, and `cache.fingerprint`, `val_cache.fingerprint`,
 `augment.FIELD` (the Augment the crops were drawn by: the flags over the cache's build values), `augment_recipe.text` (the --augment recipe's text as read: two runs of one file edited in between differ),
 `code.package`, `code.east`, `world`. A field that another change adds to TrainConfig or to the cache's BuildConfig
-appears here without an edit.
+appears here without an edit. `east-cache runs` shows each augmentation option once, with the value the run used
+(effective).
 """
 from __future__ import annotations
 
 import json
 import math
 import shlex
+
+from east_cache.augment import FLAGS as AUGMENT_FLAGS
+from east_cache.config import READER_ONLY
 
 # What a back-end records of a step and of an epoch record, under which prefix. Every other number of an epoch
 # record (samples_per_s, data_wait, seconds, eval_seconds, bad_steps...) goes under `epoch/`.
@@ -83,3 +87,31 @@ def shown(value) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else f"{value:g}"
     return str(value)
+
+
+def effective(recipe: dict) -> dict:
+    """A recipe with one entry per augmentation option, under the flag's name, holding the value the run drew by:
+    the header's `augment.NAME` (the flag over the cache's build value), where a run's flag (None when not given)
+    and the cache's reader default (cache.NAME) stood apart. A log without it keeps the flag, else the cache's."""
+    out = dict(recipe)
+    for k in AUGMENT_FLAGS:
+        used = out.pop(f"augment.{k}", None)
+        flag = out.get(k)
+        cache = out.pop(f"cache.{k}", None) if k in READER_ONLY else None
+        value = used if used is not None else flag if flag is not None else cache
+        if value is not None or k in out:
+            out[k] = value
+    return out
+
+
+def text_of(value) -> str:
+    """An option's value as the table shows it: numbers with :g, a list of numbers (a recorded JSON text) as the
+    flag takes it, "0.5,1"."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            items = None
+        if isinstance(items, list) and items and all(type(v) in (int, float) for v in items):
+            return ",".join(f"{v:g}" for v in items)
+    return shown(value)
