@@ -159,7 +159,7 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
     file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
     from east_cache.store.jpeg_tiles import packed_extent  # page code loads where pages are read
     from east_cache.store.page_record import image_values, map_values
-    from east_cache.store.page_rows import RAW_ROWS, half_size
+    from east_cache.store.page_rows import RAW_LEVELS_ROWS, RAW_ROWS, half_size
     size = fields["size"]
     if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
         return f"its size field holds {size.tolist()}, not a page's width and height"
@@ -179,8 +179,10 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
             n += half[2]
         want = {"image": n}
     else:
-        rows = spec.kind.field("image").shape.what == "rows"   # a page warped at read time: raw rows, not tiles
-        want = {"image": (RAW_ROWS.values if rows else image_values)((w, h)), "maps": map_values((w, h), map_scale)}
+        # a page warped at read time: raw rows (its half level's after them, with --levels), not tiles
+        what = spec.kind.field("image").shape.what
+        values = {"rows": RAW_ROWS.values, "rows-levels": RAW_LEVELS_ROWS.values}.get(what, image_values)
+        want = {"image": values((w, h)), "maps": map_values((w, h), map_scale)}
     for name, n in want.items():
         if name in fields and fields[name].size != n:
             return f"its {name} field holds {fields[name].size} values, where a {w} x {h} px page takes {n}"
