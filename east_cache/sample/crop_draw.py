@@ -257,8 +257,8 @@ def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: 
     region = _corners(lo, hi, ny)   # (L, 4)
     # every word's inside rectangle met with every region, (L, L, 4), the same for every table: its corners kept
     # within the region, an empty one as a rectangle of no width or height (its sum 0)
-    a = np.clip(inside[None, :, 0] - bounds[0], lo[:, None], hi[:, None])
-    pairs = _corners(a, np.clip(inside[None, :, 1] - bounds[0] + 1, a, hi[:, None]), ny)
+    a = np.minimum(np.maximum(inside[None, :, 0] - bounds[0], lo[:, None]), hi[:, None])   # np.clip: the same, slower
+    pairs = _corners(a, np.minimum(np.maximum(inside[None, :, 1] - bounds[0] + 1, a), hi[:, None]), ny)
     seen, todo = np.zeros((n, n)), np.arange(n)
     for v in range(int(counts.min()), int(counts.max()) + 1):   # the least counts are small: a few rounds
         table = _prefix_sums_t(counts <= v)
