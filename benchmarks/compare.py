@@ -15,11 +15,13 @@ generated once. Prints markdown tables; asserts nothing.
   over rounds; a ratio is each round's own, then its median [min-max]. The working tree's builds with the options
   of --extra (where its build has them) are timed beside.
 - Per extra photo: a build of the photos less a build of the first --small of them, over the difference: what a
-  photo costs past the build's fixed start (process start, imports, ingest, manifest).
+  photo costs past the build's fixed start (process start, imports, ingest, manifest); wall and CPU seconds.
 - The floor of a build per photo (the working tree's functions, in this process): the photo decoded as the build
   decodes it (DCT-reduced to the page's size), resized to the page's size (cv2.resize), for a jpeg cache its JPEG
-  tiles encoded and packed, and those bytes written to a file (fsync'd); median of --floor-repeat runs per photo,
-  mean over photos. Beside it the on-the-fly baseline's sample (bench_sample.baseline_sample) on the same photos.
+  tiles encoded and packed, and those bytes written to a file (fsync'd); mean over the photos. Beside it the
+  on-the-fly baseline's sample (bench_sample.baseline_sample) on the first --baseline-photos photos. Both are
+  measured in every round, between its builds, wall and CPU seconds: each round's build is set against its own
+  round's floor and baseline (a shared machine's load moves all of them).
 - Reads: crops per CPU second of a loader worker (benchmarks/compare_read.py, run by each tree on the photos cache
   it built, raw and jpeg) at the cache's geometry and with all on (scale U[0.5, 1], perspective 0.1, rotation 20),
   1024- and 512-px crops; an arm a revision cannot read says n/a.
@@ -175,43 +177,35 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
 
 
-def floor_seconds(data: Path, jpeg: bool, repeat: int, work: Path) -> float:
-    """Mean over photos of the median seconds of the floor: decode (DCT-reduced, as the build) + resize to the
-    page's size + (jpeg) JPEG tiles encoded and packed + those bytes written and fsync'd."""
+def floor_seconds(records: list, jpeg: bool, work: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds per photo of the floor, the mean over the records: decode (DCT-reduced, as the build) +
+    resize to the page's size + (jpeg) JPEG tiles encoded and packed + those bytes written and fsync'd."""
     cfg = BuildConfig()
-    records, _ = load_splits([data], "train", cfg)
     settings = JpegSettings(JPEG_TILE_PX, cfg.image_quality, cfg.image_chroma)
     path = work / "floor.bin"
-    per_photo = []
+    t0, c0 = time.perf_counter(), time.process_time()
     for rec in records:
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            d, _, (w, h) = page_geometry(rec, cfg, 0)   # decoded as the build decodes it
-            pixels, to_pixels = contiguous_source(d.image)
-            turned = abs(to_pixels[0, 0]) < 0.5   # a transposed view: the stored px are the page turned
-            page = cv2.resize(pixels, (h, w) if turned else (w, h), interpolation=cv2.INTER_LINEAR)
-            data_bytes = pack(encode_tiles(page, settings)) if jpeg else page
-            with open(path, "wb") as f:
-                f.write(memoryview(np.ascontiguousarray(data_bytes)).cast("B"))
-                f.flush()
-                os.fsync(f.fileno())
-            times.append(time.perf_counter() - t0)
-        per_photo.append(statistics.median(times))
+        d, _, (w, h) = page_geometry(rec, cfg, 0)   # decoded as the build decodes it
+        pixels, to_pixels = contiguous_source(d.image)
+        turned = abs(to_pixels[0, 0]) < 0.5   # a transposed view: the stored px are the page turned
+        page = cv2.resize(pixels, (h, w) if turned else (w, h), interpolation=cv2.INTER_LINEAR)
+        data_bytes = pack(encode_tiles(page, settings)) if jpeg else page
+        with open(path, "wb") as f:
+            f.write(memoryview(np.ascontiguousarray(data_bytes)).cast("B"))
+            f.flush()
+            os.fsync(f.fileno())
     path.unlink(missing_ok=True)
-    return statistics.mean(per_photo)
+    return (time.perf_counter() - t0) / len(records), (time.process_time() - c0) / len(records)
 
 
-def baseline_seconds(data: Path, photos: int) -> float:
-    """Mean seconds of the on-the-fly baseline's sample (bench_sample.baseline_sample) over the first photos."""
+def baseline_seconds(records: list) -> tuple[float, float]:
+    """(wall, CPU) seconds of the on-the-fly baseline's sample (bench_sample.baseline_sample), the mean over the
+    records."""
     cfg = BuildConfig()
-    records, _ = load_splits([data], "train", cfg)
-    times = []
-    for k, rec in enumerate(records[:photos]):
-        t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for k, rec in enumerate(records):
         baseline_sample(rec, cfg, np.random.default_rng(k))
-        times.append(time.perf_counter() - t0)
-    return statistics.mean(times)
+    return (time.perf_counter() - t0) / len(records), (time.process_time() - c0) / len(records)
 
 
 def read_rates(tree: Tree, cache: Path, cwd: Path, cpu_seconds: float) -> dict[str, float]:
@@ -240,9 +234,8 @@ def main() -> None:
     p.add_argument("--small", type=int, default=6, help="photos of the small build, for the cost per extra photo "
                                                         "(default 6)")
     p.add_argument("--streets", type=int, default=10, help="ICDAR-like 1280x720 photos; 0: none (default 10)")
-    p.add_argument("--floor-repeat", type=int, default=3, help="runs of the floor per photo (default 3)")
-    p.add_argument("--baseline-photos", type=int, default=4, help="photos the baseline's sample is timed on "
-                                                                  "(default 4)")
+    p.add_argument("--baseline-photos", type=int, default=3, help="photos the baseline's sample is timed on in each "
+                                                                  "round (default 3)")
     p.add_argument("--cpu-seconds", type=float, default=1.0, help="CPU seconds of each read process's slowest arm "
                                                                   "(default 1.0)")
     p.add_argument("--no-reads", action="store_true", help="builds only")
@@ -274,13 +267,19 @@ def main() -> None:
                      BuildArm(f"camera photos, first {a.small}, {' '.join(EXTRA)}", small, EXTRA, extra),
                      BuildArm(f"camera photos, jpeg, {' '.join(EXTRA)}", photos, JPEG + EXTRA, extra)]
         caches = work / "caches"
+        records = load_splits([photos], "train", BuildConfig())[0]
+        floors, baseline = {"raw": [], "jpeg": []}, []   # per round: (wall, CPU) seconds per photo
         for r in range(a.rounds):
-            print(f"round {r + 1} of {a.rounds}: builds", file=sys.stderr, flush=True)
-            for arm in arms:
+            print(f"round {r + 1} of {a.rounds}: builds, floor and baseline", file=sys.stderr, flush=True)
+            for k, arm in enumerate(arms):
                 for t in order([t for t in trees if t.name in arm.trees], r):
                     out = caches / t.name / arm.label.replace(" ", "_").replace(",", "")
                     arm.times.setdefault(t.name, []).append(run_build(t, arm, out, cwd))
                     arm.bytes[t.name] = disk_bytes(out)
+                if k == 1:   # amid the round's builds
+                    for codec, v in floors.items():
+                        v.append(floor_seconds(records, codec == "jpeg", work))
+                    baseline.append(baseline_seconds(records[:a.baseline_photos]))
         reads = {}   # (tree label, cache arm label) -> {read arm: [rates per round]}
         read_caches = [("raw", "camera photos"), ("jpeg", "camera photos, jpeg")]
         if not a.no_reads:
@@ -294,9 +293,6 @@ def main() -> None:
                     cache = caches / t.name / label.replace(" ", "_").replace(",", "")
                     for k, v in read_rates(t, cache, cwd, a.cpu_seconds).items():
                         reads.setdefault((t.name, codec), {}).setdefault(k, []).append(v)
-        print("floor and baseline", file=sys.stderr, flush=True)
-        floors = {c: floor_seconds(photos, c == "jpeg", a.floor_repeat, work) for c in ("raw", "jpeg")}
-        baseline = baseline_seconds(photos, a.baseline_photos)
     finally:
         remove_worktrees(trees)
         shutil.rmtree(work, ignore_errors=True)
@@ -304,7 +300,7 @@ def main() -> None:
            time.perf_counter() - t_start)
 
 
-def report(a, trees: list[Tree], arms: list[BuildArm], reads: dict, floors: dict, baseline: float,
+def report(a, trees: list[Tree], arms: list[BuildArm], reads: dict, floors: dict, baseline: list,
            photo_bytes: int, street_bytes: int | None, seconds: float) -> None:
     names = [t.name for t in trees]
     others = names[1:]
@@ -331,37 +327,41 @@ def report(a, trees: list[Tree], arms: list[BuildArm], reads: dict, floors: dict
 
     by_label = {arm.label: arm for arm in arms}
 
-    def extra_ms(big: str, little: str) -> dict[str, list[float]]:
-        """tree -> per round ms per extra photo: (wall of the photos' build - the small one's) / the difference."""
+    def extra_ms(big: str, little: str, k: int) -> dict[str, list[float]]:
+        """tree -> per round ms per extra photo: (seconds of the photos' build - the small one's) / the difference;
+        k: 0 wall, 1 CPU seconds."""
         b, s = by_label.get(big), by_label.get(little)
         if b is None or s is None:
             return {}
         n = a.photos - a.small
-        return {t: [(x[0] - y[0]) / n * 1e3 for x, y in zip(b.times[t], s.times[t])] for t in b.times if t in s.times}
+        return {t: [(x[k] - y[k]) / n * 1e3 for x, y in zip(b.times[t], s.times[t])] for t in b.times if t in s.times}
 
     lev = " ".join(EXTRA)
     kinds = [("raw (the default codec here)", "raw", "camera photos", f"camera photos, first {a.small}"),
              ("jpeg", "jpeg", "camera photos, jpeg", f"camera photos, first {a.small}, jpeg"),
              (f"raw, {lev}", "raw", f"camera photos, {lev}", f"camera photos, first {a.small}, {lev}")]
     print(f"\n### Camera photos: ms per extra photo ({a.photos} photos less {a.small}), its floor, the on-the-fly "
-          f"baseline\n")
+          f"baseline (each round's own)\n")
     rows = []
     for label, codec, big, little in kinds:
-        per = extra_ms(big, little)
-        if not per:
-            continue
-        for t in names:
-            if t not in per:
-                continue
-            rows.append([label, t, spread(per[t], "{:.0f}"), f"{floors[codec] * 1e3:.0f}",
-                         spread([v / (floors[codec] * 1e3) for v in per[t]]),
-                         spread([baseline * 1e3 / v for v in per[t]], "{:.1f}"),
-                         "" if t == WORK else ratio_cells(per, WORK, [t])[0]])
-    print(table(["codec", "tree", "build ms per extra photo", "floor ms", "build / floor", "baseline / build",
-                 f"{WORK} / tree"], rows))
+        for k, clock in ((0, "wall"), (1, "CPU")):
+            per = extra_ms(big, little, k)
+            floor = [f[k] * 1e3 for f in floors[codec]]
+            base = [b[k] * 1e3 for b in baseline]
+            for t in names:
+                if t not in per:
+                    continue
+                rows.append([label, clock, t, spread(per[t], "{:.0f}"), spread(floor, "{:.0f}"),
+                             spread([v / f for v, f in zip(per[t], floor)]),
+                             spread([b / v for v, b in zip(per[t], base)], "{:.1f}"),
+                             "" if t == WORK else ratio_cells(per, WORK, [t])[0]])
+    print(table(["codec", "clock", "tree", "build ms per extra photo", "floor ms", "build / floor",
+                 "baseline / build", f"{WORK} / tree"], rows))
     print(f"\nFloor: decode (DCT-reduced as the build) + cv2.resize to the page + (jpeg) tiles encoded and packed + "
-          f"write and fsync, per photo. Baseline: bench_sample.baseline_sample, {baseline * 1e3:.0f} ms per sample "
-          f"(mean of {a.baseline_photos} photos).\n")
+          f"write and fsync, per photo. Baseline: bench_sample.baseline_sample, "
+          f"{spread([b[0] * 1e3 for b in baseline], '{:.0f}')} ms wall, "
+          f"{spread([b[1] * 1e3 for b in baseline], '{:.0f}')} ms CPU per sample (the mean of "
+          f"{a.baseline_photos} photos). CPU: the build process's own, the floor's and the baseline's in this one.\n")
     rows = []
     for label, source, arm_label in (("camera photos", photo_bytes, "camera photos, jpeg"),
                                      ("ICDAR-like photos", street_bytes, "ICDAR-like photos, jpeg")):
