@@ -8,7 +8,8 @@ generated once. Prints markdown tables; asserts nothing.
 - Builds: `python -m preprocess build --strategy chunked --jobs 1` (the default build otherwise: --crop read
   --geometry read, --image-codec auto), a subprocess per build with PYTHONPATH set to its tree and its working folder
   outside every tree, a fresh --out each time: wall seconds (the process's start and imports included, as a user
-  waits for them) and CPU seconds; cache bytes (blocks on disk of the cache folder, as `du`). Data: rendered pages
+  waits for them) and CPU seconds, each build started on a synced disk; cache bytes (blocks on disk of the cache
+  folder, as `du`). Data: rendered pages
   (common.bench_pages, 1600x2200, ~120 words), camera-like photos (common.bench_photos: 12 MP and A4 300 dpi JPEGs)
   with the default codec and --image-codec jpeg, and ICDAR-like 1280x720 street photos (common.bench_street_photos,
   jpeg, --image-size 1280 --input-size 512). Rounds alternate the trees' order (A B, B A, ...): median [min-max]
@@ -149,8 +150,11 @@ def source_bytes(data: Path) -> int:
 
 
 def run_build(tree: Tree, arm: BuildArm, out: Path, cwd: Path) -> tuple[float, float]:
-    """(wall s, CPU s) of one build of the arm by the tree's code, into out (made anew)."""
+    """(wall s, CPU s) of one build of the arm by the tree's code, into out (made anew). The disk is synced first:
+    what the last build left to write or discard (its deleted files' blocks, on a file system mounted with discard)
+    would otherwise land in this build's fsync, whichever tree ran before it."""
     shutil.rmtree(out, ignore_errors=True)
+    os.sync()
     command = tree.command("preprocess", "build", "--data", str(arm.data), "--out", str(out), *BUILD, *arm.flags)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -183,6 +187,7 @@ def floor_seconds(records: list, jpeg: bool, work: Path) -> tuple[float, float]:
     cfg = BuildConfig()
     settings = JpegSettings(JPEG_TILE_PX, cfg.image_quality, cfg.image_chroma)
     path = work / "floor.bin"
+    os.sync()   # as before a build (run_build)
     t0, c0 = time.perf_counter(), time.process_time()
     for rec in records:
         d, _, (w, h) = page_geometry(rec, cfg, 0)   # decoded as the build decodes it
