@@ -27,8 +27,8 @@ generated once. Prints markdown tables; asserts nothing.
   it built, raw and jpeg) at the cache's geometry and with all on (scale U[0.5, 1], perspective 0.1, rotation 20),
   1024- and 512-px crops; an arm a revision cannot read says n/a.
 
-Takes about 4 minutes per round with two trees and reads on a shared 2-core machine (data generated once under
-BENCH_DATA first).
+The data are generated once under BENCH_DATA; the run's length grows with --rounds and the revisions compared (its
+section of docs/performance.md, recorded by `run_all.py --only compare`, says how long it took).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ and its tables as data, for plot.py), then renders docs/performance.md from ever
 that --only refreshes one section and keeps the others. A new script joins by being named
 bench_*.py; without a QUICK entry it runs with its defaults in both modes. compare.py (the working tree against
 earlier revisions, builds and reads alternated) joins as `compare`, with COMPARE_REVS (--compare-revs), only when
-named: it takes about half an hour on 2 cores.
+named: it takes several times the others' time (its section of docs/performance.md says how long).
 """
 from __future__ import annotations
 
