@@ -11,7 +11,8 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
   build mode's draws are the stored pages' (sample/page.py page_params of the variant each epoch reads);
 - word coverage after 1/5/20 epochs and the share of text-free crops (tools/coverage.py cache_coverage on the built
   caches: the reader's own draws replayed, no pixel read);
-- cache MiB / image and build s / image (one job; wall and CPU seconds), both codecs, the modes alternated;
+- cache MiB / image and build s / image (one job; wall and CPU seconds), both codecs, the modes alternated, and the
+  read mode built with --levels (each page's half level stored beside it);
 - read speed: crops per CPU second of one process reading train.py's compact items into a batch slot as a loader
   worker does (cv2 on one thread, as there) (CacheDataset(compact=True), reader/collate.py copy_item into a reader/workers.py Slot: a raw
   region read and warped, jpeg tiles decoded and warped; build mode: slices, or tiles decoded), beside make_sample
@@ -20,13 +21,15 @@ images (1280 x 720 JPEGs, 15 words; --image-size 1280 --input-size 512, the ICDA
 - image error: PSNR of read-mode crops against make_sample's single warp of the decoded source for the same draw
   (the matrix frame -> page -> crop composed as tests/test_epoch_geometry.py does), median and worst;
 - the run's augmentation (east_cache/augment.py), camera photos: crops per CPU second of a loader worker from the one
-  read-mode cache built at 1024 px, read at 1024 and 512 px, raw and jpeg, under the baseline geometry (the cache's
-  height and rotation), + scale U[0.5, 1], + perspective 0.1, and all on, arms interleaved crop by crop (the same
-  (epoch, image) read by each in turn); the build's seconds after
+  read-mode cache built at 1024 px with --levels (what a run that shrinks its crops builds), read at 1024 and 512 px,
+  raw and jpeg, under the baseline geometry (the cache's height and rotation), + scale U[0.5, 1], + perspective 0.1,
+  and all on, and all on from the cache built without --levels (the default: a crop at scale < 0.71 reads the page
+  at 1/2), arms interleaved crop by crop (the same (epoch, image) read by each in turn); the build's seconds after
   each option only a reader uses changed (computed 0); crops at scale 0.5 against resize-then-warp (the page
-  averaged over 2 x 2, then warped) read at the page's half level (the reader's way) and from the full page, PSNR
-  and crops per CPU second, and at scale 0.65 read at the half level (magnified 1.3) against the full page; on the
-  sample set and the photo-like set, word coverage after 1/5/20 epochs under the baseline geometry and all on.
+  averaged over 2 x 2, then warped) read at the page's stored half level (--levels), read at 1/2 from the page
+  itself (no level stored) and warped from the full page, PSNR and crops per CPU second, and at scale 0.65 read at
+  the half level (magnified 1.3) against the full page; on the sample set and the photo-like set, word coverage after
+  1/5/20 epochs under the baseline geometry and all on.
 
     python benchmarks/bench_geometry.py [--images 12] [--photos 10] [--cameras 4] [--repeat 3] [--cpu-seconds 1.5]
         [--psnr-epochs 3]
@@ -71,6 +74,8 @@ DRAW_EPOCHS = 20        # "distinct (height, rotation) draws per image over 20 e
 COVERAGE_EPOCHS = (1, 5, 20)
 KS_CRITICAL = 1.36      # Kolmogorov-Smirnov at 5%: the critical D is 1.36 / sqrt(n)
 MODES = ("read", "build")
+LEVELS = "read --levels"   # read mode built with --levels: measured for its size and build time, and read by the
+                           # run's augmentation
 CODECS = ("raw", "jpeg")
 SLOT_ROWS = 8           # rows of the batch slot the items are copied into (row k % SLOT_ROWS)
 PHOTO = dict(image_size=1280, input_size=512)   # the ICDAR 2015 setting
@@ -105,11 +110,12 @@ def spread(values: list[float], fmt: str = "{:.0f}") -> str:
 
 
 def config(s: DataSet, mode: str, codec: str, size: int) -> BuildConfig:
-    return dataclasses.replace(s.cfg, geometry=mode, image_codec=codec, input_size=size)
+    geometry, levels = ("read", True) if mode == LEVELS else (mode, False)
+    return dataclasses.replace(s.cfg, geometry=geometry, image_codec=codec, input_size=size, levels=levels)
 
 
 def folder(work: Path, s: DataSet, mode: str, codec: str, size: int) -> Path:
-    return work / f"{s.root.name}-{mode}-{codec}-{size}"
+    return work / f"{s.root.name}-{mode.replace(' --', '-')}-{codec}-{size}"
 
 
 def build(s: DataSet, mode: str, codec: str, size: int, work: Path) -> tuple[float, float]:
@@ -128,15 +134,13 @@ def cache_bytes(out: Path) -> int:
 
 def half_level_share(out: Path) -> float:
     """The share of a read-mode cache's page bytes that its pages' stored half levels take (raw rows, or packed JPEG
-    tiles)."""
+    tiles); 0 without them (a build without --levels)."""
     ds = CacheDataset(out)
     half = full = 0
     for i in range(len(ds)):
         image = ds.cropper.page(i, 0).image
-        if hasattr(image, "pixels"):
-            full, half = full + image.pixels.nbytes, half + image.half.nbytes
-        else:
-            full, half = full + image.tiles.nbytes, half + image.half.nbytes
+        full += image.pixels.nbytes if hasattr(image, "pixels") else image.tiles.nbytes
+        half += image.half.nbytes if image.half is not None else 0
     return half / (full + half)
 
 
@@ -255,26 +259,29 @@ class Tables:
 
 
 def measure_cost(s: DataSet, work: Path, repeat: int, t: Tables) -> None:
-    """Build the set in both modes and codecs at its first crop size, `repeat` times (alternated): size and time."""
+    """Build the set in both modes and codecs at its first crop size, and the read mode with --levels, `repeat` times
+    (alternated): size and time."""
     n = len(load_splits([s.root], "train", s.cfg)[0])
     size = s.crops[0]
-    times = {(m, c): [] for m in MODES for c in CODECS}
+    modes = (MODES[0], LEVELS, *MODES[1:])
+    times = {(m, c): [] for m in modes for c in CODECS}
     for _ in range(repeat):
         for c in CODECS:
-            for m in MODES:
+            for m in modes:
                 times[(m, c)].append(build(s, m, c, size, work))
     for c in CODECS:
-        per = {m: cache_bytes(folder(work, s, m, c, size)) / n for m in MODES}
-        for m in MODES:
+        per = {m: cache_bytes(folder(work, s, m, c, size)) / n for m in modes}
+        for m in modes:
             wall, cpu = ([x[k] / n for x in times[(m, c)]] for k in (0, 1))
-            ratio = [x[1] / y[1] for x, y in zip(times[(m, c)], times[("build", c)])] if m == "read" else []
-            share = f"{half_level_share(folder(work, s, m, c, size)):.1%}" if m == "read" else ""
+            ratio = [x[1] / y[1] for x, y in zip(times[(m, c)], times[("build", c)])] if m != "build" else []
+            share = f"{half_level_share(folder(work, s, m, c, size)):.1%}" if m != "build" else ""
             t.cost.append([s.label, c, f"--geometry {m}", f"{per[m] / 2**20:.3f}", share,
                            f"{per[m] / per['build']:.2f}", spread(wall, "{:.3f}"), spread(cpu, "{:.3f}"),
                            spread(ratio, "{:.2f}") if ratio else ""])
-        t.done[(s.label, c, "bytes")] = per["read"] / per["build"]
-        t.done[(s.label, c, "build")] = statistics.median(
-            r[1] / b[1] for r, b in zip(times[("read", c)], times[("build", c)]))
+        for m in ("read", LEVELS):
+            t.done[(s.label, c, m, "bytes")] = per[m] / per["build"]
+            t.done[(s.label, c, m, "build")] = statistics.median(
+                r[1] / b[1] for r, b in zip(times[(m, c)], times[("build", c)]))
 
 
 def measure_draws(s: DataSet, work: Path, t: Tables) -> None:
@@ -326,6 +333,7 @@ AUGMENTS = {"baseline geometry (height, rotation)": {}, "+ scale U[0.5, 1]": dic
             f"+ perspective {PERSPECTIVE:g}": dict(perspective=PERSPECTIVE),
             "all on (height, rotation, scale, perspective)": dict(scale=SCALE, perspective=PERSPECTIVE)}
 ALL_ON = "all on (height, rotation, scale, perspective)"
+NO_LEVELS = "all on, the cache built without --levels (pages read at 1/2)"
 STRETCHED = 0.65        # a scale whose crop reads the half level magnified (read_level: by sqrt 2 at most)
 
 
@@ -362,11 +370,13 @@ def interleaved(arms: dict[str, Arm], blocks: int, cpu_seconds: float) -> dict[s
 
 def measure_augments(s: DataSet, work: Path, a, t: Tables) -> None:
     """Crops per CPU second of a loader worker under each augmentation, read from the read-mode caches of the first
-    crop size (the crop side chosen by the reader: no other cache), the arms interleaved crop by crop (interleaved)
-    in a.repeat blocks of a.cpu_seconds each; the ratio to the baseline geometry is each block's, median [min-max]."""
+    crop size built with --levels (the crop side chosen by the reader: no other cache), and all on from the one built
+    without (NO_LEVELS), the arms interleaved crop by crop (interleaved) in a.repeat blocks of a.cpu_seconds each; the
+    ratio to the baseline geometry is each block's, median [min-max]."""
     for size in s.crops:
         for c in CODECS:
-            arms = {k: augment_arm(folder(work, s, "read", c, s.crops[0]), v, size) for k, v in AUGMENTS.items()}
+            arms = {k: augment_arm(folder(work, s, LEVELS, c, s.crops[0]), v, size) for k, v in AUGMENTS.items()}
+            arms[NO_LEVELS] = augment_arm(folder(work, s, "read", c, s.crops[0]), AUGMENTS[ALL_ON], size)
             with cv2_single_threaded():
                 rates = interleaved(arms, a.repeat, a.cpu_seconds)
             base = rates[next(iter(AUGMENTS))]
@@ -393,12 +403,16 @@ def measure_reader_options(s: DataSet, work: Path, t: Tables) -> None:
 
 def level_psnr(s: DataSet, work: Path, size: int, epochs: int, t: Tables) -> None:
     """Crops at scale 0.5 (height 1, the cache's rotation) against resize-then-warp (the page averaged over 2 x 2,
-    cv2.INTER_AREA, then warped by the same matrix): read at the page's half level (the reader's way) and warped
-    from the full page (bilinear, skipping px: aliasing); PSNR and crops per CPU second of each."""
+    cv2.INTER_AREA, then warped by the same matrix): read at the page's stored half level (a --levels cache), read at
+    1/2 from the page itself (the reader's way without a stored level: raw px averaged, JPEG tiles decoded at 1/2) and
+    warped from the full page (bilinear, skipping px: aliasing); PSNR and crops per CPU second of each."""
+    ways = {"stored": ("half level stored (--levels), one warp", True),
+            "page": ("no level stored: the page read at 1/2, one warp", True),
+            "full": ("full page, one warp", False)}
     for c in CODECS:
-        ds = CacheDataset(folder(work, s, "read", c, s.crops[0]))
+        ds = CacheDataset(folder(work, s, LEVELS, c, s.crops[0]))
         ds.augment = Augment.of_cache(ds.config, input_size=size, height_jitter=0.0, scale=(0.5, 0.5))
-        ratios, seconds = {True: [], False: []}, {True: 0.0, False: 0.0}
+        ratios, seconds = {k: [] for k in ways}, dict.fromkeys(ways, 0.0)
         for i in range(len(ds)):
             page = ds.cropper.page(i, 0)
             full = np.ascontiguousarray(page.image.array().transpose(1, 2, 0))
@@ -408,16 +422,17 @@ def level_psnr(s: DataSet, work: Path, size: int, epochs: int, t: Tables) -> Non
                 g = ds.cropper.geometry(i, 0, e)
                 reference = cv2.warpAffine(half, (g.matrix @ level_matrix(2))[:2], (size, size),
                                            flags=cv2.INTER_LINEAR)
-                for levels in (True, False):
+                for k, (_, levels) in ways.items():
+                    image = page.image._replace(half=None) if k == "page" else page.image
                     c0 = time.process_time()
-                    crop = np.asarray(WarpedImage(page.image, g.matrix, size, levels))
-                    seconds[levels] += time.process_time() - c0
-                    ratios[levels].append(psnr(crop.transpose(2, 0, 1), reference.transpose(2, 0, 1)))
-        n = len(ratios[True])
-        for levels, label in ((True, "half level read, one warp (the reader)"), (False, "full page, one warp")):
-            t.levels.append([f"{s.label}, {size} px", c, label, str(n), f"{statistics.median(ratios[levels]):.1f}",
-                             f"{min(ratios[levels]):.1f}", f"{n / seconds[levels]:.0f}"])
-        t.done[(s.label, size, c, "level psnr")] = (statistics.median(ratios[True]), statistics.median(ratios[False]))
+                    crop = np.asarray(WarpedImage(image, g.matrix, size, levels))
+                    seconds[k] += time.process_time() - c0
+                    ratios[k].append(psnr(crop.transpose(2, 0, 1), reference.transpose(2, 0, 1)))
+        n = len(ratios["full"])
+        for k, (label, _) in ways.items():
+            t.levels.append([f"{s.label}, {size} px", c, label, str(n), f"{statistics.median(ratios[k]):.1f}",
+                             f"{min(ratios[k]):.1f}", f"{n / seconds[k]:.0f}"])
+        t.done[(s.label, size, c, "level psnr")] = tuple(statistics.median(ratios[k]) for k in ways)
         stretched = []   # scale 0.65: the half level magnified 1.3 (read_level's sqrt 2 at most) vs the full page
         ds.augment = Augment.of_cache(ds.config, input_size=size, height_jitter=0.0, scale=(STRETCHED, STRETCHED))
         for i in range(len(ds)):
@@ -460,18 +475,26 @@ def target_rows(sets: list[DataSet], done: dict) -> list[list[str]]:
                  f"{done[(photos, 512, 'read', 'raw')]:.0f} / {done[(photos, 512, 'read', 'jpeg')]:.0f}"])
     for size in (1024, 512):
         for c in CODECS:
-            rows.append([f"{camera}: {size}-px crops per CPU s, {c}, all on / baseline geometry", ">= 0.90",
-                         f"{done[(camera, size, c, ALL_ON)]:.2f}"])
+            rows.append([f"{camera}: {size}-px crops per CPU s, {c}, all on / baseline geometry, a --levels cache",
+                         ">= 0.90", f"{done[(camera, size, c, ALL_ON)]:.2f}"])
+    for size in (1024, 512):
+        for c in CODECS:
+            rows.append([f"{camera}: {size}-px crops per CPU s, {c}, all on from a cache built without --levels / "
+                         f"baseline geometry", "reported", f"{done[(camera, size, c, NO_LEVELS)]:.2f}"])
     for c in CODECS:
-        level, whole = done[(camera, 1024, c, "level psnr")]
-        rows.append([f"{camera}, {c}: PSNR at scale 0.5 vs resize-then-warp, half level / full page", "higher",
-                     f"{level:.1f} / {whole:.1f} dB"])
+        level, page, whole = done[(camera, 1024, c, "level psnr")]
+        rows.append([f"{camera}, {c}: PSNR at scale 0.5 vs resize-then-warp, half level stored / page read at 1/2 / "
+                     f"full page", "higher", f"{level:.1f} / {page:.1f} / {whole:.1f} dB"])
     worst = min(v for k, v in done.items() if k[-1] == "psnr")
     rows.append(["read-mode crops vs make_sample's single warp, worst PSNR", ">= 30 dB", f"{worst:.1f} dB"])
     for s in (pages, camera):
         for c in CODECS:
             rows.append([f"{s}, {c}: cache bytes, build CPU s, read / build mode", "<= 1, <= 1",
-                         f"{done[(s, c, 'bytes')]:.2f}, {done[(s, c, 'build')]:.2f}"])
+                         f"{done[(s, c, 'read', 'bytes')]:.2f}, {done[(s, c, 'read', 'build')]:.2f}"])
+    for s in (pages, camera):
+        for c in CODECS:
+            rows.append([f"{s}, {c}: cache bytes, build CPU s, read mode with --levels / build mode", "reported",
+                         f"{done[(s, c, LEVELS, 'bytes')]:.2f}, {done[(s, c, LEVELS, 'build')]:.2f}"])
     return rows
 
 
@@ -531,8 +554,8 @@ def main() -> None:
     print(table(["data, crop", "codec", "augmentation", "crops per CPU s", "/ baseline geometry"], t.augment))
     print("\n### Build after an option only a reader uses changed (--geometry read, raw, one job)\n")
     print(table(["data", "build", "s", "computed", "copied", "files kept"], t.options))
-    print("\n### Scale 0.5 against resize-then-warp: the page's half level, or the full page; scale "
-          f"{STRETCHED:g}: the half level against the full page\n")
+    print("\n### Scale 0.5 against resize-then-warp: the page's stored half level (--levels), the page read at 1/2 (no "
+          f"level stored), or the full page; scale {STRETCHED:g}: the half level against the full page\n")
     print(table(["data, crop", "codec", "read", "crops", "median PSNR dB", "worst PSNR dB", "crops per CPU s"],
                 t.levels))
     print(f"\n### Word coverage under the run's augmentation (scale U[{SCALE[0]:g}, {SCALE[1]:g}], perspective "

@@ -16,9 +16,9 @@ from plot import load, number
 
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
-ORDER = ("targets", "sample", "codec", "crops", "geometry", "augment", "gpu_augment", "gpu", "time_to_accuracy",
-         "fusion", "loader", "peers", "remote", "rebuild", "build_memory", "zarr", "eval", "check", "review",
-         "ensemble")
+ORDER = ("targets", "sample", "codec", "crops", "geometry", "augment", "compare", "gpu_augment", "gpu",
+         "time_to_accuracy", "fusion", "loader", "peers", "remote", "rebuild", "build_memory", "zarr", "eval", "check",
+         "review", "ensemble")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 # bench_geometry's: the read-time geometry's (issue 32), and its draws and read-speed tables
@@ -155,7 +155,52 @@ def goals(results: dict) -> list[list[str]]:
         ["check: planted copies (resized, re-encoded, cropped 2-5%, brightened) found; images/s", "reported",
          check_line(results)],
         *([r["what"], r["goal"], r["measured"]] for r in rows(results, *GEOMETRY_GOALS)),
+        *compare_goals(results),
     ]
+
+
+WORK = "working tree"   # compare.py's name for the tree it runs in
+
+
+def compare_goals(results: dict) -> list[list[str]]:
+    """compare.py (issue 48): the default build's wall time and bytes against each earlier revision, on rendered
+    pages and camera photos; the build per extra camera photo against its floor and the on-the-fly baseline; the
+    read rates against each revision. Nothing where it has not run."""
+    builds = rows(results, "compare", 0)
+    if not builds:
+        return []
+    revs = [k.removeprefix(f"{WORK} / ").removesuffix(", s") for k in builds[0]
+            if k.startswith(f"{WORK} / ") and k.endswith(", s")]
+    kinds = {r["data, options"]: r for r in builds}
+    out = []
+    for rev in revs:
+        cells = [f"{label}: {kinds[label][f'{WORK} / {rev}, s']} time, {kinds[label][f'{WORK} / {rev}, MB']} bytes"
+                 for label in ("rendered pages", "camera photos") if label in kinds]
+        out.append([f"the default build, working tree / {rev}: wall time (median [min-max] of rounds), cache bytes",
+                    "<= 1 (bytes <= 1.05)", "; ".join(cells)])
+    extra = {r["clock"]: r for r in rows(results, "compare", 2) if r["tree"] == WORK and r["codec"].startswith("raw (")}
+    if {"wall", "CPU"} <= set(extra):
+        out.append(["the build per extra camera photo (default codec) / its floor (decode + resize + write)", "<= 1.5x",
+                    f"wall {extra['wall']['build / floor']}, CPU {extra['CPU']['build / floor']}"])
+        out.append(["on-the-fly baseline's sample / the build per extra camera photo", ">= 12x",
+                    f"wall {extra['wall']['baseline / build']}, CPU {extra['CPU']['baseline / build']}"])
+    reads = rows(results, "compare", 4)
+    for rev in revs:
+        # the baseline geometry from the default build's cache; all on (scale < 1 too) from the cache a run that
+        # shrinks its crops builds, with --levels, where compare.py read one, and from the default one beside it
+        key, cells = f"{WORK} / {rev}", []
+        for r in reads:
+            if r.get(key, "n/a") == "n/a":
+                continue
+            codec, levels = r["cache"].split(", ")[0], ", " in r["cache"]
+            if r["arm"].endswith("baseline") and not levels:
+                cells.append(f"{codec} {r['arm']}: {r[key]}")
+            elif r["arm"].endswith("all on"):
+                cells.append(f"{codec} {r['arm']}{' (--levels)' if levels else ' (without --levels)'}: {r[key]}")
+        if cells:
+            out.append([f"crops per CPU s of a loader worker, working tree / {rev}", ">= 1 (all on: with --levels)",
+                        "; ".join(cells)])
+    return out
 
 
 def check_line(results: dict) -> str:
@@ -368,18 +413,27 @@ def crops_per_core(results: dict) -> str:
 
 def augmentation_cost(results: dict) -> str:
     """bench_geometry: camera photos' crops per CPU second with scale and perspective on, over the baseline geometry's,
-    per crop side and codec (the issue's targets table)."""
-    ratio = {}
+    per crop side and codec (the issue's targets table): from a cache built with --levels, and without (the default,
+    where the table has it)."""
+    ratio, plain = {}, {}
     for r in rows(results, *GEOMETRY_GOALS):
         what = r["what"]
-        if "all on / baseline geometry" in what and what.startswith("camera photos"):
-            side = what.split(": ")[1].split("-px")[0]
-            ratio[(side, what.split(", ")[1])] = r["measured"]
+        if not what.startswith("camera photos"):
+            continue
+        key = (what.split(": ")[1].split("-px")[0], what.split(", ")[1])
+        if "all on / baseline geometry" in what:
+            ratio[key] = r["measured"]
+        elif "all on from a cache built without --levels" in what:
+            plain[key] = r["measured"]
     if not {("1024", "raw"), ("1024", "jpeg")} <= set(ratio):
         return "not measured"
     sides = sorted({s for s, _ in ratio}, key=int, reverse=True)
-    return "; ".join(f"{s} px: raw {ratio[(s, 'raw')]}x, JPEG {ratio[(s, 'jpeg')]}x" for s in sides
+    text = "; ".join(f"{s} px: raw {ratio[(s, 'raw')]}x, JPEG {ratio[(s, 'jpeg')]}x" for s in sides
                      if (s, "raw") in ratio and (s, "jpeg") in ratio)
+    if not {("1024", "raw"), ("1024", "jpeg")} <= set(plain):
+        return text
+    return (f"{text} (a cache built with --levels; without, the default: 1024 px raw {plain[('1024', 'raw')]}x, JPEG "
+            f"{plain[('1024', 'jpeg')]}x)")
 
 
 def performance_page(results: dict, table) -> str:
@@ -391,7 +445,8 @@ def performance_page(results: dict, table) -> str:
              "machine, date and printed tables); `--quick` runs small settings, `--only NAME` one benchmark, and "
              "`--record NAME FILE` records the output of a run made on another machine (a GPU). Figures are ratios "
              "against a reference measured in the same run wherever one exists (a memcpy of the same bytes, the "
-             "plain implementation, the other codec).", "",
+             "plain implementation, the other codec). compare.py, the build and the read of the working tree against "
+             "earlier revisions alternated in one run, is recorded only when named: `run_all.py --only compare`.", "",
              f"Machines: {'; '.join(machines)}. Dates: {dates[0]} to {dates[-1]}.", "",
              "The GPU figures (bench_gpu_augment.py, bench_time_to_accuracy.py, bench_fusion.py, bench_gpu.py) "
              "come from one script run on a machine with an NVIDIA GPU, from the repository root: `bash "
@@ -407,10 +462,15 @@ def performance_page(results: dict, table) -> str:
     for name in sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n)):
         r = results[name]
         status = "" if r["returncode"] == 0 else f", FAILED with exit status {r['returncode']}"
-        parts += [f"## bench_{name}.py", "",
+        parts += [f"## {script_name(name)}", "",
                   f"`{r['command']}` ({r['mode']} settings; {r['machine']}; {r['date']}; {r['seconds']:.0f} s{status})",
                   "", demoted(r["output"].strip()), ""]
     return "\n".join(parts)
+
+
+def script_name(name: str) -> str:
+    """The file of benchmark `name`: bench_NAME.py, or compare.py."""
+    return "compare.py" if name == "compare" else f"bench_{name}.py"
 
 
 def demoted(text: str) -> str:

@@ -6,6 +6,7 @@ The project's performance figures come from one command:
     python benchmarks/run_all.py            # each script's defaults; long
     python benchmarks/run_all.py --quick    # small settings, a few minutes: checks that all still run
     python benchmarks/run_all.py --only sample,loader
+    python benchmarks/run_all.py --only compare   # compare.py against COMPARE_REVS (long: never run by default)
     python benchmarks/run_all.py --only peers --peers-python /path/to/peers-env/bin/python
     python benchmarks/run_all.py --record gpu gpu.txt --command "python benchmarks/bench_gpu.py ..." \
         --machine "NVIDIA H200, 16 cores"   # a benchmark's output from a run on another machine
@@ -18,7 +19,9 @@ Each script runs in its own process and prints markdown tables; that output is t
 script NAME (bench_NAME.py) this writes results/NAME.json (command, mode, machine, date, the output
 and its tables as data, for plot.py), then renders docs/performance.md from every results/*.json there, so
 that --only refreshes one section and keeps the others. A new script joins by being named
-bench_*.py; without a QUICK entry it runs with its defaults in both modes.
+bench_*.py; without a QUICK entry it runs with its defaults in both modes. compare.py (the working tree against
+earlier revisions, builds and reads alternated) joins as `compare`, with COMPARE_REVS (--compare-revs), only when
+named: it takes several times the others' time (its section of docs/performance.md says how long).
 """
 from __future__ import annotations
 
@@ -59,7 +62,13 @@ QUICK = {
                "--epochs", "3", "--timed-epochs", "5"],
     "check": ["--images", "40", "--copies", "12", "--photos", "2", "--build-photos", "4"],
     "ensemble": ["--images", "40", "--steps", "20", "--pages", "8", "--speed-images", "200"],
+    "compare": ["--rounds", "1", "--pages", "4", "--photos", "4", "--small", "2", "--streets", "3", "--cpu-seconds",
+                "0.3", "--baseline-photos", "1"],
 }
+# compare.py's revisions: issue 48's, the head before the half level and the five-frame weights (the build's
+# reference) and the one that added them (the reads' reference)
+COMPARE_REVS = ["9a8d605", "a8d07e9"]
+NOT_BY_DEFAULT = {"compare"}   # run only when --only names them
 
 
 def _rank(name: str) -> tuple:
@@ -67,8 +76,8 @@ def _rank(name: str) -> tuple:
 
 
 def scripts() -> dict[str, Path]:
-    """{NAME: path} of every benchmarks/bench_NAME.py, in ORDER."""
-    found = {p.stem.removeprefix("bench_"): p for p in HERE.glob("bench_*.py")}
+    """{NAME: path} of every benchmarks/bench_NAME.py and of compare.py, in ORDER."""
+    found = {p.stem.removeprefix("bench_"): p for p in [*HERE.glob("bench_*.py"), HERE / "compare.py"]}
     return {name: found[name] for name in sorted(found, key=_rank)}
 
 
@@ -84,9 +93,10 @@ def parse_tables(text: str) -> list[dict]:
     return tables
 
 
-def run_one(name: str, script: Path, quick: bool, python: str = sys.executable) -> dict:
-    """Runs one script with `python`; its stderr passes through, so build progress and errors show as they happen."""
-    args = QUICK.get(name, []) if quick else []
+def run_one(name: str, script: Path, quick: bool, python: str = sys.executable, revs: list[str] = ()) -> dict:
+    """Runs one script with `python`; its stderr passes through, so build progress and errors show as they happen.
+    revs: compare.py's revisions."""
+    args = [*revs, *(QUICK.get(name, []) if quick else [])]
     command = ["python", str(script.relative_to(REPO)), *args]   # as a reader would type it, in its environment
     print(f"$ {shlex.join(command)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
@@ -108,6 +118,9 @@ def main() -> int:
                    help="record FILE, the output of bench_NAME.py run on another machine, instead of running anything")
     p.add_argument("--command", help="with --record: the command that printed FILE")
     p.add_argument("--machine", help="with --record: the machine it ran on")
+    p.add_argument("--compare-revs", default=",".join(COMPARE_REVS),
+                   help=f"comma-separated revisions compare.py measures the working tree against (default "
+                        f"{','.join(COMPARE_REVS)})")
     p.add_argument("--peers-python", default=os.environ.get("EAST_PEERS_PYTHON") or sys.executable,
                    help="interpreter of an environment with the .[peers] extra, for bench_peers.py "
                         "(default: $EAST_PEERS_PYTHON, else this one)")
@@ -125,14 +138,15 @@ def main() -> int:
         (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         return report(a.out, [])
     found = scripts()
-    names = a.only.split(",") if a.only else list(found)
+    names = a.only.split(",") if a.only else [n for n in found if n not in NOT_BY_DEFAULT]
     unknown = [n for n in names if n not in found]
     if unknown:
         p.error(f"no benchmark named {', '.join(unknown)}; there are: {', '.join(found)}")
     (a.out / "results").mkdir(parents=True, exist_ok=True)
     failed = []
     for name in names:
-        result = run_one(name, found[name], a.quick, a.peers_python if name == "peers" else sys.executable)
+        result = run_one(name, found[name], a.quick, a.peers_python if name == "peers" else sys.executable,
+                         a.compare_revs.split(",") if name == "compare" else [])
         (a.out / "results" / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         if result["returncode"]:
             failed.append(name)

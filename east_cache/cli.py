@@ -87,8 +87,7 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="samples per file, batch strategy; use your training batch size" + kept(d.batch_size))
     p.add_argument("--variants", type=flag_number(COUNT),
                    help="augmented variants cached per image (--geometry build or --crop build); epoch e reads "
-                        "variant (e + offset) mod K"
-                        + kept(d.variants))
+                        "variant (e + offset) mod K" + kept(d.variants))
     p.add_argument("--image-size", type=flag_number(COUNT), help="long side after resizing, px" + kept(d.image_size))
     p.add_argument("--input-size", type=flag_number(INPUT_SIZE), help="square crop side, px" + kept(d.input_size))
     p.add_argument("--map-scale", type=float, choices=MAP_SCALES,
@@ -104,10 +103,9 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "(smallest cache; zarr needs it). `info` prints how many words each shows" + kept(d.crop))
     p.add_argument("--geometry", choices=GEOMETRY_MODES,
                    help="--crop read: where the height jitter and rotation are drawn. read: every epoch, by the "
-                        "reader, "
-                        "from a page stored resized only (each image seen at a new angle and aspect ratio every "
-                        "epoch; --variants 1); build: once per variant at build time, the page stored warped (crops "
-                        "read by slicing, several times faster to read, one angle per variant)" + kept(d.geometry))
+                        "reader, from a page stored resized only (each image seen at a new angle and aspect ratio "
+                        "every epoch; --variants 1); build: once per variant at build time, the page stored warped "
+                        "(crops read by slicing, several times faster, one angle per variant)" + kept(d.geometry))
     p.add_argument("--image-codec", choices=(AUTO, *IMAGE_CODECS),
                    help="how a page's image is stored (--crop read): raw tiles, read at memory speed with nothing to "
                         "decode; jpeg, JPEG tiles of 128 px (a cache near the photos' own size; each crop decodes "
@@ -120,6 +118,9 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                    help="chroma of --image-codec jpeg pages: 420, colour at half resolution both ways (text edges "
                         "live in the brightness, kept whole; smaller and faster to decode); 444, colour at full "
                         "resolution, for text that differs from its ground by colour alone" + kept(d.image_chroma))
+    p.add_argument("--levels", action=argparse.BooleanOptionalAction, help="--geometry read: store each page's half "
+                   "level too (a quarter more bytes), which crops drawn at --scale < 0.71 read faster; without it they "
+                   "read the page itself at 1/2 (JPEG tiles decoded at 1/2, raw px averaged)" + kept("off"))
     p.add_argument("--crop-tries", type=flag_number(COUNT),
                    help="--crop build: random crops tested for cutting no legible word before the least-cutting one "
                         "is taken" + kept(d.crop_tries))

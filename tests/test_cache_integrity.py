@@ -163,6 +163,6 @@ def test_a_manifest_edited_to_another_image_codec_fails_verify_and_the_reader(ti
     capsys.readouterr()
     assert cli_main(["verify", str(out)]) == 1
     printed = capsys.readouterr().out
-    assert "holds jpeg-levels-page records (image codec jpeg), where the manifest says raw-page" in printed, printed
-    with pytest.raises(CacheError, match="holds jpeg-levels-page records"):
+    assert "holds jpeg-page records (image codec jpeg), where the manifest says raw-page" in printed, printed
+    with pytest.raises(CacheError, match="holds jpeg-page records"):
         CacheDataset(out)

@@ -117,6 +117,24 @@ def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_pa
     assert Manifest.load(out).config == built.config and Manifest.load(out).source == built.source
 
 
+def test_levels_round_trip_through_a_rebuild_and_info_says_so(sample_root, tmp_path, build, capsys):
+    """--levels is recorded like every option: `build --out CACHE` alone keeps it (nothing to do), --no-levels
+    rebuilds without the level; info says which the cache holds."""
+    out = tmp_path / "c"
+    build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--levels")
+    m = Manifest.load(out)
+    assert m.config.levels and m.spec.kind.half_level
+    assert "half level stored beside it (--levels)" in cli_run(capsys, "info", out)[1]
+    assert "up to date" in build(tmp_path / "c", "--out", ".", "--jobs", "1")
+    assert Manifest.load(out).config == m.config
+    err = build(tmp_path, "--out", out, "--no-levels", "--jobs", "1")
+    assert "full rebuild: the build configuration changed (levels: True -> False)" in err
+    m = Manifest.load(out)
+    assert not m.config.levels and not m.spec.kind.half_level
+    assert "no half level stored" in cli_run(capsys, "info", out)[1]
+    assert json.loads(cli_run(capsys, "info", "--json", out)[1])["half_level"] is False
+
+
 def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_path, build):
     out = tmp_path / "c"
     build(tmp_path, "--data", sample_root, "--out", out, *SMALL_FLAGS, "--strategy", "batch", "--batch-size", "2")

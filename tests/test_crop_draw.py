@@ -161,6 +161,39 @@ def test_seen_matrix_is_the_share_of_draws_holding_each_word():
         np.testing.assert_allclose(held / 400, seen[w], atol=0.08)
 
 
+def word_at_a_time_seen(boxes: np.ndarray, page_size, size: int, step: int) -> np.ndarray:
+    """seen_matrix's definition, one word at a time: word w's candidate origins (the draw's own _candidates) counted
+    inside every word's inside rectangle by prefix sums over w's region, over how many there are."""
+    bounds, inside = origin_bounds(page_size, size, step), inside_span(boxes, size, step)
+    seen = np.zeros((len(boxes), len(boxes)))
+    for w in range(len(boxes)):
+        region, ok = crop_draw_module._candidates(boxes, w, bounds, size, step)
+        sums = np.zeros((ok.shape[0] + 1, ok.shape[1] + 1))
+        sums[1:, 1:] = ok.cumsum(axis=0).cumsum(axis=1)
+        a = np.maximum(inside[:, 0], region[0]) - region[0]
+        b = np.minimum(inside[:, 1], region[1]) - region[0] + 1
+        some = np.all(b > a, axis=1)
+        a, b = np.where(some[:, None], a, 0), np.where(some[:, None], b, 0)
+        seen[w] = (sums[b[:, 1], b[:, 0]] - sums[a[:, 1], b[:, 0]] - sums[b[:, 1], a[:, 0]]
+                   + sums[a[:, 1], a[:, 0]]) / ok.sum()
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seen_matrix_equals_the_word_at_a_time_definition(seed):
+    """All words at once (a prefix-sum table per least cut count) gives the same matrix, bit for bit, as the words
+    taken one at a time: pages larger and smaller than the crop, words off the page, words no crop holds whole,
+    crowded pages whose words' least cut counts differ."""
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        page = tuple(int(v) * STEP for v in rng.integers(4, 50, 2))
+        n = int(rng.integers(1, 30))
+        lo = rng.uniform(-15, np.add(page, 15), (n, 2))
+        boxes = np.hstack([lo, lo + rng.uniform(1, SIZE * rng.choice([0.2, 0.7, 1.5]), (n, 2))])
+        np.testing.assert_array_equal(seen_matrix(boxes, page, SIZE, STEP),
+                                      word_at_a_time_seen(boxes, page, SIZE, STEP))
+
+
 def test_word_weights_raise_the_least_seen_word():
     # eight small words that any crop around one of them mostly holds, and one word far from them: drawn
     # uniformly, the lone word is seen 1 time in 9; weighted, about as often as the cluster

@@ -152,6 +152,21 @@ def test_page_files_hold_only_their_pages(cache):
 
 
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
+def test_pages_packed_by_the_kernel_and_through_the_process_are_the_same_file(sample_root, tmp_path, codec,
+                                                                              monkeypatch):
+    """pack copies each field file to file (os.copy_file_range) where it can, else writes it from the staging file's
+    map: the same bytes; in worker processes too, whose staging rows are left unsynced."""
+    from east_cache.store.formats import packed
+    kernel, process = tmp_path / "kernel", tmp_path / "process"
+    build(sample_root, kernel, strategy="chunked", chunk_size=3, image_codec=codec)
+    build_cache(small_config(**{"variants": 2, "strategy": "chunked", "chunk_size": 3, "image_codec": codec}),
+                [sample_root], tmp_path / "workers", jobs=2, quiet=True)
+    monkeypatch.setattr(packed, "_copy_in_kernel", lambda *a: False)
+    build(sample_root, process, strategy="chunked", chunk_size=3, image_codec=codec)
+    assert cache_bytes(kernel) == cache_bytes(process) == cache_bytes(tmp_path / "workers")
+
+
+@pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path, codec):
     out, fresh = tmp_path / "c", tmp_path / "fresh"
     build(data_copy, out, strategy="chunked", chunk_size=3, image_codec=codec)

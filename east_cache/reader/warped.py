@@ -12,11 +12,13 @@ float32 operations of targets.fill_geometry.
 """
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import cv2
 import numpy as np
 
+from east_cache.errors import cache_command
 from east_cache.sample.epoch_geometry import (
     EpochGeometry,
     clip_convex,
@@ -40,6 +42,25 @@ from east_cache.store.page_record import CROP_MAPS, MAPS_DTYPE, WARPED_IMAGE, WO
 
 
 IDENTITY = np.eye(3)
+_told = [False]   # whether this process said that a build with --levels reads shrunk crops faster (level_hint)
+
+
+class NoLevelsWarning(UserWarning):
+    """A crop that shrinks its page by 1.41 or more read the page itself at a reduced size: the cache was built
+    without --levels, whose stored half level it would read faster."""
+
+
+def level_hint() -> None:
+    """Once per process (a loader worker forked after it said so stays quiet): a crop drawn at scale < 0.71 averages
+    the page's own px (raw) or decodes every tile under it at 1/2 (jpeg), where a cache built with --levels holds the
+    page's half level to read instead, a quarter of the px and of the tiles. One line, from wherever it happens."""
+    if _told[0]:
+        return
+    _told[0] = True
+    warnings.warn_explicit(f"crops drawn at scale < 0.71 read this cache's pages at 1/2 px (each tile decoded at 1/2, "
+                           f"or raw px averaged); a cache built with --levels stores each page's half level and reads "
+                           f"them faster: `{cache_command('build')} --out CACHE --levels`", NoLevelsWarning,
+                           "east_cache.reader", 0)
 
 
 class WarpedImage(NamedTuple):
@@ -67,6 +88,8 @@ class WarpedImage(NamedTuple):
         half = page.half_image() if f > 1 else None
         if half is not None:   # the stored half level, read as a page of its own: its px -> crop px, and f / 2 of it
             page, matrix, f = half, matrix @ level_matrix(2), f // 2
+        elif f > 1:   # no stored level (a build without --levels): the page itself read at 1/f, the same px
+            level_hint()
         rect = source_rect(matrix, self.size)
         if isinstance(page, JpegImage):   # only the tiles under the crop's inverse image, not its whole box
             region, x, y = decode_level(page, *rect, f, touched(matrix, self.size, page.tiles.tile, f))

@@ -124,8 +124,11 @@ def cut_counts(boxes: np.ndarray, region: np.ndarray, size: int, step: int) -> n
         corners += [a[:, 1] * nx + a[:, 0], a[:, 1] * nx + b[:, 0], b[:, 1] * nx + a[:, 0], b[:, 1] * nx + b[:, 0]]
         signs += [np.full(len(a), v * sign) for v in (1, -1, -1, 1)]
     diff = np.bincount(np.concatenate(corners), np.concatenate(signs).astype(np.float64), ny * nx)
-    counts = diff.astype(np.int32).reshape(ny, nx).cumsum(axis=0).cumsum(axis=1)
-    return counts[:-1, :-1]
+    # summed along rows, then along the rows of a transposed copy: a cumulative sum down columns strides through
+    # memory and takes several times as long
+    counts = diff.astype(np.int32).reshape(ny, nx).cumsum(axis=1, dtype=np.int32).T.copy()
+    np.cumsum(counts, axis=1, out=counts)
+    return np.ascontiguousarray(counts.T[:-1, :-1])
 
 
 def cuts_at(boxes: np.ndarray, origins, size: float) -> np.ndarray:
@@ -203,22 +206,69 @@ def draw_grid_origin(rng: np.random.Generator, boxes: np.ndarray, bounds: np.nda
     return _pick(rng, *_candidates(boxes, w, bounds, size, step))
 
 
+def _regions(boxes: np.ndarray, bounds: np.ndarray, size: int, step: int) -> np.ndarray:
+    """int64 (L, 2, 2): _region of every word at once."""
+    out = np.broadcast_to(bounds, (len(boxes), 2, 2)).copy()
+    for span in (overlap_span(boxes, size, step), inside_span(boxes, size, step)):   # the later one wins
+        lo, hi = np.maximum(span[:, 0], bounds[0]), np.minimum(span[:, 1], bounds[1])
+        ok = np.all(hi >= lo, axis=1)
+        out[ok, 0], out[ok, 1] = lo[ok], hi[ok]
+    return out
+
+
+def _prefix_sums_t(mask: np.ndarray) -> np.ndarray:
+    """int32 (nx + 1, ny + 1): the 2-D prefix sums of bool (ny, nx) mask, transposed ([x, y]: the sum over [0, x) x
+    [0, y)), a zero row and column first. Both sums run along rows in memory, a transposed copy between them: a
+    cumulative sum down columns walks memory with a stride and takes several times as long."""
+    out = np.zeros((mask.shape[1] + 1, mask.shape[0] + 1), np.int32)   # a page has far fewer origins than 2**31
+    np.cumsum(mask.cumsum(axis=1, dtype=np.int32).T.copy(), axis=1, out=out[1:, 1:])
+    return out
+
+
+def _corners(lo: np.ndarray, hi: np.ndarray, ny: int) -> np.ndarray:
+    """int64 (..., 4): flat indices into a _prefix_sums_t table of the rectangles [lo, hi) ((x, y) grid indices
+    within the table, lo <= hi) at their (hi, hi), (lo, hi), (hi, lo), (lo, lo) corners, whose signed sum is the
+    rectangle's."""
+    x0, x1 = lo[..., 0] * (ny + 1), hi[..., 0] * (ny + 1)
+    return np.stack([x1 + hi[..., 1], x0 + hi[..., 1], x1 + lo[..., 1], x0 + lo[..., 1]], -1)
+
+
+def _rect_sums(table: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """The sums over the rectangles whose _corners are given, from a _prefix_sums_t table."""
+    v = table.ravel()[corners]
+    return v[..., 0] - v[..., 1] - v[..., 2] + v[..., 3]
+
+
 def seen_matrix(boxes: np.ndarray, page_size: tuple[int, int], size: int, step: int) -> np.ndarray:
-    """float64 (L, L): P[w, u], the chance that the crop drawn for word w holds word u whole (prefix sums of
-    the draw's candidate origins over each word's inside rectangle)."""
+    """float64 (L, L): P[w, u], the chance that the crop drawn for word w holds word u whole: among the draw's
+    candidate origins for w (those of its region with the fewest cuts, _candidates), the share inside u's
+    inside rectangle.
+
+    All words at once: the candidates of w are the cells of its region whose cut count is the region's least, v;
+    for every count v that is some region's least, one table of 2-D prefix sums of (counts <= v) over the page's
+    origins answers, by four lookups per pair, how many of those cells lie in each word's inside rectangle (below v
+    there are none in w's region). A handful of tables, where a word at a time took two cumulative sums over its
+    region per word and frame."""
     bounds, inside = origin_bounds(page_size, size, step), inside_span(boxes, size, step)
     counts = page_counts(boxes, page_size, size, step)
-    seen = np.zeros((len(boxes), len(boxes)))
-    for w in range(len(boxes)):
-        region, ok = _candidates(boxes, w, bounds, size, step, counts)
-        sums = np.zeros((ok.shape[0] + 1, ok.shape[1] + 1))
-        sums[1:, 1:] = ok.cumsum(axis=0).cumsum(axis=1)
-        a = np.maximum(inside[:, 0], region[0]) - region[0]
-        b = np.minimum(inside[:, 1], region[1]) - region[0] + 1
-        some = np.all(b > a, axis=1)
-        a, b = np.where(some[:, None], a, 0), np.where(some[:, None], b, 0)
-        held = sums[b[:, 1], b[:, 0]] - sums[a[:, 1], b[:, 0]] - sums[b[:, 1], a[:, 0]] + sums[a[:, 1], a[:, 0]]
-        seen[w] = held / ok.sum()
+    n, ny = len(boxes), counts.shape[0]
+    regions = _regions(boxes, bounds, size, step) - bounds[0]   # (L, 2, 2) inclusive, counts' indices
+    lo, hi = regions[:, 0], regions[:, 1] + 1
+    region = _corners(lo, hi, ny)   # (L, 4)
+    # every word's inside rectangle met with every region, (L, L, 4), the same for every table: its corners kept
+    # within the region, an empty one as a rectangle of no width or height (its sum 0)
+    a = np.minimum(np.maximum(inside[None, :, 0] - bounds[0], lo[:, None]), hi[:, None])   # np.clip: the same, slower
+    pairs = _corners(a, np.minimum(np.maximum(inside[None, :, 1] - bounds[0] + 1, a), hi[:, None]), ny)
+    seen, todo = np.zeros((n, n)), np.arange(n)
+    for v in range(int(counts.min()), int(counts.max()) + 1):   # the least counts are small: a few rounds
+        table = _prefix_sums_t(counts <= v)
+        total = _rect_sums(table, region[todo])
+        found = total > 0   # the words whose region's least count is v
+        if found.any():
+            seen[todo[found]] = _rect_sums(table, pairs[todo[found]]) / total[found, None]
+            todo = todo[~found]
+        if not len(todo):
+            break
     return seen
 
 

@@ -23,9 +23,10 @@ from east_cache.config import BuildConfig
 from east_cache.errors import Input
 
 # Bump when the record layout, the file naming or the manifest schema changes.
-FORMAT_VERSION = 6   # 6: a page warped at read time stores its half level after it; 5: a packed file's head names
-#                      its record kind, a sidecar its data file's checksum; 4: pages stored resized only, warped at
-#                      read time (--geometry read); 3: packed page files
+FORMAT_VERSION = 7   # 7: a page warped at read time stores its half level only when built with --levels (kinds
+#                      raw-levels-page, jpeg-levels-page); 6: a page warped at read time stores its half level after
+#                      it; 5: a packed file's head names its record kind, a sidecar its data file's checksum; 4: pages
+#                      stored resized only, warped at read time (--geometry read); 3: packed page files
 MANIFEST = "manifest.json"
 DATA_DIR = "data"            # data files live in CACHE/data/, the manifest in CACHE/
 QUADS_SUFFIX = ".quads.npz"  # sidecar of a data file (sidecar.py)
@@ -87,9 +88,9 @@ class RecordKind:
 
     @property
     def half_level(self) -> bool:
-        """A page kind whose image field holds the page's half level after the page (pages warped at read time: raw
-        rows, or JPEG tiles)."""
-        return self.packed and self.field("image").shape.what in ("rows", "jpeg-levels")
+        """A page kind whose image field holds the page's half level after the page (pages warped at read time, built
+        with --levels: raw rows, or JPEG tiles)."""
+        return self.packed and self.field("image").shape.what in ("rows-levels", "jpeg-levels")
 
     def dtype(self, cfg: BuildConfig) -> np.dtype:
         return np.dtype([(f.name, f.dtype, f.shape(cfg)) for f in self.fields])
@@ -130,9 +131,9 @@ class PageShape:
     """A flat field as long as the largest page under the config (sample.page.max_page_size) needs: a page is
     written at the start of it (the rest of a build's fixed slot stays a hole of its sparse staging file, and a
     packed file holds the prefix alone). What: "image", the page's raw image tiles (page_record.image_values); "rows",
-    its raw pixels row after row and its half level's (page_rows.RawRows); "maps", its maps' tiles
-    (page_record.map_values); "jpeg", its JPEG tiles packed (page_jpeg.jpeg_values); "jpeg-levels", those and its
-    half level's packed after them (page_jpeg.JpegCodec with levels)."""
+    its raw pixels row after row (page_rows.RawRows); "rows-levels", those and its half level's after them; "maps",
+    its maps' tiles (page_record.map_values); "jpeg", its JPEG tiles packed (page_jpeg.jpeg_values); "jpeg-levels",
+    those and its half level's packed after them (page_jpeg.JpegCodec with levels)."""
     what: str = "image"
 
     def __call__(self, c: BuildConfig) -> tuple[int, ...]:
@@ -140,11 +141,11 @@ class PageShape:
         from east_cache.sample.page import max_page_size
         from east_cache.store.page_jpeg import jpeg_values
         from east_cache.store.page_record import image_values, map_values
-        from east_cache.store.page_rows import RAW_ROWS, half_size
+        from east_cache.store.page_rows import RAW_LEVELS_ROWS, RAW_ROWS, half_size
         size = max_page_size(c)
         return ({"image": image_values(size), "maps": map_values(size, c.map_scale), "rows": RAW_ROWS.values(size),
-                 "jpeg": jpeg_values(size), "jpeg-levels": jpeg_values(size) + jpeg_values(half_size(size))}
-                [self.what],)
+                 "rows-levels": RAW_LEVELS_ROWS.values(size), "jpeg": jpeg_values(size),
+                 "jpeg-levels": jpeg_values(size) + jpeg_values(half_size(size))}[self.what],)
 
 
 @dataclass(frozen=True)
@@ -173,34 +174,44 @@ JPEG_PAGE = RecordKind("jpeg-page", (
               "packed by jpeg_tiles.pack (shared header, CRC32 per tile)"),
     Field("size", np.dtype(np.int32), Fixed((2,)), doc="the page's width and height W, H in page px"),
 ), page_codec="jpeg")
-# A page stored resized only (--geometry read): its raw pixels row after row and its half level's, and no maps, as a
-# jpeg page has none: a reader draws each crop's maps from the page's words under that epoch's warp.
+# A page stored resized only (--geometry read): its raw pixels row after row, and no maps, as a jpeg page has none: a
+# reader draws each crop's maps from the page's words under that epoch's warp. A jpeg one is a JPEG_PAGE.
 RAW_PAGE = RecordKind("raw-page", (
     Field("image", np.dtype(np.uint8), PageShape("rows"),
-          doc="RGB page, 0..255, row after row, (H, W, 3) channels last: the first 3 W H values; then its half level "
-              "(page_rows.half_level), (H // 2, W // 2, 3) the same way"),
+          doc="RGB page, 0..255, row after row, (H, W, 3) channels last: the first 3 W H values"),
     PAGE.field("size"),
 ), page_codec="raw")
-# A jpeg page stored resized only (--geometry read): its JPEG tiles and its half level's, packed one after the other.
+# The same built with --levels: its half level's px after the page's.
+RAW_LEVELS_PAGE = RecordKind("raw-levels-page", (
+    Field("image", np.dtype(np.uint8), PageShape("rows-levels"),
+          doc="RGB page as RAW_PAGE's image, then its half level (page_rows.half_level), (H // 2, W // 2, 3) the "
+              "same way"),
+    PAGE.field("size"),
+), page_codec="raw")
+# A jpeg page stored resized only (--geometry read) built with --levels: its JPEG tiles and its half level's, packed
+# one after the other.
 JPEG_LEVELS_PAGE = RecordKind("jpeg-levels-page", (
     Field("image", np.dtype(np.uint8), PageShape("jpeg-levels"),
           doc="RGB page as JPEG_PAGE's image, then its half level (page_rows.half_level) the same way, packed "
               "after it"),
     PAGE.field("size"),
 ), page_codec="jpeg")
-RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE, RAW_PAGE, JPEG_LEVELS_PAGE)}
+RECORD_KINDS = {k.name: k for k in (CROP, PAGE, JPEG_PAGE, RAW_PAGE, RAW_LEVELS_PAGE, JPEG_LEVELS_PAGE)}
 FIELDS = CROP.names   # the fields a crop record and a Dataset item hold
 
 
 def record_kind(cfg: BuildConfig) -> RecordKind:
     """The one place that picks the record kind: --crop read caches pages (raw or JPEG images, by the resolved
     image_codec; raw ones with their maps only when stored warped, --geometry build; those warped at read time with
-    their half level), --crop build crops."""
+    their half level where built with --levels), --crop build crops."""
     if cfg.crop == "build":
         return CROP
+    levels = cfg.warps_at_read and cfg.levels
     if cfg.image_codec == "jpeg":
-        return JPEG_LEVELS_PAGE if cfg.warps_at_read else JPEG_PAGE
-    return RAW_PAGE if cfg.warps_at_read else PAGE
+        return JPEG_LEVELS_PAGE if levels else JPEG_PAGE
+    if not cfg.warps_at_read:
+        return PAGE
+    return RAW_LEVELS_PAGE if levels else RAW_PAGE
 
 
 def record_spec(cfg: BuildConfig, kind: RecordKind | None = None) -> RecordSpec:

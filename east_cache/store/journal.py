@@ -1,7 +1,8 @@
 """The finished rows of an unfinished data file, kept across an interrupted build: a journal beside its staging file.
 
 Workers fill a data file's rows in place in its staging file (plan.stage_name: an npy file's temp file, a page
-file's staging file of fixed slots) and flush them before they report; the build appends each reported row to
+file's staging file of fixed slots) and flush them before they report (a page file's on the build's own machine
+stay in the page cache: worker.write_rows); the build appends each reported row to
 the file's journal (plan.journal_name): its sample key and what the worker returned (worker.RowResult: the row's
 checksum, words, note). A Ctrl-C or SIGTERM leaves the staging files that have journaled rows, a SIGKILL all of
 them; the next build of the same samples (the same file name, so the same keys in the same rows) takes every

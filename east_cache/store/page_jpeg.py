@@ -33,7 +33,7 @@ from east_cache.store.jpeg_tiles import (
     unpack,
 )
 from east_cache.store.page_record import RAW_TILES, RawTiles, block_tiles, page_bytes, tile_grid
-from east_cache.store.page_rows import RAW_ROWS, RawRows, half_level, half_size
+from east_cache.store.page_rows import RAW_LEVELS_ROWS, RAW_ROWS, RawRows, half_level, half_size
 
 JPEG_TILE_PX = 128        # side of a page's JPEG tiles, page px: a multiple of the JPEG MCU and of page_record.TILE_PX
 # A page's packed tiles may take at most this many times its raw tiles' bytes (plus the pack's index): the size of
@@ -61,12 +61,15 @@ def jpeg_estimate(size: tuple[int, int], quality: int) -> int:
 
 def page_estimate(size: tuple[int, int], cfg: BuildConfig, codec: str | None = None) -> int:
     """Bytes a page of size (W, H) takes in a record under codec (default: the config's, resolved); a page warped
-    at read time with its half level's (JpegCodec, RawRows)."""
+    at read time built with --levels with its half level's (JpegCodec, RawRows)."""
     codec = codec or cfg.image_codec
+    levels = cfg.warps_at_read and cfg.levels
     if codec == "jpeg":
-        half = jpeg_estimate(half_size(size), cfg.image_quality) if cfg.warps_at_read else 0
+        half = jpeg_estimate(half_size(size), cfg.image_quality) if levels else 0
         return jpeg_estimate(size, cfg.image_quality) + half
-    return RAW_ROWS.values(size) if cfg.warps_at_read else page_bytes(size, cfg.map_scale)
+    if not cfg.warps_at_read:
+        return page_bytes(size, cfg.map_scale)
+    return (RAW_LEVELS_ROWS if levels else RAW_ROWS).values(size)
 
 
 class JpegBlock(NamedTuple):
@@ -102,7 +105,7 @@ class JpegBlock(NamedTuple):
 
 class JpegImage(NamedTuple):
     """A page image over its packed JPEG tiles (views of the record): what a reader asks of a page image. A page
-    warped at read time keeps the tiles of its half level beside them (page_rows.half_level, encoded as the page),
+    warped at read time built with --levels keeps the tiles of its half level beside them (page_rows.half_level, encoded as the page),
     which a crop that shrinks the page by about 2 or more decodes instead: a quarter of the tiles (libjpeg's
     1/2-scaled decode of the page's own tiles saves only its inverse DCT: each tile's entropy decoding, most of the
     cost, stays)."""
@@ -155,7 +158,7 @@ def empty_tiles(tile: int) -> JpegTiles:
 
 class JpegCodec:
     """Image codec "jpeg" (see RawTiles for what a codec answers): tiles of JPEG_TILE_PX at a quality and chroma
-    subsampling (config.IMAGE_CHROMAS). levels (pages warped at read time): the packed tiles of the page's half
+    subsampling (config.IMAGE_CHROMAS). levels (pages warped at read time, built with --levels): the packed tiles of the page's half
     level follow the page's, encoded the same way."""
     name = "jpeg"
     stores_maps = False
@@ -233,10 +236,14 @@ def tiles_problem(field: np.ndarray, size, where: str, levels: bool = False) -> 
 
 def codec_of(cfg: BuildConfig) -> RawTiles | RawRows | JpegCodec:
     """The image codec of a page cache built with cfg (its image_codec resolved): raw pages stored warped (--geometry
-    build) as tiles with their maps, raw pages warped at read time as rows without."""
+    build) as tiles with their maps, raw pages warped at read time as rows without; pages warped at read time with
+    their half level where built with --levels."""
+    levels = cfg.warps_at_read and cfg.levels
     if cfg.image_codec == "jpeg":
-        return JpegCodec(cfg.image_quality, cfg.image_chroma, levels=cfg.warps_at_read)
-    return RAW_ROWS if cfg.warps_at_read else RAW_TILES
+        return JpegCodec(cfg.image_quality, cfg.image_chroma, levels=levels)
+    if not cfg.warps_at_read:
+        return RAW_TILES
+    return RAW_LEVELS_ROWS if levels else RAW_ROWS
 
 
 def jpeg_settings_words(cfg: BuildConfig) -> str:

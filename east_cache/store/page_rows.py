@@ -1,11 +1,14 @@
-"""A page stored resized only (--geometry read), raw: its pixels row after row and its half level's (image codec
-"raw" of such a page, RawRows; the record kind is store/format.py RAW_PAGE).
+"""A page stored resized only (--geometry read), raw: its pixels row after row and, built with --levels, its half
+level's (image codec "raw" of such a page, RawRows; the record kinds are store/format.py RAW_PAGE and
+RAW_LEVELS_PAGE).
 
 Rows, not tiles: a warp reads any rotated region of them in place, where tiles would first be gathered into rows
 (page_record.RawTiles answers the same questions for pages stored warped). The half level (half_level: each px the
 rounded mean of 2 x 2 page px on even px) is what a crop that shrinks the page by about 2 or more reads instead
-(east_cache/sample/epoch_geometry.py read_level): a quarter of the px, and no aliasing. A jpeg page keeps the same
-level as tiles of its own (store/page_jpeg.py).
+(east_cache/sample/epoch_geometry.py read_level): a quarter of the px, and no aliasing. It costs a quarter more bytes
+and build time, for runs that draw crops at scale < 0.71 only (a training run's --scale; the default, 1, never does),
+so it is stored with --levels alone; without it such a crop averages the page's own px under it (the same px:
+reader/warped.py level_region). A jpeg page keeps the same level as tiles of its own (store/page_jpeg.py).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ def half_level(pixels: np.ndarray) -> np.ndarray:
 
 class PageRows(NamedTuple):
     """A page image stored row after row, uint8 (H, W, 3) RGB channels last: what a reader warps a crop from reads
-    it in place (a view of the record, rows strided), nothing copied. A page warped at read time keeps its half
+    it in place (a view of the record, rows strided), nothing copied. A page built with --levels keeps its half
     level beside it (half_level), which a crop that shrinks the page by about 2 or more reads instead (a quarter of
     the px)."""
     pixels: np.ndarray   # (H, W, 3)
@@ -67,33 +70,40 @@ class PageRows(NamedTuple):
 
 class RawRows:
     """Image codec "raw" of a page warped at read time (--geometry read): the page's pixels row after row, (H, W, 3)
-    flattened, then its half level's (H // 2, W // 2, 3) the same way, and no maps (each crop's are drawn from the
-    words under its epoch's warp). Rows, not tiles: a warp reads any rotated region of them in place, where tiles
-    would first be gathered into rows (RawTiles answers the same questions for pages stored warped). The half level
-    adds a quarter of the page's bytes; a crop of scale 0.5 to 0.71 reads a quarter of the px from it
-    (epoch_geometry.read_level)."""
+    flattened, with `levels` (--levels) then its half level's (H // 2, W // 2, 3) the same way, and no maps (each
+    crop's are drawn from the words under its epoch's warp). Rows, not tiles: a warp reads any rotated region of them
+    in place, where tiles would first be gathered into rows (RawTiles answers the same questions for pages stored
+    warped). The half level adds a quarter of the page's bytes; a crop of scale 0.5 to 0.71 reads a quarter of the
+    px from it (epoch_geometry.read_level)."""
     name = "raw"
     stores_maps = False
 
+    def __init__(self, levels: bool = False):
+        self.levels = levels
+
     def values(self, size: tuple[int, int]) -> int:
-        hw, hh = half_size(size)
+        hw, hh = half_size(size) if self.levels else (0, 0)
         return 3 * (size[0] * size[1] + hw * hh)
 
     def encode(self, image: np.ndarray, where: str = "") -> PageRows:
         """The page image of uint8 RGB (3, H, W)."""
         pixels = np.ascontiguousarray(image.transpose(1, 2, 0))
-        return PageRows(pixels, half_level(pixels))
+        return PageRows(pixels, half_level(pixels) if self.levels else None)
 
     def write(self, image: PageRows, field: np.ndarray) -> int:
         n = image.pixels.size
-        field[:n] = image.pixels.ravel()
-        field[n:n + image.half.size] = image.half.ravel()
+        field[:n] = image.pixels.reshape(-1)
+        if not self.levels:
+            return n
+        field[n:n + image.half.size] = image.half.reshape(-1)
         return n + image.half.size
 
     def view(self, field: np.ndarray, size: tuple[int, int], where: str = "") -> PageRows:
         (w, h), (hw, hh) = size, half_size(size)
         n = 3 * w * h
-        return PageRows(field[:n].reshape(h, w, 3), field[n:n + 3 * hw * hh].reshape(hh, hw, 3))
+        half = field[n:n + 3 * hw * hh].reshape(hh, hw, 3) if self.levels else None
+        return PageRows(field[:n].reshape(h, w, 3), half)
 
 
-RAW_ROWS = RawRows()
+RAW_ROWS = RawRows()                    # --geometry read, the default
+RAW_LEVELS_ROWS = RawRows(levels=True)  # --geometry read --levels

@@ -30,7 +30,8 @@ def running(cfg: BuildConfig, plan: Plan, jobs, skip_bad: bool, backend):
     workers = {"initializer": init_worker, "initargs": (os.getpid(),)} if local else {}
     with parallel_config(backend=backend) if backend else nullcontext():
         with _sigint_ignored() if local and jobs != 1 else nullcontext():
-            results = Parallel(n_jobs=jobs, return_as="generator_unordered", **workers)(_calls(cfg, plan, skip_bad))
+            results = Parallel(n_jobs=jobs, return_as="generator_unordered", **workers)(
+                _calls(cfg, plan, skip_bad, shared=not local))
         with warnings.catch_warnings():
             # joblib warns that it cancelled the queued tasks: on an error that is the point.
             warnings.filterwarnings("ignore", message=".*still being processed by the workers have been cancelled")
@@ -55,9 +56,10 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
+def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool, shared: bool = True) -> list:
     """joblib calls: a few rows each where a format fills files in place; one whole file each where it writes a
-    file in one piece (zarr shards), so that no two workers ever write the same file."""
+    file in one piece (zarr shards), so that no two workers ever write the same file. shared: the workers may run on
+    other machines (worker.write_rows)."""
     if get_format(plan.file_format).whole_file:
         by_file: dict[int, list] = {}
         for t in plan.tasks:
@@ -65,6 +67,6 @@ def _calls(cfg: BuildConfig, plan: Plan, skip_bad: bool) -> list:
         groups = list(by_file.values())
     else:
         groups = [plan.tasks[k:k + TASKS_PER_CALL] for k in range(0, len(plan.tasks), TASKS_PER_CALL)]
-    return [delayed(write_rows)(cfg, tasks, skip_bad, plan.file_format) for tasks in groups]
+    return [delayed(write_rows)(cfg, tasks, skip_bad, plan.file_format, shared) for tasks in groups]
 
 

@@ -71,8 +71,13 @@ def init_worker(build_pid: int) -> None:
     threading.Thread(target=watch, name="exit-with-build", daemon=True).start()
 
 
-def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format: str) -> list[RowResult]:
-    """Fill the tasks' rows, then finish every file written to (a whole-file format gets all of a file's rows)."""
+def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format: str,
+               shared: bool = True) -> list[RowResult]:
+    """Fill the tasks' rows, then finish every file written to (a whole-file format gets all of a file's rows).
+    shared: the build runs on other machines too (dask), whose parent reads the rows through shared storage; a
+    worker on the build's own machine leaves a page file's staging rows in the page cache it shares with the parent,
+    unsynced: the parent packs them and then syncs the packed file alone, and a build that resumes after a crash
+    checks each journaled row's CRC32 (journal.py), so a row lost with the page cache is made again."""
     fmt, spec = get_format(file_format), record_spec(cfg)
     per_file = Counter(t.dst for t in tasks)
     if fmt.whole_file:
@@ -81,8 +86,9 @@ def write_rows(cfg: BuildConfig, tasks: list[Task], skip_bad: bool, file_format:
     writers = {d: fmt.writer(Path(d), spec, n) for d, n in per_file.items()}
     sources: dict[str, tuple] = {}
     results = [_fill(cfg, spec, t, writers[t.dst].rows, sources, skip_bad) for t in tasks]
-    for w in writers.values():
-        w.finish()
+    if shared or not spec.kind.packed:
+        for w in writers.values():
+            w.finish()
     return results
 
 

@@ -33,7 +33,12 @@ def codec_line(s: dict) -> str:
     what = (f"jpeg: JPEG tiles of {JPEG_TILE_PX} px at {jpeg_settings_words(BuildConfig.from_dict(c))}, a crop "
             f"decodes those it covers; maps drawn from the words" if s["image_codec"] == "jpeg"
             else "raw: pixels as they are, nothing to decode")
-    return f"{what} ({s['codec_reason']})" if s["codec_reason"] else what
+    what = f"{what} ({s['codec_reason']})" if s["codec_reason"] else what
+    if s.get("half_level") is None:   # pages stored warped, or crops: no level to read
+        return what
+    return what + ("; each page's half level stored beside it (--levels), which crops drawn at scale < 0.71 read"
+                   if s["half_level"] else "; no half level stored: crops drawn at scale < 0.71 read the page at 1/2 "
+                                           "(a build with --levels stores it, and reads them faster)")
 
 
 def disk_bytes(path: Path) -> int:
@@ -56,6 +61,7 @@ def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None, a
     return {
         "cache": str(cache_dir), "strategy": cfg.strategy, "strategy_reason": m.strategy_reason,
         "file_format": m.file_format, "image_codec": cfg.image_codec, "codec_reason": m.codec_reason,
+        "half_level": m.spec.kind.half_level if cfg.warps_at_read else None,
         "images": len(m.images), "variants": cfg.variants, "samples": sum(f.rows for f in m.files),
         "files": len(m.files), "record_bytes": m.spec.dtype.itemsize,
         "data_bytes": data_bytes, "quads_bytes": quad_bytes, "build": asdict(m.build), "source": asdict(m.source),

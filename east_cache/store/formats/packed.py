@@ -3,7 +3,9 @@ prefixes, back to back, with an index, so that a file takes on disk (and in a bu
 
 A build's workers fill a sparse staging file of fixed slots in place (npy of the kind's record dtype: any worker
 writes any row, a copied row is a prefix copy); once every row is in, `pack` writes the packed file from it in
-one sequential pass. The packed file is a `.npy` array of uint8 (np.load maps it), laid out as:
+one sequential pass, each field's bytes copied file to file by the kernel (os.copy_file_range: no page of either
+file mapped or copied through this process) where the system has it. The packed file is a `.npy` array of uint8
+(np.load maps it), laid out as:
 
     head     int64 (4,)            PACKED_MAGIC, rows R, fields F, the record kind's code (RecordKind.code)
     index    int64 (R, F, 2)       (start, bytes) of field k of record r, from the array's first byte
@@ -15,6 +17,7 @@ staging row and the packed record give the same CRC.
 """
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 from pathlib import Path
@@ -57,18 +60,49 @@ def layout(spec: RecordSpec, lengths: list) -> tuple[np.ndarray, int]:
 
 def pack(stage: Path, dst: Path, spec: RecordSpec, lengths: list) -> None:
     """Write the packed file dst from the staging file of fixed slots at stage, whose row r's field k holds
-    lengths[r][k] values; dst is flushed (the caller syncs and renames it)."""
+    lengths[r][k] values; dst is written (the caller syncs and renames it)."""
     slots = np.load(stage, mmap_mode="r")
     index, total = layout(spec, lengths)
-    out = npformat.open_memmap(dst, mode="w+", dtype=np.uint8, shape=(total,))
     head = np.array([PACKED_MAGIC, len(lengths), len(spec.kind.names), spec.kind.code], "<i8")
-    out[:8 * HEAD_VALUES] = head.view(np.uint8)
-    out[8 * HEAD_VALUES:8 * (HEAD_VALUES + index.size)] = index.astype("<i8").ravel().view(np.uint8)
-    for r, row in enumerate(index):
-        for k, (name, (start, nbytes)) in enumerate(zip(spec.kind.names, row)):
-            out[start:start + nbytes] = slots[name][r].reshape(-1)[:lengths[r][k]].view(np.uint8)
-    out.flush()
-    del out, slots
+    # each field's (row, name, bytes from the packed array's start, bytes)
+    fields = [(r, name, int(start), int(nbytes)) for r, row in enumerate(index)
+              for name, (start, nbytes) in zip(spec.kind.names, row) if nbytes]
+    with open(dst, "wb") as f:
+        npformat.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (total,)})
+        at = f.tell()   # the array's first byte in the file
+        f.write(head.tobytes() + index.astype("<i8").tobytes())
+        f.truncate(at + total)   # the padding between fields reads 0
+        f.flush()
+        row, where = slots.dtype.itemsize, {name: slots.dtype.fields[name][1] for name in spec.kind.names}
+        parts = [(slots.offset + r * row + where[name], at + start, n) for r, name, start, n in fields]
+        if not _copy_in_kernel(stage, f.fileno(), parts):
+            for (r, name, start, n), (_, d, _) in zip(fields, parts):   # through this process, from the map
+                os.pwrite(f.fileno(), slots[name][r].reshape(-1).view(np.uint8)[:n], d)
+    del slots
+
+
+def _copy_in_kernel(src: Path, dst: int, parts: list[tuple[int, int, int]]) -> bool:
+    """Copy each (source offset, destination offset, bytes) of file src into the open file dst with
+    os.copy_file_range; False (nothing done that matters: the caller writes every part) where the system or the
+    file system cannot."""
+    if not hasattr(os, "copy_file_range"):
+        return False
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        for s, d, n in parts:
+            done = 0
+            while done < n:
+                moved = os.copy_file_range(fd, dst, n - done, s + done, d + done)
+                if moved <= 0:
+                    return False
+                done += moved
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+            return False
+        raise
+    finally:
+        os.close(fd)
+    return True
 
 
 class PackedRecords:
@@ -159,7 +193,7 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
     file damaged inside its records (zeroed, its index intact) would otherwise read as a blank or short page."""
     from east_cache.store.jpeg_tiles import packed_extent  # page code loads where pages are read
     from east_cache.store.page_record import image_values, map_values
-    from east_cache.store.page_rows import RAW_ROWS, half_size
+    from east_cache.store.page_rows import RAW_LEVELS_ROWS, RAW_ROWS, half_size
     size = fields["size"]
     if size.size != 2 or (size < 0).any() or (size.min() == 0 and size.max() > 0):
         return f"its size field holds {size.tolist()}, not a page's width and height"
@@ -179,8 +213,10 @@ def extent_problem(fields: dict[str, np.ndarray], spec: RecordSpec, map_scale: f
             n += half[2]
         want = {"image": n}
     else:
-        rows = spec.kind.field("image").shape.what == "rows"   # a page warped at read time: raw rows, not tiles
-        want = {"image": (RAW_ROWS.values if rows else image_values)((w, h)), "maps": map_values((w, h), map_scale)}
+        # a page warped at read time: raw rows (its half level's after them, with --levels), not tiles
+        what = spec.kind.field("image").shape.what
+        values = {"rows": RAW_ROWS.values, "rows-levels": RAW_LEVELS_ROWS.values}.get(what, image_values)
+        want = {"image": values((w, h)), "maps": map_values((w, h), map_scale)}
     for name, n in want.items():
         if name in fields and fields[name].size != n:
             return f"its {name} field holds {fields[name].size} values, where a {w} x {h} px page takes {n}"

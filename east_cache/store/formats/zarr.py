@@ -12,8 +12,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import zarr
-from zarr.codecs import ZstdCodec
 
 from east_cache.errors import REPAIR, BuildError, CacheError
 from east_cache.store.atomic import fsync_tree
@@ -29,11 +27,19 @@ from east_cache.store.strategy import available_ram
 DIMENSIONS = ("sample", "channel", "y", "x")
 
 
+def _zarr():
+    """The zarr package, imported where a zarr file is written or read: every command and build process registers
+    this format, and zarr's import alone takes a noticeable share of a process's start."""
+    import zarr
+    return zarr
+
+
 def _codec(name: str | None):
     if name is None:
         return None
     kind, _, level = name.partition(":")
     assert kind == "zstd", f"unknown codec {name}"
+    from zarr.codecs import ZstdCodec
     return ZstdCodec(level=int(level))
 
 
@@ -42,7 +48,7 @@ def write_group(path: Path, records: np.ndarray, spec: RecordSpec) -> None:
     path = Path(path)
     if path.exists():
         shutil.rmtree(path)
-    group = zarr.open_group(path, mode="w", zarr_format=3)
+    group = _zarr().open_group(path, mode="w", zarr_format=3)
     for k in spec.dtype.names:
         field = spec.dtype[k]
         shape = (len(records), *field.shape)
@@ -71,7 +77,7 @@ class ZarrRecords:
     Rows decode on access. It holds no open file; the Dataset still reopens it in every process."""
 
     def __init__(self, path, spec: RecordSpec):
-        group = zarr.open_group(path, mode="r")
+        group = _zarr().open_group(path, mode="r")
         self.dtype = spec.dtype
         try:
             self.arrays = [group[k] for k in spec.dtype.names]
@@ -125,7 +131,7 @@ class ZarrFormat(FileFormat):
         if odd is not None:   # a FIFO would block zarr's read of it forever; a link may lead out of the cache
             return f"{odd.relative_to(path)} is a link or not a regular file"
         try:
-            group = zarr.open_group(path, mode="r")
+            group = _zarr().open_group(path, mode="r")
             arrays = {k: group[k] for k in spec.dtype.names}
         except KeyError as e:
             return f"field {e} is missing"
