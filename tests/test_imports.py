@@ -114,8 +114,8 @@ def test_no_module_is_too_long():
 # layer shares.
 LAYERS = ("base", "ingest", "sample", "store", "tools", "evaluate", "reader", "model")
 EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
-BASE = ("east_cache", "east_cache.config", "east_cache.errors", "east_cache.progress", "east_cache.budget",
-        "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
+BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
+        "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
 BUILD_SIDE = ("east_cache.tools", "east_cache.convert", "east_cache.buildrequest")
 # The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
 # entry-point packages.

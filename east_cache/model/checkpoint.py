@@ -35,7 +35,7 @@ from east_cache.model.model import EAST
 from east_cache.model.report import IDS_FILE
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
-from east_cache.store.atomic import fsync_path, replacing
+from east_cache.atomic import fsync_path, replacing
 
 LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
 # what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the

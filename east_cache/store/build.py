@@ -28,7 +28,7 @@ from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.store.announce import announce
-from east_cache.store.atomic import fsync_path
+from east_cache.atomic import fsync_path
 from east_cache.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
 from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
 from east_cache.store.formats import FileFormat, format_of, get_format

@@ -17,7 +17,7 @@ from pathlib import Path
 from east_cache.config import IMAGE_CODECS, STRATEGIES, BuildConfig
 from east_cache.errors import CacheError, cache_command
 from east_cache.ingest.files import open_regular
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.store.fingerprint import ImageSource
 from east_cache.store.format import (
     DATA_DIR,

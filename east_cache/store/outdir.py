@@ -15,7 +15,7 @@ from pathlib import Path
 
 from east_cache.errors import BuildError, cache_command
 from east_cache.ingest.files import open_regular
-from east_cache.store.atomic import made_folders
+from east_cache.atomic import made_folders
 from east_cache.store.format import DATA_DIR, IMAGE_HASHES, MANIFEST, QUADS_SUFFIX
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path

@@ -16,7 +16,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from east_cache.errors import REPAIR, BuildError, CacheError
-from east_cache.store.atomic import fsync_tree
+from east_cache.atomic import fsync_tree
 from east_cache.store.fingerprint import file_fingerprint
 from east_cache.store.format import RecordSpec
 from east_cache.store.formats.base import FileFormat, RecordWriter

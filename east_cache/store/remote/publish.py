@@ -20,7 +20,7 @@ from pathlib import Path
 from east_cache.errors import BuildError, CacheError, RemoteError
 from east_cache.location import Location, filesystem, listing
 from east_cache.retry import DEFAULT_RETRY, RetryPolicy, retrying
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.formats import format_of
 from east_cache.store.manifest import Manifest, data_path
