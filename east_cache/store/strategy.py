@@ -3,8 +3,8 @@ from the cache's size and the RAM at hand."""
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from east_cache.budget import available_ram
 from east_cache.config import AUTO, BuildConfig
 from east_cache.errors import BuildError
 from east_cache.store.format import sample_bytes
@@ -17,18 +17,6 @@ BIG_RECORD_BYTES = 12 << 20
 MANY_SAMPLES = 20_000
 STRATEGY_BY_FLAG = "chosen with --strategy"   # the recorded reason of a strategy the user named
 AUTO_REASON = "auto: "                        # starts the recorded reason of one picked here
-
-
-def available_ram() -> int:
-    """Bytes the kernel says it can hand out without swapping (MemAvailable), else total RAM."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def choose_strategy(n_samples: int, record_bytes: int, ram: int | None = None) -> tuple[str, str]:
