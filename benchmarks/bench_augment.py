@@ -41,7 +41,7 @@ from east_cache.config import BuildConfig
 from east_cache.reader import CacheDataset
 from east_cache.reader import bench_augment as worker
 from east_cache.reader.recipe import as_transform
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 BATCH = 8        # crops per GPU step in the cores figure
 CODECS = ("raw", "jpeg")

@@ -180,7 +180,7 @@ def main() -> int:
 
     from east_cache.reader import CacheDataset
     from east_cache.config import BuildConfig
-    from east_cache.store.build import build_cache
+    from east_cache.build.run import build_cache
 
     data = bench_pages(a.records)
     cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size, crop="build")  # the fixed records

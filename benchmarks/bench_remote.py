@@ -62,9 +62,9 @@ def stored_cache(files: int, file_mib: int, work: Path):
     from helpers import TINY
 
     from east_cache.config import BuildConfig
-    from east_cache.store.build import build_cache
+    from east_cache.build.run import build_cache
     from east_cache.location import Location
-    from east_cache.store.remote.publish import Publisher
+    from east_cache.build.publish import Publisher
     from east_cache.tools.sampledata import write_sample_dataset
     per_record = 3 * 512 * 512 + 8 * 256 * 256   # input 512 px, maps at x0.5: image, score, geo (f16 x5), roi
     chunk = max(1, round(file_mib * MIB / per_record))
@@ -106,8 +106,8 @@ def page_cache(images: int, chunk: int, work: Path) -> tuple[Path, str]:
 
     from east_cache.config import BuildConfig
     from east_cache.location import Location
-    from east_cache.store.build import build_cache
-    from east_cache.store.remote.publish import Publisher
+    from east_cache.build.run import build_cache
+    from east_cache.build.publish import Publisher
     cfg = BuildConfig(variants=1, strategy="chunked", chunk_size=chunk)
     build_cache(cfg, [bench_pages(images)], work / "pages", jobs=2, quiet=True)
     loc = Location.parse("s3://bench/pages")

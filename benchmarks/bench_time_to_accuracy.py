@@ -24,7 +24,7 @@ from tta import Schedule, curve_rows, make_loader, ratio_rows, train_arm
 
 from east_cache.config import BuildConfig
 from east_cache.model.validate import val_pages
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.tools.sampledata import write_sample_dataset
 
 ARMS = ("cache", "fly", "baseline")

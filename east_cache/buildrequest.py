@@ -17,12 +17,12 @@ from east_cache.config import AUTO, BuildConfig
 from east_cache.errors import CacheError, UsageError, refuse_overwrite
 from east_cache.location import Location
 from east_cache.ingest.ufo import dataset_inputs
-from east_cache.store.announce import BuildPlan
+from east_cache.build.announce import BuildPlan
 from east_cache.store.format import MANIFEST
 from east_cache.store.manifest import Manifest
-from east_cache.store.outdir import BUILD_WRITES
-from east_cache.store.remote.publish import default_staging
-from east_cache.store.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
+from east_cache.build.outdir import BUILD_WRITES
+from east_cache.build.publish import default_staging
+from east_cache.build.strategy import CODEC_BY_FLAG, STRATEGY_BY_FLAG
 
 DEFAULT_SPLIT = "train"
 

@@ -164,7 +164,7 @@ def cmd_build(a: argparse.Namespace) -> int:
             print("error: --staging and --break-lock go with --out URL", file=sys.stderr)
             return 2
         return build_into(a, str(a.out), say)
-    from east_cache.store.remote.publish import publishing
+    from east_cache.build.publish import publishing
     with publishing(dest, a.staging, a.break_lock) as pub:
         say(f"cache {dest}: built in {pub.staging}, each file uploaded once finished, the manifest last")
         if pub.unpulled:
@@ -180,8 +180,8 @@ def cmd_build(a: argparse.Namespace) -> int:
 def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     """The build into the local folder a.out; messages name the cache `shown` (its URL, building for one)."""
     from east_cache.buildrequest import print_plan, resolve
-    from east_cache.store.build import build_cache
-    from east_cache.store.cluster import dask_client
+    from east_cache.build.run import build_cache
+    from east_cache.build.cluster import dask_client
     from east_cache.tools.leak import warn_build
     req = resolve(a)
     data = req.data

@@ -17,7 +17,7 @@ from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, ImageRecord
 from east_cache.sample.geometry import min_rect_angles
 from east_cache.sample.targets import make_targets, owner_map, roi_map
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import TILE_PX, Page, Tiled, map_tile, pack_maps
 from east_cache.store.sidecar import quads_path

@@ -20,7 +20,7 @@ from east_cache.reader.expand import expand_batch
 from east_cache.reader.warped import WarpedImage
 from east_cache.sample.epoch_geometry import draw_geometry
 from east_cache.sample.targets import make_targets
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.store.page_rows import PageRows
 from helpers import TINY, make_tiny_cache, train_run

@@ -10,7 +10,7 @@ from east_cache.cli import main
 from east_cache.model.train import training_loader
 from east_cache.reader import Loader
 from east_cache.reader.bench_loops import compare
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 HEADER = ["workers", "batch", "train.py crops/s", "own loop crops/s", "own / train.py"]
 

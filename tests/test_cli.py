@@ -19,7 +19,7 @@ from east_cache.buildrequest import plan_lines
 from east_cache.cli import get_parser
 from east_cache.errors import skipped_reason
 from east_cache.progress import Progress
-from east_cache.store.announce import BuildPlan
+from east_cache.build.announce import BuildPlan
 from east_cache.store.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[1]

@@ -185,7 +185,7 @@ def test_a_killed_build_worker_is_one_line(world, monkeypatch, capsys):
     def killed(*a, **k):
         raise TerminatedWorkerError("A worker process managed by the executor was unexpectedly terminated. ...\n\n"
                                     "The exit codes of the workers are {SIGKILL(-9)}")
-    monkeypatch.setattr("east_cache.store.build.build_cache", killed)
+    monkeypatch.setattr("east_cache.build.run.build_cache", killed)
     status = cli.main(argv("build --data {data} --out {dir}/c2 --quiet", world))
     assert_one_line(status, capsys.readouterr().err, r"a worker process of the build died \(exit codes "
                                                      r"\{SIGKILL\(-9\)\}\); .* fewer --jobs")

@@ -23,7 +23,7 @@ from east_cache.reader import images
 from east_cache.model.config import TrainConfig
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

@@ -87,12 +87,28 @@ def test_no_import_cycle_among_our_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_the_store_does_not_depend_on_its_readers():
-    """dataset/ reads the store's format; the store (build side) never imports dataset or torch."""
+def imports_torch(path: Path) -> bool:
+    """Whether a module imports torch (or a part of it), at any depth."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(n == "torch" or n.startswith("torch.") for n in names):
+            return True
+    return False
+
+
+def test_the_store_and_the_build_do_not_depend_on_their_readers():
+    """dataset/ reads the store's format; the store and the build never import the reader, dataset or torch."""
     for name, path in MODULES.items():
-        if name.startswith("east_cache.store"):
-            assert not {m for m in imported(name, path) if m.startswith("east_cache.reader")}, name
-            assert "torch" not in path.read_text(), name
+        if name.startswith(("east_cache.store", "east_cache.build")):   # east_cache.buildrequest too
+            assert not {m for m in imported(name, path) if m.startswith(("east_cache.reader", "dataset"))}, name
+            assert not imports_torch(path), name
+
+
+def test_the_torch_check_finds_one(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from torch.utils.data import DataLoader\n")
+    (tmp_path / "b.py").write_text('"""Reads run folders without torch."""\nimport torchvision_like\n')
+    assert imports_torch(tmp_path / "a.py") and not imports_torch(tmp_path / "b.py")
 
 
 def test_the_cycle_finder_finds_one():
@@ -106,17 +122,17 @@ def test_no_module_is_too_long():
 
 
 # The data path's layers, in order: a module may import modules of its own layer and of the layers before it
-# (ingest -> sample -> store -> reader -> model). tools (the build side's user commands, with convert and
-# buildrequest) sit between the store and the reader: they import ingest, sample and store only, and the reader
-# may draw with them. evaluate (everything that reads predictions: DetEval, scoring, review, ensembles) imports
+# (ingest -> sample -> store -> build -> reader -> model). store is the cache on disk, which the build writes and the
+# reader reads; build makes a cache. tools (the build side's user commands, with convert) sit between the build and
+# the reader: they import ingest, sample, store and build only, and the reader may draw with them. evaluate (everything that reads predictions: DetEval, scoring, review, ensembles) imports
 # ingest, sample, store and tools, never the reader or the model: nothing of training, no torch; of the layers
 # after it only the model uses it (test_only_the_model_and_the_command_line_use_evaluate). base holds what every
 # layer shares.
-LAYERS = ("base", "ingest", "sample", "store", "tools", "evaluate", "reader", "model")
+LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "reader", "model")
 EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
 BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
         "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
-BUILD_SIDE = ("east_cache.tools", "east_cache.convert", "east_cache.buildrequest")
+ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools", "east_cache.buildrequest": "build"}   # by prefix
 # The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
 # entry-point packages.
 FRONTS = ("east_cache.cli", "preprocess", "preprocess.__main__", "dataset")
@@ -128,11 +144,12 @@ def layer_of(name: str) -> str | None:
         return None
     if name in BASE:
         return "base"
-    if name.startswith(BUILD_SIDE):
-        return "tools"
+    for prefix, layer in ROOMS.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return layer
     sub = name.split(".")[1]
     if sub not in LAYERS:
-        raise AssertionError(f"{name} belongs to no layer: add it to LAYERS, BASE, BUILD_SIDE or FRONTS")
+        raise AssertionError(f"{name} belongs to no layer: add it to LAYERS, BASE, ROOMS or FRONTS")
     return sub
 
 
@@ -179,11 +196,11 @@ def test_imports_follow_the_data_path():
 
 
 def test_the_layer_check_finds_an_import_against_the_path():
-    graph = {"east_cache.store.build": {"east_cache.sample.make", "east_cache.reader.cache"},
+    graph = {"east_cache.build.run": {"east_cache.sample.make", "east_cache.reader.cache"},
              "east_cache.tools.info": {"east_cache.store.manifest", "east_cache.model.cli"},
              "east_cache.reader.show": {"east_cache.tools.show"}, "east_cache.cli": {"east_cache.model.cli"},
              "east_cache.model.trainer": {"east_cache.reader.cache"}}
-    assert against_the_layers(graph) == ["east_cache.store.build (store) -> east_cache.reader.cache (reader)",
+    assert against_the_layers(graph) == ["east_cache.build.run (build) -> east_cache.reader.cache (reader)",
                                          "east_cache.tools.info (tools) -> east_cache.model.cli (model)"]
 
 

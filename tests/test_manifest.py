@@ -12,7 +12,7 @@ from east_cache.reader import CacheDataset
 from east_cache.cli import main
 from east_cache.config import STRATEGIES, BuildConfig
 from east_cache.errors import CacheError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.sample.page import max_page_size
 from east_cache.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
 from east_cache.store.layout import Layout

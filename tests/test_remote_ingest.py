@@ -17,10 +17,10 @@ from east_cache.ingest.objects import listed, source_path
 from east_cache.ingest.ufo import load_splits
 from east_cache.location import Location, filesystem
 from east_cache.retry import RetryPolicy
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.fingerprint import source_fingerprints
 from east_cache.store.manifest import Manifest
-from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 
 CFG = BuildConfig(**{**TINY, "map_scale": 0.5, "variants": 2, "geometry": "build", "strategy": "image"})

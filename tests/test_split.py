@@ -10,7 +10,7 @@ import numpy as np
 from helpers import cli_run
 
 from east_cache.config import BuildConfig
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.tools.split import legible_words
 

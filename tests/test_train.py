@@ -31,7 +31,7 @@ from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
 from east_cache.model.runtime import Runtime
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 
 @pytest.fixture
@@ -467,7 +467,7 @@ def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
 def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
     import shutil
 
-    from east_cache.store.build import build_lock
+    from east_cache.build.run import build_lock
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
     stale = make_tiny_cache(data, tmp_path / "c")
     ufo = data / "ufo" / "train.json"

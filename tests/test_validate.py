@@ -15,7 +15,7 @@ from east_cache.model.runtime import Runtime
 from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
 from east_cache.model.validate import full_page_metrics, val_pages
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

@@ -17,7 +17,7 @@ from east_cache.reader import CacheDataset, EpochSampler, collate, make_sampler
 from east_cache.reader import workers as workers_module
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.errors import CacheError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.page_record import WORD_TABLE
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")

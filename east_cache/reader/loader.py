@@ -37,13 +37,13 @@ from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches, prefetch
 from east_cache.reader.sampler import ShareSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
-from east_cache.store.build import rebuild as rebuild_cache
+from east_cache.build.run import rebuild as rebuild_cache
 from east_cache.store.manifest import Manifest, data_path
-from east_cache.store.outdir import build_holder
+from east_cache.build.outdir import build_holder
 from east_cache.store.remote.local_cache import local_settings
 from east_cache.store.remote.share import NodeShare
 from east_cache.store.sidecar import quads_path
-from east_cache.store.stale import out_of_date
+from east_cache.build.stale import out_of_date
 
 AUTO_WORKERS_MAX = 4   # worker processes per training process that loader_workers picks at most
 

@@ -14,7 +14,7 @@ from east_cache.augment import Augment
 from east_cache.errors import refuse_overwrite
 from east_cache.reader.cache import CacheDataset
 from east_cache.store.format import cache_inputs
-from east_cache.store.stale import check_stale
+from east_cache.build.stale import check_stale
 from east_cache.tools.show import GAP, LABEL_H, crop_panel, render_sample, words_caption
 
 

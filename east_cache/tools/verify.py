@@ -18,7 +18,7 @@ from east_cache.atomic import write_atomic
 from east_cache.store.integrity import file_problem
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
 from east_cache.store.page_jpeg import tiles_problem
-from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.sidecar import quads_checksum, quads_path
 
 

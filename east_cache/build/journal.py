@@ -27,8 +27,8 @@ import numpy as np
 from east_cache.store.fingerprint import record_crc
 from east_cache.store.format import RecordSpec
 from east_cache.store.manifest import data_path
-from east_cache.store.plan import Plan, journal_name, stage_name
-from east_cache.store.worker import RowResult, page_crc
+from east_cache.build.plan import Plan, journal_name, stage_name
+from east_cache.build.worker import RowResult, page_crc
 
 JOURNAL_MAGIC = b"EASTRJ01"   # bump the digits when the entry layout changes: an old journal is then ignored
 ENTRY_HEAD = struct.Struct("<QI")

@@ -26,7 +26,7 @@ from east_cache.ingest.ufo import CARE
 from east_cache.store.format import RecordSpec, record_spec
 from east_cache.store.formats import format_of, get_format
 from east_cache.store.formats.packed import parts_crc
-from east_cache.store.plan import Task
+from east_cache.build.plan import Task
 from east_cache.store.sidecar import load_sidecar, row_quads, row_words
 
 SKIPPED_NOTE = "skipped: "   # starts the manifest note of an image --skip-bad blanked (build reports them)

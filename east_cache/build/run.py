@@ -27,14 +27,14 @@ from east_cache.ingest.objects import source_root
 from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
-from east_cache.store.announce import announce
+from east_cache.build.announce import announce
 from east_cache.atomic import fsync_path
 from east_cache.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
 from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
 from east_cache.store.formats import FileFormat, format_of, get_format
-from east_cache.store.journal import append_rows, journaled, resume
+from east_cache.build.journal import append_rows, journaled, resume
 from east_cache.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
-from east_cache.store.outdir import (
+from east_cache.build.outdir import (
     build_lock,  # noqa: F401  (the lock is part of the build's API)
     collect_garbage,
     corrupt_files,
@@ -42,12 +42,12 @@ from east_cache.store.outdir import (
     remove_other_temp_files,
     remove_temp_files,
 )
-from east_cache.store.plan import CORRUPT_MARKER, FilePlan, Plan, journal_name, make_plan, stage_name, tmp_name
-from east_cache.store.pool import running
+from east_cache.build.plan import CORRUPT_MARKER, FilePlan, Plan, journal_name, make_plan, stage_name, tmp_name
+from east_cache.build.pool import running
 from east_cache.store.sidecar import quads_checksum, quads_path, sidecar_arrays
-from east_cache.store.stale import Staleness, compare_sources, sources_unchanged
-from east_cache.store.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy, resolve_codec
-from east_cache.store.worker import SKIPPED_NOTE, RowResult
+from east_cache.build.stale import Staleness, compare_sources, sources_unchanged
+from east_cache.build.strategy import AUTO_REASON, STRATEGY_BY_FLAG, choose_strategy, resolve_codec
+from east_cache.build.worker import SKIPPED_NOTE, RowResult
 
 
 @dataclass
@@ -74,7 +74,7 @@ class BuildReport:
 
 
 def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
-    """Build or update the cache at out. cfg.strategy "auto" picks one (store/strategy.py) and keeps an existing
+    """Build or update the cache at out. cfg.strategy "auto" picks one (build/strategy.py) and keeps an existing
     cache's; file_format None keeps the cache's format where it can hold the strategy, else npy (keywords: _build's).
     on_plan(BuildPlan) is called once the work is known, before it starts (not when the cache is up to date).
     A first build that fails removes the --out, data/ and lock file it created, where nothing else is in them;

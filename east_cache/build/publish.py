@@ -24,9 +24,9 @@ from east_cache.atomic import write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.formats import format_of
 from east_cache.store.manifest import Manifest, data_path
-from east_cache.store.outdir import foreign_manifest
-from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE
-from east_cache.store.remote.bucket_lock import bucket_lock
+from east_cache.build.outdir import foreign_manifest
+from east_cache.build.plan import CORRUPT_MARKER, OWN_FILE
+from east_cache.build.bucket_lock import bucket_lock
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 from east_cache.store.remote.transfer import get_bytes, put_bytes, upload
 from east_cache.store.sidecar import quads_path

@@ -19,7 +19,7 @@ from east_cache.atomic import made_folders
 from east_cache.store.format import DATA_DIR, IMAGE_HASHES, MANIFEST, QUADS_SUFFIX
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import data_path
-from east_cache.store.plan import CORRUPT_MARKER, OWN_FILE, TMP_SUFFIX, Plan, temp_names, tmp_name
+from east_cache.build.plan import CORRUPT_MARKER, OWN_FILE, TMP_SUFFIX, Plan, temp_names, tmp_name
 from east_cache.store.sidecar import quads_path
 
 LOCK = ".lock"

@@ -16,8 +16,8 @@ from joblib import Parallel, delayed, parallel_config
 
 from east_cache.config import BuildConfig
 from east_cache.store.formats import get_format
-from east_cache.store.plan import Plan
-from east_cache.store.worker import init_worker, write_rows
+from east_cache.build.plan import Plan
+from east_cache.build.worker import init_worker, write_rows
 
 TASKS_PER_CALL = 4   # rows per joblib call: amortises dispatch without starving workers on small builds
 

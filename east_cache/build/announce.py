@@ -14,8 +14,8 @@ from east_cache.store.format import record_spec, sample_bytes
 from east_cache.store.formats import FileFormat
 from east_cache.store.manifest import Manifest, Source
 from east_cache.store.page_jpeg import jpeg_settings_words
-from east_cache.store.plan import Plan
-from east_cache.store.stale import Staleness
+from east_cache.build.plan import Plan
+from east_cache.build.stale import Staleness
 
 UPSCALE_LIMIT = 1.25   # linear scale above which resizing only blurs: no detail is added
 MOST = 0.5             # share of images / crops above which a setting is worth a warning
