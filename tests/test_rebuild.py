@@ -20,7 +20,7 @@ from east_cache.cli import get_parser
 from east_cache.cli import main as cli_main
 from east_cache.errors import BuildError, CacheError, DataError
 from east_cache.build.run import build_cache, build_lock, rebuild
-from east_cache.store.fingerprint import code_hash
+from east_cache.build.fingerprint import code_hash
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
 from east_cache.build.stale import check_stale

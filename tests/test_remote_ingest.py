@@ -18,7 +18,7 @@ from east_cache.ingest.ufo import load_splits
 from east_cache.location import Location, filesystem
 from east_cache.retry import RetryPolicy
 from east_cache.build.run import build_cache
-from east_cache.store.fingerprint import source_fingerprints
+from east_cache.build.fingerprint import source_fingerprints
 from east_cache.store.manifest import Manifest
 from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings

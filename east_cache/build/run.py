@@ -29,7 +29,8 @@ from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.build.announce import announce
 from east_cache.atomic import fsync_path
-from east_cache.store.fingerprint import build_fingerprint, json_fingerprints, rows_checksum, source_fingerprints
+from east_cache.build.fingerprint import build_fingerprint, json_fingerprints, source_fingerprints
+from east_cache.store.fingerprint import rows_checksum
 from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
 from east_cache.store.formats import FileFormat, format_of, get_format
 from east_cache.build.journal import append_rows, journaled, resume

@@ -5,13 +5,8 @@ from dataclasses import dataclass, field
 
 from east_cache.errors import DataError
 from east_cache.ingest.ufo import load_splits
-from east_cache.store.fingerprint import (
-    ImageSource,
-    build_fingerprint,
-    file_fingerprint,
-    json_fingerprints,
-    source_fingerprints,
-)
+from east_cache.build.fingerprint import build_fingerprint, json_fingerprints, source_fingerprints
+from east_cache.store.fingerprint import ImageSource, file_fingerprint
 from east_cache.store.format import FORMAT_VERSION
 from east_cache.store.manifest import Manifest
 

@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from east_cache.reader import CacheDataset
 from east_cache.model.config import RunState, TrainConfig
 from east_cache.errors import UsageError
-from east_cache.store.fingerprint import code_hash
+from east_cache.build.fingerprint import code_hash
 
 CPU = torch.device("cpu")
 

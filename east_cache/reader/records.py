@@ -21,7 +21,7 @@ import numpy as np
 
 from east_cache.errors import CacheError
 from east_cache.location import Location
-from east_cache.store.fingerprint import build_fingerprint
+from east_cache.build.fingerprint import build_fingerprint
 from east_cache.store.format import MANIFEST
 from east_cache.store.integrity import check_files
 from east_cache.store.manifest import Manifest, data_path, repair_hint, update_command
