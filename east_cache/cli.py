@@ -53,7 +53,7 @@ BUILD_INTERRUPTED = ("interrupted: the previous cache, if any, is intact; run th
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
-    """Every flag that the cache records defaults to None: unset takes the existing cache's value (buildrequest.py),
+    """Every flag that the cache records defaults to None: unset takes the existing cache's value (build/request.py),
     so each help text states the default of a first build itself."""
     d = BuildConfig()
     kept = " (default {})".format
@@ -157,7 +157,7 @@ def cmd_build(a: argparse.Namespace) -> int:
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
     dest = Location.parse(a.out)
-    from east_cache.buildrequest import refuse_build_over_inputs
+    from east_cache.build.request import refuse_build_over_inputs
     refuse_build_over_inputs(a, dest)
     if not dest.remote:
         if a.staging is not None or a.break_lock:
@@ -179,7 +179,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     """The build into the local folder a.out; messages name the cache `shown` (its URL, building for one)."""
-    from east_cache.buildrequest import print_plan, resolve
+    from east_cache.build.request import print_plan, resolve
     from east_cache.build.run import build_cache
     from east_cache.build.cluster import dask_client
     from east_cache.tools.leak import warn_build

@@ -15,7 +15,7 @@ import pytest
 from helpers import cli_run, edit_ufo, nudge_first_word
 
 from east_cache import errors, progress
-from east_cache.buildrequest import plan_lines
+from east_cache.build.request import plan_lines
 from east_cache.cli import get_parser
 from east_cache.errors import skipped_reason
 from east_cache.progress import Progress

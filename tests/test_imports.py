@@ -100,7 +100,7 @@ def imports_torch(path: Path) -> bool:
 def test_the_store_and_the_build_do_not_depend_on_their_readers():
     """dataset/ reads the store's format; the store and the build never import the reader, dataset or torch."""
     for name, path in MODULES.items():
-        if name.startswith(("east_cache.store", "east_cache.build")):   # east_cache.buildrequest too
+        if name.startswith(("east_cache.store", "east_cache.build")):
             assert not {m for m in imported(name, path) if m.startswith(("east_cache.reader", "dataset"))}, name
             assert not imports_torch(path), name
 
@@ -132,7 +132,7 @@ LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "re
 EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
 BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
         "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
-ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools", "east_cache.buildrequest": "build"}   # by prefix
+ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools"}   # by prefix
 # The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
 # entry-point packages.
 FRONTS = ("east_cache.cli", "preprocess", "preprocess.__main__", "dataset")

@@ -15,7 +15,7 @@ import pytest
 from helpers import cache_bytes, edit_ufo, first_image, nudge_first_word, small_config
 
 from east_cache.reader import CacheDataset, StaleCacheError
-from east_cache.buildrequest import config_from_args
+from east_cache.build.request import config_from_args
 from east_cache.cli import get_parser
 from east_cache.cli import main as cli_main
 from east_cache.errors import BuildError, CacheError, DataError

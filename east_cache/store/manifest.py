@@ -181,7 +181,7 @@ class Manifest:
 
     def build_command(self, out) -> str:
         """The command that brings this cache up to date: its recorded --data, split, file format and config, the
-        config as flags wherever it differs from the defaults (buildrequest.config_from_args inverted)."""
+        config as flags wherever it differs from the defaults (build/request.py's config_from_args inverted)."""
         src, cfg, d = self.source, self.config, BuildConfig()
         words = [cache_command("build"), *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
         if src.split != "train":
