@@ -25,7 +25,7 @@ from east_cache.reader.loader import make_loader, open_cache
 from east_cache.reader.sampler import ShareSampler
 from east_cache.build.run import build_cache
 from east_cache.store.remote import local_cache
-from east_cache.store.remote.share import NodeShare
+from east_cache.reader.share import NodeShare
 from east_cache.store.remote.space import folder_bytes, least_limit
 from east_cache.tools.sampledata import write_sample_dataset
 

@@ -64,7 +64,7 @@ from east_cache.reader.loader import Loader, check_caches, open_cache
 from east_cache.reader.recipe import load_recipe, run_recipe
 from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
-from east_cache.store.remote.share import NodeShare
+from east_cache.reader.share import NodeShare
 from east_cache.tools.leak import warn_run
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)

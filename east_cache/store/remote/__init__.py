@@ -8,6 +8,4 @@ transfer    whole objects down (sparse, block by block) and up (atomically)
 local_cache LocalCache: the manifest fetched at open, files downloaded once per machine on first use, the limit
 locks       the per-file fetch and pin locks of a local cache folder
 space       the size limit: sizes as flags write them, the least limit, what to evict
-ahead       Ahead: an epoch's files fetched before the reader needs them
-share       node_files, node_items: each node's fixed share of the files
 """
