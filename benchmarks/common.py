@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from east_cache.reader import EpochSampler, WorkerLoader, collate, make_sampler
-from east_cache.reader.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from east_cache.inspect.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
 from east_cache.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))

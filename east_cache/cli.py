@@ -268,9 +268,9 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
-    from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
-    from east_cache.reader.bench_loops import loops_report
-    from east_cache.reader.bench_augment import augment_report   # --augment: what a recipe costs a worker core
+    from east_cache.inspect.bench import default_workers, run   # imports torch: only when benchmarking
+    from east_cache.inspect.bench_loops import loops_report
+    from east_cache.inspect.bench_augment import augment_report   # --augment: what a recipe costs a worker core
     if a.augment is not None:
         return print(augment_report(a.cache, a.augment)) or 0
     workers = a.workers or default_workers()
@@ -283,13 +283,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def cmd_show(a: argparse.Namespace) -> int:
     try:
         if a.source is not None:
-            from east_cache.tools.show import show_source   # a sample made now: no reader, no torch
+            from east_cache.inspect.show import show_source   # a sample made now: no reader, no torch
             if a.name is None or a.cache is not None:
                 raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
             cfg = BuildConfig(input_size=a.input_size or BuildConfig.input_size, map_scale=a.map_scale, seed=a.seed)
             show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
         else:
-            from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
+            from east_cache.inspect.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
             show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit, a.epochs,

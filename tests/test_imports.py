@@ -124,11 +124,12 @@ def test_no_module_is_too_long():
 # The data path's layers, in order: a module may import modules of its own layer and of the layers before it
 # (ingest -> sample -> store -> build -> reader -> model). store is the cache on disk, which the build writes and the
 # reader reads; build makes a cache. tools (the build side's user commands, with convert) sit between the build and
-# the reader: they import ingest, sample, store and build only, and the reader may draw with them. evaluate (everything that reads predictions: DetEval, scoring, review, ensembles) imports
+# the reader: they import ingest, sample, store and build only. inspect (the commands that look at a cache through
+# the reader: bench, show) comes right after the reader. evaluate (everything that reads predictions: DetEval, scoring, review, ensembles) imports
 # ingest, sample, store and tools, never the reader or the model: nothing of training, no torch; of the layers
 # after it only the model uses it (test_only_the_model_and_the_command_line_use_evaluate). base holds what every
 # layer shares.
-LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "reader", "model")
+LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "reader", "inspect", "model")
 EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
 BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
         "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
@@ -198,9 +199,10 @@ def test_imports_follow_the_data_path():
 def test_the_layer_check_finds_an_import_against_the_path():
     graph = {"east_cache.build.run": {"east_cache.sample.make", "east_cache.reader.cache"},
              "east_cache.tools.info": {"east_cache.store.manifest", "east_cache.model.cli"},
-             "east_cache.reader.show": {"east_cache.tools.show"}, "east_cache.cli": {"east_cache.model.cli"},
-             "east_cache.model.trainer": {"east_cache.reader.cache"}}
+             "east_cache.inspect.show": {"east_cache.reader.cache"}, "east_cache.cli": {"east_cache.model.cli"},
+             "east_cache.reader.cache": {"east_cache.inspect.draw"}, "east_cache.model.trainer": {"east_cache.reader.cache"}}
     assert against_the_layers(graph) == ["east_cache.build.run (build) -> east_cache.reader.cache (reader)",
+                                         "east_cache.reader.cache (reader) -> east_cache.inspect.draw (inspect)",
                                          "east_cache.tools.info (tools) -> east_cache.model.cli (model)"]
 
 

@@ -323,7 +323,7 @@ def test_show_draws_a_contact_sheet_of_the_epochs_through_a_recipe(cache, tmp_pa
 def test_bench_augment_prints_a_cores_rate_without_and_with_the_recipe_and_each_transforms_share(cache, tmp_path,
                                                                                                capsys, monkeypatch):
     from helpers import cli_run
-    from east_cache.reader import bench_augment
+    from east_cache.inspect import bench_augment
     recipe = tmp_path / "aug.yaml"
     A.save(A.Compose([A.GaussNoise(p=1), A.Affine(rotate=(-5, 5), p=1)]), str(recipe), data_format="yaml")
     monkeypatch.setattr(bench_augment, "REPEAT_S", 0.05)

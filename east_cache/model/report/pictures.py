@@ -15,7 +15,7 @@ from east_cache.evaluate import review_draw as rd
 from east_cache.evaluate.deteval import ImageCounts
 from east_cache.evaluate.scoring import Words
 from east_cache.reader.images import IMAGENET_MEAN, IMAGENET_STD
-from east_cache.tools.show import GAP, crop_panel
+from east_cache.inspect.draw import GAP, crop_panel
 
 BATCH_CROPS = 8          # crops of the first batch drawn, at most
 BATCH_COLUMNS = 4        # of them in a row

@@ -1,7 +1,7 @@
 """`east-cache bench`'s second table: train.py's reading beside a training loop of your own, in the same run.
 
 Both read through the public east_cache.Loader; what differs is how each is made. train.py's is made by its own
-code (`training_loader`, handed in by the command: the reader does not import the model side), as
+code (`training_loader`, handed in by the command: inspect/ does not import the model side), as
 `train.py --cache CACHE --batch-size B --workers W --device D` makes it. Yours is made the way a script beside
 your own dataset.py would: `Loader(CACHE, batch_size=B, workers=W, device=D, jitter=J)` from the path, with
 train.py's colour jitter J, so that both do the same work per batch (without it yours skips the jitter, which
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from east_cache.reader.bench import table
+from east_cache.inspect.bench import table
 from east_cache.reader.loader import Loader
 
 TURNS = "ABBA"      # A: train.py's loader, B: your own loop's

@@ -1,5 +1,5 @@
 """`python -m preprocess show CACHE INDEX`: one PNG of a sample as a cache holds it, read through CacheDataset
-and drawn by east_cache/tools/show.py (render_sample); with --epochs (and --augment RECIPE), a contact sheet of one
+and drawn by east_cache/inspect/draw.py (render_sample); with --epochs (and --augment RECIPE), a contact sheet of one
 image's crops over several epochs (show_epochs)."""
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from east_cache.augment import Augment
-from east_cache.errors import refuse_overwrite
-from east_cache.reader.cache import CacheDataset
-from east_cache.store.format import cache_inputs
 from east_cache.build.stale import check_stale
-from east_cache.tools.show import GAP, LABEL_H, crop_panel, render_sample, words_caption
+from east_cache.errors import refuse_overwrite
+from east_cache.ingest.imageio import decode_image
+from east_cache.ingest.ufo import dataset_inputs, load_splits
+from east_cache.inspect.draw import GAP, LABEL_H, PAGE_SIDE, crop_panel, render_page, render_sample, words_caption
+from east_cache.sample.make import make_sample
+from east_cache.store.format import cache_inputs
 
 
 def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, local_cache=None,
@@ -30,6 +32,7 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
     if epochs is not None or recipe is not None:
         return show_epochs(cache, index, epochs or [epoch], out, recipe, variant, local_cache, local_cache_limit,
                            augment)
+    from east_cache.reader.cache import CacheDataset   # torch: only when a cached sample is shown
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     ds.augment = Augment.of_cache(ds.config, **(augment or {}))
@@ -64,6 +67,7 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
     `recipe` (a recipe file or transform, reader/recipe.py), with
     its score (red), don't-care (dark, hatched) and words (green legible, orange don't-care) where the recipe moved
     them; what a recipe does, seen before training on it."""
+    from east_cache.reader.cache import CacheDataset
     refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     if not (ds.pages and ds.config.warps_at_read):
@@ -100,3 +104,26 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
     for k, line in enumerate(caption):
         draw.text((2, rows * (s + LABEL_H + GAP) + k * LABEL_H), line, fill="black", font=font)
     sheet.save(out)
+
+
+def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path) -> None:
+    """Image `name` of the data set's split drawn beside its sample `variant` made now by make_sample under cfg (no
+    cache, no reader): the source page with every word outlined by why it is (not) a positive, then the sample."""
+    refuse_overwrite("-o", out, dataset_inputs(data, "--source"))
+    records, _ = load_splits([Path(data)], split, cfg)
+    rec = next((r for r in records if r.name == name), None)
+    if rec is None:
+        raise ValueError(f"{data}: no image {name!r} in split {split!r} (e.g. {', '.join(r.name for r in records[:3])})")
+    decoded = decode_image(rec.path, rec.width, rec.height, min(1.0, PAGE_SIDE / max(rec.width, rec.height)))
+    if decoded.warning:
+        print(f"note: {decoded.warning}", file=sys.stderr)
+    page = render_page(rec, decoded)
+    s = make_sample(rec, cfg, variant)
+    caption = f"sample variant {variant}, input {cfg.input_size}, seed {cfg.seed}: {words_caption(s.care)}"
+    if s.warning:
+        caption += f". {s.warning}"
+    sample = render_sample(s.image, s.score, s.geo, s.roi, s.points, s.offsets, s.care, caption)
+    fig = Image.new("RGB", (page.width + GAP + sample.width, max(page.height, sample.height)), "white")
+    fig.paste(page, (0, 0))
+    fig.paste(sample, (page.width + GAP, 0))
+    fig.save(out)

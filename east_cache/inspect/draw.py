@@ -1,5 +1,5 @@
 """`python -m preprocess show`: one PNG to check a sample at a glance, drawn here (render_sample); a cached sample
-is read by east_cache/reader/show.py, one made on the fly (--source) here, without the reader or torch.
+is read by east_cache/inspect/show.py, one made on the fly (--source) here, without the reader or torch.
 
 Left, at 1:1 (a pixel of the PNG is a pixel of the crop): the crop, the score map in translucent red,
 the sample's words outlined (green legible, orange don't-care), ROI = 0 darkened and hatched. Right:
@@ -8,19 +8,14 @@ word outlined by why it is (not) a positive comes first, and the sample is made 
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 from functools import lru_cache
-from pathlib import Path
 
 import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from east_cache.ingest.imageio import decode_image
-from east_cache.errors import refuse_overwrite
-from east_cache.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL, dataset_inputs, load_splits
-from east_cache.sample.make import make_sample
+from east_cache.ingest.ufo import CARE, IGNORE_TAG, ILLEGIBLE, NOT_QUAD, REASONS, SMALL
 
 SCORE_RGB = np.array([255, 0, 0], np.float32)
 SCORE_ALPHA = 0.45            # opacity of the score overlay
@@ -143,24 +138,3 @@ def render_page(rec, decoded) -> Image.Image:
         draw.rectangle((2, y + 2, 14, y + 11), fill=REASON_RGB[r])
         draw.text((20, y), f"{name}: {int(np.sum(rec.reason == r))}", fill="black", font=_font())
     return fig
-
-
-def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path) -> None:
-    refuse_overwrite("-o", out, dataset_inputs(data, "--source"))
-    records, _ = load_splits([Path(data)], split, cfg)
-    rec = next((r for r in records if r.name == name), None)
-    if rec is None:
-        raise ValueError(f"{data}: no image {name!r} in split {split!r} (e.g. {', '.join(r.name for r in records[:3])})")
-    decoded = decode_image(rec.path, rec.width, rec.height, min(1.0, PAGE_SIDE / max(rec.width, rec.height)))
-    if decoded.warning:
-        print(f"note: {decoded.warning}", file=sys.stderr)
-    page = render_page(rec, decoded)
-    s = make_sample(rec, cfg, variant)
-    caption = f"sample variant {variant}, input {cfg.input_size}, seed {cfg.seed}: {words_caption(s.care)}"
-    if s.warning:
-        caption += f". {s.warning}"
-    sample = render_sample(s.image, s.score, s.geo, s.roi, s.points, s.offsets, s.care, caption)
-    fig = Image.new("RGB", (page.width + GAP + sample.width, max(page.height, sample.height)), "white")
-    fig.paste(page, (0, 0))
-    fig.paste(sample, (page.width + GAP, 0))
-    fig.save(out)
