@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from east_cache.model.config import TrainConfig
 from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
 from east_cache.model.model import EAST
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
 from east_cache.model.train import training_loader
 from east_cache.reader.loader import Batch
 

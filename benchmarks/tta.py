@@ -28,7 +28,7 @@ from east_cache.ingest.ufo import load_splits
 from east_cache.model.config import TrainConfig
 from east_cache.model.engine import new_context, train_one_epoch
 from east_cache.model.model import EAST
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
 from east_cache.model.train import open_run_cache, run_loader
 from east_cache.model.validate import full_page_metrics
 from east_cache.reader.collate import collate

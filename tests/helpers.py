@@ -148,12 +148,12 @@ def input_key(images_uint8: np.ndarray) -> bytes:
 
 
 class GroundTruthModel:
-    """A test double for EAST at inference: for an input it has seen prepared (east_cache.model.predict.load_input) it returns
+    """A test double for EAST at inference: for an input it has seen prepared (east_cache.predict.pages.load_input) it returns
     the page's ground-truth score and geometry maps, so predictions are as good as decoding allows; any other
     input gets empty maps. It recognises an input by un-normalising it back to the uint8 image."""
 
     def __init__(self, pages, words: dict, image_size: int, map_scale: float):
-        from east_cache.model.predict import input_geometry, load_input
+        from east_cache.predict.pages import input_geometry, load_input
         self.map_scale, self.maps = map_scale, {}
         for page in pages:
             w = words[page.name]

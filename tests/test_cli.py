@@ -282,7 +282,7 @@ def test_an_option_that_holds_one_value_given_twice_is_refused(capsys):
     """Every option of every command (east-cache's subcommands, east-train, east-predict) that keeps one value is
     refused when given twice, naming both values, before any work: argparse alone keeps the last one silently
     (`evaluate --pred A --pred B` would score B only). Options whose occurrences add up (append, count) repeat."""
-    from east_cache.model import predict
+    from east_cache.predict import predict
     from east_cache.model.config import get_args_parser
     parsers = {"east-cache": get_parser(), "east-train": get_args_parser(), "east-predict": predict.get_parser()}
     checked, repeatable = 0, []

@@ -129,8 +129,8 @@ def test_no_module_is_too_long():
 # ingest, sample, store and tools, never the reader or the model: nothing of training, no torch; of the layers
 # after it only the model uses it (test_only_the_model_and_the_command_line_use_evaluate). base holds what every
 # layer shares.
-LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "reader", "inspect", "model")
-EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.cli")
+LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "reader", "inspect", "model", "predict")
+EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.predict", "east_cache.cli")
 BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
         "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
 ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools"}   # by prefix

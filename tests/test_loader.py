@@ -138,7 +138,7 @@ def test_the_validation_loss_reads_the_same_crops_every_time(cache):
     from east_cache import Loader
     from east_cache.model import engine
     from east_cache.model.config import TrainConfig
-    from east_cache.model.runtime import Runtime
+    from east_cache.predict.device import Runtime
     seen = []
 
     def model(image):

@@ -155,7 +155,7 @@ def run(command: str, argv: list[str]) -> int:
         from east_cache.cli import main
         return main(argv)
     if command == "predict":
-        from east_cache.model.predict import main
+        from east_cache.predict.predict import main
         return main(argv)
     from east_cache.model.train import main
     return main(argv)

@@ -1,4 +1,4 @@
-"""Full-image prediction (east_cache.model.predict): inputs prepared as the build prepares images (EXIF-aware, the same
+"""Full-image prediction (east_cache.predict.predict): inputs prepared as the build prepares images (EXIF-aware, the same
 resize convention), batched by shape, and quads mapped back to each image's own frame. A ground-truth-maps test
 double stands in for the model, so the predictions are as good as decoding allows and must score so."""
 from __future__ import annotations
@@ -10,18 +10,9 @@ import pytest
 from helpers import GroundTruthModel
 from PIL import Image
 
-from east_cache.model.predict import (
-    STRIDE,
-    Page,
-    PredictConfig,
-    input_geometry,
-    load_input,
-    pages_from_folder,
-    pages_from_split,
-    plan_batches,
-    predict,
-    write_predictions,
-)
+from east_cache.predict.pages import (STRIDE, Page, input_geometry, load_input, pages_from_folder, pages_from_split,
+                                     plan_batches)
+from east_cache.predict.predict import PredictConfig, predict, write_predictions
 from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
@@ -138,7 +129,7 @@ class EmptyModel:
 
 
 def run_cli(capsys, *flags) -> tuple[int, str]:
-    from east_cache.model.predict import main
+    from east_cache.predict.predict import main
     rc = main([*map(str, flags)])
     return rc, capsys.readouterr().err
 

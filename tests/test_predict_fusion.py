@@ -1,4 +1,4 @@
-"""east-predict with several checkpoints and test-time scales (east_cache.model.fusion, predict.predict_fused): two
+"""east-predict with several checkpoints and test-time scales (east_cache.predict.fusion, predict.predict_fused): two
 equal models give what one gives, one scale what no TTA gives, two scales still find every word; models of
 different map scales are refused for map averaging with why."""
 from __future__ import annotations
@@ -14,10 +14,11 @@ from east_cache.config import BuildConfig
 from east_cache.errors import EXIT_USER
 from east_cache.evaluate.scoring import Words, load_ground_truth, score
 from east_cache.ingest.ufo import load_ufo
-from east_cache.model import predict
-from east_cache.model.fusion import MapMean
+from east_cache.predict import predict
+from east_cache.predict.fusion import MapMean
 from east_cache.model.model import EAST
-from east_cache.model.predict import PredictConfig, pages_from_split, predict_fused
+from east_cache.predict.pages import pages_from_split
+from east_cache.predict.predict import PredictConfig, predict_fused
 
 CPU = torch.device("cpu")
 

@@ -164,7 +164,7 @@ def test_convert_names_a_url_it_cannot_read_or_write(tmp_path, capsys):
 
 
 def test_evaluate_and_predict_read_a_data_set_at_a_url(s3, data_copy, capsys):
-    from east_cache.model.predict import pages_from_split
+    from east_cache.predict.pages import pages_from_split
     url = put_data(s3, data_copy)
     gt, pred = data_copy / "ufo" / "train.json", str(data_copy / "predictions.json")
     images = json.loads(gt.read_text())["images"]   # predictions: the ground truth's words, points only

@@ -1,8 +1,7 @@
-"""Checkpoints: written atomically (epoch_N.pt, with latest.pt a hard link to the newest and best.pt one to the
-best by validation; only the newest --keep-last epochs kept), read back with errors that name the file, and
-restored into a run (--resume, exactly where it stopped, on the cache it was trained on; --init-from, its weights
-only) or an inference model (--eval-only, east-predict, and --export-onnx, which writes it as ONNX checked in
-onnxruntime).
+"""Checkpoints of a training run: written atomically (epoch_N.pt, with latest.pt a hard link to the newest and best.pt
+one to the best by validation; only the newest --keep-last epochs kept) and restored into a run (--resume, exactly
+where it stopped, on the cache it was trained on; --init-from, its weights only); --export-onnx, which writes a
+checkpoint's model as ONNX checked in onnxruntime. Reading one back for inference is east_cache/predict/weights.py's.
 
 A checkpoint records what it was trained on (`trained_on`): the cache's folder, a digest of its sample set, its
 image count, input size and map scale. The sample set is every image's name, its annotation entry's fingerprint
@@ -33,11 +32,11 @@ from east_cache.model.config import RunState, TrainConfig, invoked_as
 from east_cache.model.engine import Context
 from east_cache.model.model import EAST
 from east_cache.model.report import IDS_FILE
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
+from east_cache.predict.weights import BEST, LATEST, inference_model, load_checkpoint
 from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
 from east_cache.atomic import fsync_path, replacing
 
-LATEST, BEST = "latest.pt", "best.pt"          # links to the newest checkpoint and to the best by validation
 # what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
 # run it continues writes there)
 EVAL_LOG = "eval.jsonl"   # what --eval-only writes there
@@ -154,46 +153,6 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
             "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict(),
             "trained_on": sample_set(ds), "best": s.best, "augment": ds.aug.to_dict(),
             "transform": ds.transform.record if ds.transform is not None else None}
-
-
-def load_checkpoint(path: Path) -> dict:
-    """A checkpoint written by train.py, or a UsageError that names the file and says what to pass."""
-    if not path.is_file():
-        raise UsageError(f"{path}: no such checkpoint; {checkpoint_advice(path)}")
-    try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated file, not a torch file, foreign pickle: all unreadable alike
-        raise UsageError(f"{path}: cannot be read as a checkpoint ({type(e).__name__}: {str(e)[:200]}); "
-                         f"{checkpoint_advice(path)}") from None
-    if not isinstance(ck, dict) or not {"model", "config", "epoch"} <= ck.keys():
-        raise UsageError(f"{path}: not a train.py checkpoint (no model, config and epoch entries); a torchvision "
-                         f"backbone goes to --backbone-weights")
-    return ck
-
-
-def checkpoint_advice(path: Path) -> str:
-    """What to pass instead of path, a checkpoint that is missing or unreadable, in the run's own folder (path's):
-    the checkpoints that folder holds, or its latest.pt; why a best.pt may be missing."""
-    path = Path(path)
-    run = path.parent
-    held = sorted((p.name for p in run.glob("*.pt") if p != path), key=lambda n: (n not in (BEST, LATEST), n)) \
-        if run.is_dir() else []
-    why = (f" ({BEST} is written once validation has scored an epoch: a run given --val-data or --val-cache that "
-           f"was not stopped by a signal)" if path.name == BEST else "")
-    if held:
-        return f"{run} holds {', '.join(held)}: pass one of them, e.g. {run / held[0]}{why}"
-    return f"pass a file that train.py wrote into its --out, e.g. {run / LATEST}{why}"
-
-
-def inference_model(ck: dict, path: Path, device: torch.device) -> EAST:
-    """The checkpoint's model in eval mode, its head at the map scale of the cache it was trained on."""
-    model = EAST(ck["config"]["map_scale"])
-    try:
-        model.load_state_dict(ck["model"])
-    except RuntimeError as e:
-        raise UsageError(f"{path}: its weights do not fit this EAST model ({str(e)[:300]}); was it written by "
-                         f"another version of train.py?") from None
-    return model.to(device, memory_format=torch.channels_last).eval()
 
 
 def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:

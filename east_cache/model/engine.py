@@ -16,7 +16,7 @@ from torch import nn
 from east_cache.reader.loader import Batch
 from east_cache.model.config import RunState, TrainConfig
 from east_cache.model.loss import LOSS_KEYS, east_loss
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
 from east_cache.errors import UserError
 from east_cache.progress import Progress
 

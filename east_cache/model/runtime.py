@@ -1,5 +1,6 @@
-"""Where a run executes and what it records: the device, the process group under torchrun, signals, the profiler,
-and log.jsonl (a writer, and the header record each run appends first)."""
+"""What a training run does around its steps and records: the process group's sums and leaving it, signals, the
+profiler, and log.jsonl (a writer, and the header record each run appends first). The device and the process group
+a run joins are east_cache/predict/device.py's (Runtime, setup_device)."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +11,6 @@ import signal
 import socket
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,55 +21,8 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from east_cache.reader import CacheDataset
 from east_cache.model.config import RunState, TrainConfig
-from east_cache.errors import UsageError
+from east_cache.predict.device import Runtime
 from east_cache.build.fingerprint import code_hash
-
-CPU = torch.device("cpu")
-
-
-@dataclass(frozen=True)
-class Runtime:
-    device: torch.device = CPU
-    rank: int = 0    # this process's place in the group; 0 logs and saves
-    world: int = 1   # processes in the group (torchrun's WORLD_SIZE)
-
-    def say(self, msg: str) -> None:
-        """Print on rank 0 only."""
-        if self.rank == 0:
-            print(msg, flush=True)
-
-
-def setup_threads(threads: int | None) -> None:
-    """--threads N: torch's intra-op threads in this process (the model's CPU work; loader workers use one each).
-    None leaves torch's default, one per core, which a machine shared with other jobs may want fewer of."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-
-
-def setup_device(name: str | None) -> Runtime:
-    """Device, rank and world size; joins the process group when torchrun started several processes."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    name = name or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name}: not a device; pass cuda, cuda:N or cpu") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {name}: no CUDA device here; pass --device cpu, or leave --device out")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}; pass one of them")
-    if device.type == "cuda":
-        device = torch.device("cuda", local if world > 1 else (device.index or 0))
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick the fastest kernels once
-    if world > 1:
-        # device_id binds the process's GPU to the group, so that NCCL collectives, barrier() included, use it
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
-                                device_id=device if device.type == "cuda" else None)
-    return Runtime(device, rank, world)
-
 
 def sum_over_ranks(values: np.ndarray, rt: Runtime) -> np.ndarray:
     """values summed over the ranks of a multi-process run (every rank gets the sums); as they are in one."""

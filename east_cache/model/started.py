@@ -2,9 +2,9 @@
 (the run's Augment) and transforms, the weights, the run's length and what it writes."""
 from __future__ import annotations
 
-from east_cache.model.checkpoint import BEST, LATEST
+from east_cache.predict.weights import BEST, LATEST
 from east_cache.model.config import RunState, TrainConfig
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
 from east_cache.reader import CacheDataset
 from east_cache.reader.loader import describe_reading, loader_workers
 

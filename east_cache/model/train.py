@@ -18,7 +18,6 @@ import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
 from east_cache.model.checkpoint import (
-    BEST,
     EVAL_LOG,
     RUN_WRITES,
     checkpoint_name,
@@ -45,18 +44,9 @@ from east_cache.model.engine import Context, new_context, train_one_epoch, valid
 from east_cache.model.model import EAST, init_backbone
 from east_cache.model.report import check_report_flags, records_to, start_reporting
 from east_cache.model.started import started_lines
-from east_cache.model.runtime import (
-    Runtime,
-    failure_recorded,
-    jsonl_writer,
-    leave_group,
-    now,
-    profiler,
-    run_header,
-    setup_device,
-    setup_threads,
-    stop_on_signals,
-)
+from east_cache.model.runtime import failure_recorded, jsonl_writer, leave_group, now, profiler, run_header, stop_on_signals
+from east_cache.predict.device import Runtime, setup_device, setup_threads
+from east_cache.predict.weights import BEST
 from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from east_cache.errors import UsageError
-from east_cache.model.checkpoint import inference_model, load_checkpoint
+from east_cache.predict.weights import inference_model, load_checkpoint
 
 FUSE = ("maps", "quads")
 FUSE_DEFAULT = "maps"
