@@ -23,7 +23,7 @@ from common import BENCH_DATA, arm_parser, machine, measured_device, parse_arms,
 from tta import Schedule, curve_rows, make_loader, ratio_rows, train_arm
 
 from east_cache.config import BuildConfig
-from east_cache.model.validate import val_pages
+from east_cache.train.validate import val_pages
 from east_cache.build.run import build_cache
 from east_cache.tools.sampledata import write_sample_dataset
 

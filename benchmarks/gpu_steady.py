@@ -1,5 +1,5 @@
-"""bench_gpu.py's steady-state training arm: train.py's epoch function (east_cache.model.engine.train_one_epoch) on
-train.py's loader (east_cache.model.train.training_loader: workers as train.py picks them), several epochs of many
+"""bench_gpu.py's steady-state training arm: train.py's epoch function (east_cache.train.engine.train_one_epoch) on
+train.py's loader (east_cache.train.train.training_loader: workers as train.py picks them), several epochs of many
 crops, the share of step time waiting for data per epoch; then where that wait goes: the training step alone on
 one resident batch, the loader alone, and torch.profiler's busiest host ops over steps of the last epoch.
 """
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from east_cache.model.config import TrainConfig
-from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
+from east_cache.train.config import TrainConfig
+from east_cache.train.engine import forward_loss, new_context, optimizer_step, train_one_epoch
 from east_cache.model.model import EAST
 from east_cache.predict.device import Runtime
-from east_cache.model.train import training_loader
+from east_cache.train.train import training_loader
 from east_cache.reader.loader import Batch
 
 PROFILE_ROWS = 8      # host ops listed from the profile

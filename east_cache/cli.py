@@ -267,7 +267,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
+    from east_cache.train.train import training_loader   # train.py's own loader, beside a loop of your own
     from east_cache.inspect.bench import default_workers, run   # imports torch: only when benchmarking
     from east_cache.inspect.bench_loops import loops_report
     from east_cache.inspect.bench_augment import augment_report   # --augment: what a recipe costs a worker core
@@ -307,7 +307,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     from east_cache.evaluate import ensemble, review, scoring   # their flags: numpy and DetEval, no torch
-    from east_cache.model import runs   # runs' flags: no torch
+    from east_cache.tools import runs   # runs' flags: no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)

@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from east_cache.model import train
+from east_cache.train import train
 from east_cache.model.decode import decode_maps
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, ImageRecord

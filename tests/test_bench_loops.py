@@ -7,7 +7,7 @@ import torch
 from helpers import small_config
 
 from east_cache.cli import main
-from east_cache.model.train import training_loader
+from east_cache.train.train import training_loader
 from east_cache.reader import Loader
 from east_cache.inspect.bench_loops import compare
 from east_cache.build.run import build_cache

@@ -283,7 +283,7 @@ def test_an_option_that_holds_one_value_given_twice_is_refused(capsys):
     refused when given twice, naming both values, before any work: argparse alone keeps the last one silently
     (`evaluate --pred A --pred B` would score B only). Options whose occurrences add up (append, count) repeat."""
     from east_cache.predict import predict
-    from east_cache.model.config import get_args_parser
+    from east_cache.train.config import get_args_parser
     parsers = {"east-cache": get_parser(), "east-train": get_args_parser(), "east-predict": predict.get_parser()}
     checked, repeatable = 0, []
     for command, parser in parsers.items():

@@ -20,7 +20,7 @@ import torch
 from helpers import REPO, edit_ufo, first_image, make_tiny_cache, run_args, train_run
 
 from east_cache import cli, errors
-from east_cache.model import checkpoint, train
+from east_cache.train import checkpoint, train
 from east_cache.predict import predict
 from east_cache.model.model import EAST
 from east_cache.reader import CacheDataset

@@ -18,10 +18,10 @@ from helpers import small_config
 from torch import nn
 
 from east_cache.reader import CacheDataset, collate
-from east_cache.model import engine, train, validate
+from east_cache.train import engine, train, validate
 from east_cache.predict import weights
 from east_cache.reader import images
-from east_cache.model.config import TrainConfig
+from east_cache.train.config import TrainConfig
 from east_cache.predict.device import Runtime
 from east_cache.errors import UsageError
 from east_cache.build.run import build_cache

@@ -18,9 +18,9 @@ from PIL import Image
 
 from east_cache import cli
 from east_cache.convert import FORMATS
-from east_cache.model import checkpoint
+from east_cache.train import checkpoint
 from east_cache.predict import weights
-from east_cache.model.config import TrainConfig
+from east_cache.train.config import TrainConfig
 from east_cache.predict.pages import pages_from_folder
 from east_cache.predict.predict import PredictConfig, predict, write_predictions
 from east_cache.evaluate.scoring import PREDICTED_BY
@@ -143,9 +143,9 @@ def test_keep_last_also_removes_a_checkpoint_saved_inside_an_epoch_once_a_later_
 
 
 def test_the_start_up_line_promises_best_pt_only_where_validation_makes_one(tiny_cache):
-    from east_cache.model.config import RunState
+    from east_cache.train.config import RunState
     from east_cache.predict.device import Runtime
-    from east_cache.model.started import started_lines
+    from east_cache.train.started import started_lines
     from east_cache.reader import CacheDataset
     ds = CacheDataset(tiny_cache)
     for over, promised in (({}, False), ({"val_cache": tiny_cache}, True), ({"val_data": tiny_cache}, False),
@@ -188,7 +188,7 @@ def test_keep_last_keeps_the_newest_epochs_and_best_is_the_best_validation(tiny_
 
 KILLED = """
 import os, signal, sys, torch
-from east_cache.model import checkpoint, train
+from east_cache.train import checkpoint, train
 saves, real_save, real_replace = [], torch.save, os.replace
 def save(obj, path):   # the second checkpoint dies halfway through its write
     saves.append(path)

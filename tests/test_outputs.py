@@ -157,7 +157,7 @@ def run(command: str, argv: list[str]) -> int:
     if command == "predict":
         from east_cache.predict.predict import main
         return main(argv)
-    from east_cache.model.train import main
+    from east_cache.train.train import main
     return main(argv)
 
 

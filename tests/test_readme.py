@@ -22,7 +22,7 @@ import pytest
 from helpers import with_flags
 
 from east_cache import cli
-from east_cache.model import train
+from east_cache.train import train
 from east_cache.predict import predict
 from east_cache.tools.sampledata import write_sample_dataset
 

@@ -260,7 +260,7 @@ def test_torchrun_on_two_nodes_trains_from_a_url_each_downloading_its_share(s3, 
     (["--out", "s3://bucket/run"], "checkpoints and logs go to a local folder"),
 ])
 def test_train_py_says_what_is_wrong_with_a_url_in_one_line(s3, caches, tmp_path, capsys, flags, says):
-    from east_cache.model.train import main as train_main
+    from east_cache.train.train import main as train_main
     url = s3.put_cache(caches["crops"]) if flags else s3.url("nothing")
     args = ["--cache", url, "--out", str(tmp_path / "run"), "--local-cache", str(tmp_path / "lc"), "--max-steps", "1",
             "--workers", "0", "--backbone-weights", "random"]

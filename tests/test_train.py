@@ -22,12 +22,12 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from east_cache.reader import Batch, BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
-from east_cache.model import checkpoint, config, engine, runtime, train
+from east_cache.train import checkpoint, config, engine, runtime, train
 from east_cache.model import model as east
 from east_cache.predict import device, weights
 from east_cache.model.model import load_backbone
 from east_cache.reader import images
-from east_cache.model.config import TrainConfig
+from east_cache.train.config import TrainConfig
 from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
 from east_cache.predict.device import Runtime
@@ -558,7 +558,7 @@ def test_a_torchrun_rank_flushes_its_output_then_ends_with_os_exit(world, monkey
 def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out():
     """entry() as a rank's process (WORLD_SIZE 2): what it printed is out, the interpreter's teardown (an atexit hook
     stands for it) is skipped, where gloo runs aborted after finishing, and main()'s status is the process's."""
-    code = ("import atexit, sys; from east_cache.model import train; atexit.register(lambda: print('teardown')); "
+    code = ("import atexit, sys; from east_cache.train import train; atexit.register(lambda: print('teardown')); "
             "train.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; train.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WORLD_SIZE": "2", "PYTHONUNBUFFERED": ""})   # buffered, as by default

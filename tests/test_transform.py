@@ -274,7 +274,7 @@ def test_east_train_augment_records_the_recipe_and_a_resume_inside_an_epoch_is_e
 
 @pytest.mark.slow
 def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_line(tiny_cache, tmp_path, capsys):
-    from east_cache.model import train
+    from east_cache.train import train
     recipe = tmp_path / "third.py"
     recipe.write_text("calls = 0\n\n"
                       "def third(image):\n"
@@ -295,7 +295,7 @@ def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_lin
 
 
 def test_east_train_refuses_a_recipe_that_does_not_load_before_the_caches_open(tmp_path, capsys):
-    from east_cache.model import train
+    from east_cache.train import train
     bad = tmp_path / "aug.json"
     bad.write_text('{"transform": {"__class_fullname__": "Compose", "transforms": [{"__class_fullname__": "Blurr"}]}}')
     status = train.main(["--cache", str(tmp_path / "no-cache"), "--augment", str(bad)])

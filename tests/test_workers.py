@@ -225,7 +225,7 @@ def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
     cache are checked against a DataLoader's above)."""
     from helpers import read_log
 
-    from east_cache.model.train import run
+    from east_cache.train.train import run
     cache = tmp_path / "c"
     build_cache(small_config(variants=2, crop="read", strategy="image", image_codec=codec), [sample_root], cache,
                 jobs=1, quiet=True)

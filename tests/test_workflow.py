@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from east_cache.model.train import main as train_main
+from east_cache.train.train import main as train_main
 from east_cache.predict.predict import main as predict_main
 from east_cache.cli import main as preprocess_main
 

@@ -13,7 +13,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from east_cache.errors import EXIT_INTERRUPTED
-from east_cache.model.report.recipe import shown
+from east_cache.tools.run_recipe import shown
 
 EXPERIMENT = "east-train"
 PARAM_CHARS = 6000   # MLflow's longest param value

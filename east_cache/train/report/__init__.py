@@ -2,8 +2,8 @@
 experiment trackers too. Each back-end is an optional extra, imported only when chosen; one that is missing is an
 `error:` line with its install command before any work.
 
-Reporting takes the records train.py writes to log.jsonl (east_cache.model.runtime.jsonl_writer) and hands each
-back-end: at the `run` header its whole recipe (report.recipe: every flag, the cache's build options and
+Reporting takes the records train.py writes to log.jsonl (east_cache.train.runtime.jsonl_writer) and hands each
+back-end: at the `run` header its whole recipe (tools/run_recipe.py: every flag, the cache's build options and
 fingerprint, the code version); at each `step` record (every --log-every steps: no extra host sync) the loss and
 its parts, the learning rate, samples/s and the share of time waiting for data; at each `epoch` record the
 validation loss and detection metrics; and pictures (report.pictures): the first training batch's crops with their
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from east_cache.errors import UsageError
-from east_cache.model.report.recipe import epoch_metrics, full_recipe, step_metrics
+from east_cache.tools.run_recipe import epoch_metrics, full_recipe, step_metrics
 
 NONE = "none"
 # back-end -> (the modules it needs, the extra that installs them); MLflow's local default store is SQLite, through
@@ -64,12 +64,12 @@ def check_installed(names) -> None:
 def backend(name: str, out: Path):
     """A back-end object (the package imported now): start, scalars, image, finish, where."""
     if name == "tensorboard":
-        from east_cache.model.report.tensorboard_log import TensorBoard
+        from east_cache.train.report.tensorboard_log import TensorBoard
         return TensorBoard(out)
     if name == "wandb":
-        from east_cache.model.report.wandb_log import Wandb
+        from east_cache.train.report.wandb_log import Wandb
         return Wandb(out)
-    from east_cache.model.report.mlflow_log import MLflow
+    from east_cache.train.report.mlflow_log import MLflow
     return MLflow(out)
 
 
@@ -119,7 +119,7 @@ class Reporting:
 
     def worst_pages(self):
         """A collector for validate.full_page_metrics of the images show_worst draws."""
-        from east_cache.model.report.pictures import WorstPages
+        from east_cache.train.report.pictures import WorstPages
         return WorstPages()
 
     def show_worst(self, worst, step: int) -> None:
@@ -129,7 +129,7 @@ class Reporting:
 
     def show_batch(self, batch, step: int) -> None:
         """A training batch's crops with their targets, once: train/first_batch."""
-        from east_cache.model.report.pictures import batch_caption, batch_picture
+        from east_cache.train.report.pictures import batch_caption, batch_picture
         self.image("train/first_batch", batch_picture(batch.image, batch.score, batch.roi),
                    batch_caption(len(batch.image), step), step)
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from east_cache.reader.loader import Batch
-from east_cache.model.config import RunState, TrainConfig
+from east_cache.train.config import RunState, TrainConfig
 from east_cache.model.loss import LOSS_KEYS, east_loss
 from east_cache.predict.device import Runtime
 from east_cache.errors import UserError
@@ -33,7 +33,7 @@ class Context:
     on_step: Callable[[], None] | None = None   # profiler hook
     save: Callable[[], None] | None = None      # writes a mid-epoch checkpoint (--save-every-steps)
     first_batch: Callable[[Batch], None] | None = None   # shown this run's first batch once (--report-to), then unset
-    report: object | None = None                # east_cache.model.report.Reporting on rank 0 with --report-to
+    report: object | None = None                # east_cache.train.report.Reporting on rank 0 with --report-to
 
     def autocast(self):
         return torch.autocast(self.rt.device.type, dtype=self.cfg.amp_dtype, enabled=self.cfg.amp_dtype is not None)

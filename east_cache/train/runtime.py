@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from east_cache.reader import CacheDataset
-from east_cache.model.config import RunState, TrainConfig
+from east_cache.train.config import RunState, TrainConfig
 from east_cache.predict.device import Runtime
 from east_cache.build.fingerprint import code_hash
 
@@ -65,7 +65,7 @@ def stop_on_signals(state: RunState, rt: Runtime):
 @contextmanager
 def failure_recorded(log, state: RunState, report=None):
     """An error inside ends the run's records with an `end` record (reason failed, the error's type) and its
-    trackers' runs (report: east_cache.model.report.Reporting) as failed; the error itself goes up."""
+    trackers' runs (report: east_cache.train.report.Reporting) as failed; the error itself goes up."""
     try:
         yield
     except BaseException as e:
@@ -86,7 +86,7 @@ def jsonl_writer(path: Path):
 def run_header(cfg: TrainConfig, rt: Runtime, argv: list[str], ds: CacheDataset, val: CacheDataset | None,
                origin: str) -> dict:
     """The record that starts a run's lines in log.jsonl: several runs (resumes) append to one file. It holds the
-    run's whole recipe (east_cache.model.report.recipe reads it: `east-cache runs`, --report-to), and the host and
+    run's whole recipe (east_cache.tools.run_recipe reads it: `east-cache runs`, --report-to), and the host and
     process id, by which `runs` tells a run still going from one that died without its `end` record."""
     return {"event": "run", "time": now(), "argv": argv,
             "config": cfg.to_dict(), "code_version": code_version(), "device": str(rt.device), "world": rt.world,
@@ -102,13 +102,15 @@ def now() -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict:
-    """The installed package's version and a hash of the training code's syntax (east_cache/model/*.py): two runs
-    with the same hash ran the same code, whatever the version says."""
+    """The installed package's version and a hash of the training code's syntax (the model, predict and train rooms'
+    *.py: EAST, what predicts with it during validation, the loop): two runs with the same hash ran the same code,
+    whatever the version says."""
     try:
         version = importlib.metadata.version("east-cache")
     except importlib.metadata.PackageNotFoundError:
         version = "not installed"
-    sources = [p.read_text() for p in sorted(Path(__file__).parent.glob("*.py"))]
+    root = Path(__file__).parents[1]
+    sources = [p.read_text() for room in ("model", "predict", "train") for p in sorted((root / room).glob("*.py"))]
     return {"package": version, "east": code_hash(sources)}
 
 

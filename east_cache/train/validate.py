@@ -19,17 +19,17 @@ import torch
 from east_cache.augment import Augment
 from east_cache.reader import CacheDataset, collate
 from east_cache.reader.expand import batch_images
-from east_cache.model.checkpoint import check_fits_cache, trained_size
-from east_cache.model.config import TrainConfig
+from east_cache.train.checkpoint import check_fits_cache, trained_size
+from east_cache.train.config import TrainConfig
 from east_cache.model.decode import decode_maps
 from east_cache.evaluate.deteval import dataset_metrics, evaluate_image, gt_quads
-from east_cache.model.engine import Context, new_context
+from east_cache.train.engine import Context, new_context
 from east_cache.model.model import EAST
 from east_cache.reader.images import prepare_images
 from east_cache.predict.pages import Page
 from east_cache.predict.predict import PredictConfig, predict
 from east_cache.predict.weights import inference_model, load_checkpoint
-from east_cache.model.runtime import jsonl_writer, sum_over_ranks
+from east_cache.train.runtime import jsonl_writer, sum_over_ranks
 from east_cache.predict.device import Runtime
 from east_cache.evaluate.scoring import Words, score_image
 from east_cache.config import BuildConfig

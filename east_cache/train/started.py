@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from east_cache.predict.weights import BEST, LATEST
-from east_cache.model.config import RunState, TrainConfig
+from east_cache.train.config import RunState, TrainConfig
 from east_cache.predict.device import Runtime
 from east_cache.reader import CacheDataset
 from east_cache.reader.loader import describe_reading, loader_workers

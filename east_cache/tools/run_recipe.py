@@ -1,5 +1,5 @@
 """A run's recipe as flat `name: value` pairs, and what the tracking back-ends are handed: read from the header
-record that starts each run's lines in log.jsonl (east_cache.model.runtime.run_header), without torch, so that
+record that starts each run's lines in log.jsonl (east_cache.train.runtime.run_header), without torch, so that
 `east-cache runs` and every back-end see the same names.
 
 The names follow the records: every TrainConfig field as it is (a nested one, such as an augmentation object, as

@@ -10,7 +10,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 
-from east_cache.model.report.recipe import shown
+from east_cache.tools.run_recipe import shown
 
 HPARAM_METRICS = ("val/hmean", "val/loss", "train/loss")   # the HParams dashboard's columns
 

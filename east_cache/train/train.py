@@ -1,8 +1,8 @@
 """`east-train` (`python train.py`, under torchrun too): the command, and the run it starts, read top to bottom.
 
-main -> run: flags checked and resolved (east_cache.model.config) -> train: caches opened (east_cache.reader.loader),
-the model, optimiser and schedule made or resumed (east_cache.model.checkpoint) -> run_epochs: each epoch's steps
-(east_cache.model.engine.train_one_epoch), its validation (east_cache.model.validate), its log record and
+main -> run: flags checked and resolved (east_cache.train.config) -> train: caches opened (east_cache.reader.loader),
+the model, optimiser and schedule made or resumed (east_cache.train.checkpoint) -> run_epochs: each epoch's steps
+(east_cache.train.engine.train_one_epoch), its validation (east_cache.train.validate), its log record and
 checkpoint -> finish: what was done and how to go on. Ctrl-C (or SIGTERM) stops at the next step and saves.
 Epochs are numbered from 1 wherever a user sees them: printed lines, log.jsonl, file names.
 """
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from east_cache.reader import CacheDataset
-from east_cache.model.checkpoint import (
+from east_cache.train.checkpoint import (
     EVAL_LOG,
     RUN_WRITES,
     checkpoint_name,
@@ -39,15 +39,15 @@ from east_cache.model.checkpoint import (
 )
 from east_cache.augment import given as augment_given
 from east_cache.augment import Augment
-from east_cache.model.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
-from east_cache.model.engine import Context, new_context, train_one_epoch, validation_loss
+from east_cache.train.config import BACKBONES, RunState, TrainConfig, check_flags, get_args_parser, resolve_config
+from east_cache.train.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.model.report import check_report_flags, records_to, start_reporting
-from east_cache.model.started import started_lines
-from east_cache.model.runtime import failure_recorded, jsonl_writer, leave_group, now, profiler, run_header, stop_on_signals
+from east_cache.train.report import check_report_flags, records_to, start_reporting
+from east_cache.train.started import started_lines
+from east_cache.train.runtime import failure_recorded, jsonl_writer, leave_group, now, profiler, run_header, stop_on_signals
 from east_cache.predict.device import Runtime, setup_device, setup_threads
 from east_cache.predict.weights import BEST
-from east_cache.model.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
+from east_cache.train.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, open_cache
@@ -236,7 +236,7 @@ def training_loader(cache, batch_size: int, workers: int | None, device, augment
 
 
 def run_epochs(net, model, loaders, optimizer, scheduler, ctx: Context, ds: CacheDataset, pages=None) -> None:
-    """pages (east_cache.model.validate.ValPages): full validation images, scored instead of the validation crops."""
+    """pages (east_cache.train.validate.ValPages): full validation images, scored instead of the validation crops."""
     cfg, rt, state = ctx.cfg, ctx.rt, ctx.state
     profiling = bool(cfg.profile) and rt.rank == 0
     prof = profiler(cfg.profile, cfg.out, rt.device, rt.say) if profiling else nullcontext()

@@ -2,7 +2,7 @@
 
 Each run folder's log.jsonl (east-train's records: a `run` header per start or resume with the whole recipe, then
 `step`, `epoch`, and an `end` or `interrupted` record) and eval.jsonl (--eval-only's figures) make one row: the
-options in which the runs differ (only those: report.recipe names them), the best validation hmean and its epoch
+options in which the runs differ (only those: run_recipe.py names them), the best validation hmean and its epoch
 (or the lowest validation loss, where no run has detection metrics), the last training loss, the median samples/s
 of its epochs, its wall time over every start and resume, and its state:
 
@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
-from east_cache.model.report.recipe import recipe_of, shown
+from east_cache.tools.run_recipe import recipe_of, shown
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"
 RECENT_S = 1800.0    # s: a run started on another host whose log was written to this recently counts as running
@@ -50,7 +50,7 @@ EPILOG = """examples:
 @dataclass
 class Run:
     folder: Path
-    recipe: dict                       # the last start's options (report.recipe.recipe_of)
+    recipe: dict                       # the last start's options (run_recipe.recipe_of)
     epochs: dict[int, dict] = field(default_factory=dict)   # epoch -> its record (a resumed epoch's replaces)
     last_loss: float | None = None
     wall_s: float = 0.0

@@ -28,10 +28,10 @@ import torch.distributed as dist
 
 from east_cache.augment import FLAGS, Augment, flag, fmt
 from east_cache.reader import CacheDataset
-from east_cache.model.config import RunState, TrainConfig, invoked_as
-from east_cache.model.engine import Context
+from east_cache.train.config import RunState, TrainConfig, invoked_as
+from east_cache.train.engine import Context
 from east_cache.model.model import EAST
-from east_cache.model.report import IDS_FILE
+from east_cache.train.report import IDS_FILE
 from east_cache.predict.device import Runtime
 from east_cache.predict.weights import BEST, LATEST, inference_model, load_checkpoint
 from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line

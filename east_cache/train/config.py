@@ -19,7 +19,7 @@ import torch
 from east_cache.augment import add_flags as add_augment_flags
 from east_cache.bounds import COUNT, COUNT_OR_ZERO, POSITIVE, SEED, THREADS, WORKERS, flag_number
 from east_cache.model.model import check_backbone_file
-from east_cache.model.report import REPORT_TO, chosen
+from east_cache.train.report import REPORT_TO, chosen
 from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_STD, JITTER
 from east_cache.errors import CommandParser, UsageError, cache_command
 from east_cache.location import flag_location, is_remote
@@ -85,7 +85,7 @@ class TrainConfig:
     profile: int | None = None             # steps to profile (after one warm-up), then stop; None: no profiling
     check_run: bool = False                # the short CPU run that CPU_BUDGET_* bound, chosen by default
     threads: int | None = None             # torch intra-op threads of each process; None: torch's default
-    report_to: tuple[str, ...] = ()        # experiment trackers the run reports to (east_cache.model.report)
+    report_to: tuple[str, ...] = ()        # experiment trackers the run reports to (east_cache.train.report)
     run_name: str | None = None            # the run's name there; None: --out's folder name
 
     @property
@@ -104,7 +104,7 @@ class RunState:
     step: int = 0                              # optimiser steps so far, over all epochs and resumes
     epoch: int = 0                             # the epoch in progress, 0-based (logs and files say epoch + 1)
     epoch_micro: int = 0                       # micro-batches of that epoch already consumed
-    epoch_sums: torch.Tensor | None = None     # that epoch's loss sums and good-step count (east_cache.model.engine)
+    epoch_sums: torch.Tensor | None = None     # that epoch's loss sums and good-step count (east_cache.train.engine)
     step_limit: int | None = None              # stop when step reaches this (--max-steps, or --profile's end)
     deadline: float | None = None              # time.perf_counter() value of --time-limit
     stopped: bool = False                      # step_limit, deadline or a signal reached
@@ -353,9 +353,9 @@ def under_launcher() -> bool:
 
 
 def invoked_as() -> list[str]:
-    """How this process was started, as a user would type it: python train.py, python -m east_cache.model.train,
+    """How this process was started, as a user would type it: python train.py, python -m east_cache.train.train,
     east-train."""
     started = Path(sys.argv[0])
     if started.name and started.resolve() == Path(__file__).with_name("train.py").resolve():
-        return ["python", "-m", "east_cache.model.train"]
+        return ["python", "-m", "east_cache.train.train"]
     return ["python", sys.argv[0]] if started.name == "train.py" else ["east-train"]
