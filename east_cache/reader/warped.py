@@ -17,9 +17,9 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from east_cache.sample.clip import clip_convex
 from east_cache.sample.epoch_geometry import (
     EpochGeometry,
-    clip_convex,
     crop_preimage,
     cross2,
     far_words,
