@@ -145,7 +145,7 @@ def test_ctrl_c_is_status_130_and_one_line(entry, world, monkeypatch, capsys):
         raise KeyboardInterrupt
     module, name, flags = {"east-cache": (cli, "cmd_info", "info {cache}"),
                            "east-train": (train, "train", "--cache {cache} --out {dir}/run --backbone-weights random"),
-                           "east-predict": (predict, "predict", "--checkpoint {old} --data {data} --split train "
+                           "east-predict": (predict, "predict_passes", "--checkpoint {old} --data {data} --split train "
                                                                 "--out {dir}/p.json")}[entry]
     monkeypatch.setattr(module, name, interrupted)
     assert MAINS[entry](argv(flags, world)) == errors.EXIT_INTERRUPTED

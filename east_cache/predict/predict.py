@@ -12,11 +12,8 @@ import argparse
 import math
 import sys
 import time
-from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -26,19 +23,17 @@ from east_cache.bounds import COUNT, THREADS, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
-from east_cache.predict.pages import (STRIDE, Page, input_geometry, load_input, pages_from_folder, pages_from_split,
-                                     plan_batches)
+from east_cache.predict.pages import (LOADER_THREADS, STRIDE, Page, input_geometry, loaded, pages_from_folder,
+                                     pages_from_split, plan_batches)
 from east_cache.predict.fusion import FUSE, FUSE_DEFAULT, load_models, runs
 from east_cache.predict.device import setup_device, setup_threads
 from east_cache.evaluate.ensemble import fuse
 from east_cache.evaluate.predictions import write_predictions
-from east_cache.errors import (CommandParser, DataError, Input, UsageError, check_output, refuse_overwrite, run_command,
+from east_cache.errors import (CommandParser, Input, UsageError, check_output, refuse_overwrite, run_command,
                                stderr_line)
 from east_cache.ingest.ufo import dataset_inputs
 from east_cache.progress import Progress
 
-LOADER_THREADS = 4            # images decoded and resized at once (PIL and OpenCV release the GIL)
-PREFETCH_BATCHES = 2          # batches being loaded while the model runs on the current one
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
 IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
@@ -58,27 +53,6 @@ class PredictConfig:
         for name, bound in (("image_size", IMAGE_SIZE), ("batch_size", COUNT), ("score_thresh", THRESHOLD),
                             ("nms_thresh", THRESHOLD)):
             check_number(name, getattr(self, name), bound)
-
-
-def _loaded(batches: list[list[Page]], cfg: PredictConfig, pool: ThreadPoolExecutor) -> Iterator[tuple]:
-    """(pages, uint8 (B, H, W, 3), bad [(name, why)]) per batch, PREFETCH_BATCHES batches loading ahead."""
-    pending, todo = deque(), iter(batches)
-    for batch in islice(todo, PREFETCH_BATCHES):
-        pending.append((batch, [pool.submit(load_input, p, cfg.image_size) for p in batch]))
-    while pending:
-        batch, futures = pending.popleft()
-        for nxt in islice(todo, 1):
-            pending.append((nxt, [pool.submit(load_input, p, cfg.image_size) for p in nxt]))
-        ok, images, bad = [], [], []
-        for page, fut in zip(batch, futures):
-            try:
-                images.append(fut.result())
-                ok.append(page)
-            except DataError as e:
-                if not cfg.skip_bad:
-                    raise
-                bad.append((page.name, str(e)))
-        yield ok, (np.stack(images) if images else None), bad
 
 
 @torch.no_grad()
@@ -105,18 +79,29 @@ def predict(model, pages: list[Page], cfg: PredictConfig, device: torch.device, 
             desc: str = "predict") -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], list[tuple[str, str]]]:
     """({name: (quads in frame px, scores)}, skipped [(name, why)]) for pages, with a model in eval mode that
     maps normalised images (B, 3, H, W) to score (B, 1, h, w) and geo (B, 5, h, w)."""
-    results, skipped = {}, []
-    batches = plan_batches(pages, cfg.image_size, cfg.batch_size)
+    results, skipped = predict_passes([(model, cfg.map_scale)], pages, cfg, [cfg.image_size], device, progress, desc)
+    return results[0], skipped
+
+
+def predict_passes(passes: list[tuple], pages: list[Page], cfg: PredictConfig, sizes: list[int],
+                   device: torch.device, progress: bool = True, desc: str = "predict"):
+    """([{name: (quads in frame px, scores)}, one per pass (model, map scale) of passes at each input size of sizes,
+    a pass's sizes in a row], skipped [(name, why)]). Loading apart from inference: each batch of pages is loaded
+    once (pages.loaded: decoded once, resized once per size), a few batches ahead, and every pass reads it."""
+    results, skipped = [{} for _ in range(len(passes) * len(sizes))], []
+    batches = plan_batches(pages, sizes, cfg.batch_size)
     with ThreadPoolExecutor(LOADER_THREADS) as pool, \
             Progress(len(pages), "img", quiet=not progress, desc=desc, leave=False) as bar:
-        for batch, images, bad in _loaded(batches, cfg, pool):
+        for batch, inputs, bad in loaded(batches, sizes, pool, cfg.skip_bad):
             skipped += bad
-            if batch:
-                score, geo = forward(model, images, device)
-                for k, page in enumerate(batch):
-                    results[page.name] = page_quads(score[k], geo[k], page, cfg)
+            for k, (model, map_scale) in enumerate(passes if batch else []):
+                for j, size in enumerate(sizes):
+                    at = replace(cfg, image_size=size, map_scale=map_scale)
+                    score, geo = forward(model, inputs[size], device)
+                    for i, page in enumerate(batch):
+                        results[k * len(sizes) + j][page.name] = page_quads(score[i], geo[i], page, at)
             bar.update(len(batch) + len(bad))
-    return dict(sorted(results.items())), skipped
+    return [dict(sorted(r.items())) for r in results], skipped
 
 
 def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
@@ -171,17 +156,12 @@ def scale_list(text: str) -> list[int]:
 
 def predict_fused(passes: list[tuple], pages: list[Page], cfg: PredictConfig, sizes: list[int],
                   device: torch.device, votes: int | None = None, progress: bool = True):
-    """predict() for each (model, map scale) of passes at each input size, the words of all passes fused
-    (east_cache.evaluate.ensemble.fuse, votes defaulting to a majority); one pass: its words as they are. Returns
-    (results, skipped) as predict() does."""
-    outs, skipped = [], {}
-    for k, (model, map_scale) in enumerate(passes):
-        for size in sizes:
-            desc = "predict" if len(passes) * len(sizes) == 1 else f"predict {k + 1}/{len(passes)} at {size}"
-            r, bad = predict(model, pages, replace(cfg, image_size=size, map_scale=map_scale), device, progress, desc)
-            outs.append(r)
-            skipped.update(bad)
-    return (outs[0] if len(outs) == 1 else fuse(outs, votes=votes)), list(skipped.items())
+    """predict_passes' results, the words of all passes fused (east_cache.evaluate.ensemble.fuse, votes defaulting
+    to a majority); one pass: its words as they are. Returns (results, skipped) as predict() does."""
+    n = len(passes) * len(sizes)
+    outs, skipped = predict_passes(passes, pages, cfg, sizes, device, progress,
+                                   "predict" if n == 1 else f"predict ({len(passes)} x {len(sizes)} passes)")
+    return (outs[0] if n == 1 else fuse(outs, votes=votes)), skipped
 
 
 def command_name() -> str:
