@@ -296,3 +296,14 @@ def test_the_private_import_check_finds_one(tmp_path):
     assert private_imports("east_cache.reader.mod", path) == [
         "east_cache.reader.mod: from east_cache.sample.make import _select",
         "east_cache.reader.mod: from east_cache.reader.cache import _hidden"]
+
+
+def test_the_architecture_map_names_files_that_exist():
+    """Every path docs/architecture.md names (east_cache/...py, or a room's file as room/name.py) exists, and every
+    room of the package has its line in the map."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    rooms = sorted(p.name for p in (REPO / "east_cache").iterdir() if (p / "__init__.py").is_file())
+    named = set(re.findall(r"east_cache/[\w/]+\.(?:py|html)", text))
+    named |= {f"east_cache/{m}" for m in re.findall(rf"(?<![\w/])((?:{'|'.join(rooms)})/[\w/]+\.py)", text)}
+    assert len(named) > 60 and not sorted(p for p in named if not (REPO / p).is_file())
+    assert not [r for r in rooms if f"`east_cache/{r}/`" not in text]
