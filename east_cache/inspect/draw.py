@@ -1,10 +1,10 @@
-"""`python -m preprocess show`: one PNG to check a sample at a glance, drawn here (render_sample); a cached sample
-is read by east_cache/inspect/show.py, one made on the fly (--source) here, without the reader or torch.
+"""Drawing a sample to check it at a glance (render_sample), without the reader or torch: what `show` draws
+(east_cache/inspect/show.py) and the pictures a training run sends its trackers (train/report/pictures.py).
 
 Left, at 1:1 (a pixel of the PNG is a pixel of the crop): the crop, the score map in translucent red,
 the sample's words outlined (green legible, orange don't-care), ROI = 0 darkened and hatched. Right:
-the geometry channels and the ROI mask as small heat maps. With --source, the source page with every
-word outlined by why it is (not) a positive comes first, and the sample is made on the fly.
+the geometry channels and the ROI mask as small heat maps. A source page (render_page, show --source) has every
+word outlined by why it is (not) a positive.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""`python -m preprocess show CACHE INDEX`: one PNG of a sample as a cache holds it, read through CacheDataset
-and drawn by east_cache/inspect/draw.py (render_sample); with --epochs (and --augment RECIPE), a contact sheet of one
-image's crops over several epochs (show_epochs)."""
+"""`east-cache show`: one PNG of a sample, drawn by east_cache/inspect/draw.py (render_sample): as a cache holds it,
+read through CacheDataset (show CACHE INDEX: show_cached); with --epochs (and --augment RECIPE), a contact sheet of
+one image's crops over several epochs (show_epochs); or made now from the data set beside its source page (show
+--source: show_source, without the reader or torch, which the cached sample's functions import only when they run)."""
 from __future__ import annotations
 
 import sys
@@ -15,7 +16,8 @@ from east_cache.build.stale import check_stale
 from east_cache.errors import refuse_overwrite
 from east_cache.ingest.imageio import decode_image
 from east_cache.ingest.ufo import dataset_inputs, load_splits
-from east_cache.inspect.draw import GAP, LABEL_H, PAGE_SIDE, crop_panel, render_page, render_sample, words_caption
+from east_cache.inspect.draw import (GAP, LABEL_H, PAGE_SIDE, crop_panel, render_page, render_sample,
+                                     words_caption)
 from east_cache.sample.make import make_sample
 from east_cache.store.format import cache_inputs
 
