@@ -12,10 +12,10 @@ precision, recall and hmean go into the epoch's line of OUT/log.jsonl and its pr
 OUT/eval.jsonl; `python train.py --export-onnx model.onnx --checkpoint CKPT` writes the model for ONNX
 runtimes (needs `pip install -e ".[export]"`).
 
-This file is the script; the code is the `east_cache.model` package (east_cache.model.train holds the command and
-the run, `east-train` once installed).
+This file is the script; the code is the `east_cache.train` package (east_cache.train.train holds the command and
+the run, `east-train` once installed), the model it trains `east_cache.model`.
 """
-from east_cache.model.train import entry
+from east_cache.train.train import entry
 
 if __name__ == "__main__":
     entry()

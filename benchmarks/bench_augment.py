@@ -4,7 +4,7 @@ cores a GPU then needs. Prints markdown tables; asserts nothing.
 Data: camera photos (common.bench_photos: 12 MP phone photos and 8.7 MP A4 pages, JPEG, ~120 words), built with the
 default settings (--image-size 2048 --input-size 1024, pages stored resized only) as raw and as jpeg pages.
 
-Arms, each a worker's work per crop as train.py's loader workers do it (reader/bench_augment.py worker_rate: the compact
+Arms, each a worker's work per crop as train.py's loader workers do it (inspect/bench_augment.py worker_rate: the compact
 item made, the epoch's warp, the recipe, the targets, copied into a batch slot's row; cv2 on one thread; this
 process's CPU time), alternated --repeat times, median [min-max]:
 - baseline: the reader's own augmentation alone (height, rotation and crop in one warp; the colour jitter runs on the
@@ -39,9 +39,9 @@ from common import REPO, bench_photos, machine, table
 from east_cache.augment import Augment
 from east_cache.config import BuildConfig
 from east_cache.reader import CacheDataset
-from east_cache.reader import bench_augment as worker
+from east_cache.inspect import bench_augment as worker
 from east_cache.reader.recipe import as_transform
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 BATCH = 8        # crops per GPU step in the cores figure
 CODECS = ("raw", "jpeg")

@@ -24,7 +24,7 @@ from common import BENCH_DATA, bench_photos, machine, table
 from PIL import Image
 
 from east_cache.config import BuildConfig
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.tools.leak import warn_build
 from east_cache.tools.phash import NEAR_DISTANCE, THREADS, HashStore, dct_hash, distance, gradient_hash, gray_of
 from east_cache.tools.sampledata import write_sample_dataset

@@ -39,7 +39,7 @@ from east_cache.ingest.ufo import load_splits
 from east_cache.reader import CacheDataset
 from east_cache.reader.expand import batch_len
 from east_cache.sample.page import make_page
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
 from east_cache.tools.info import disk_bytes

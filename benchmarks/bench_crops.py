@@ -42,7 +42,7 @@ from east_cache.sample.crop_draw import grid_step, word_boxes, word_weights
 from east_cache.sample.geometry import gather_quads
 from east_cache.sample.make import choose_sample_crop
 from east_cache.sample.page import make_page
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.layout import Layout
 from east_cache.tools.coverage import build_mode, coverage, page_mode, warped_mode
 from east_cache.tools.info import disk_bytes

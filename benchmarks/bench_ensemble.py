@@ -139,7 +139,8 @@ def quiet(main, argv: list[str]) -> None:
 def fold_models(steps: int, pages: int) -> None:
     """Two fold models on the sample set, each alone and combined (module docstring, 2)."""
     from east_cache import cli
-    from east_cache.model import predict, train
+    from east_cache.train import train
+    from east_cache.predict import predict
     from east_cache.tools.sampledata import write_sample_dataset
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,8 +32,9 @@ from common import bench_pages, held_out_pages, machine, measured_device, table
 
 import common
 from east_cache import cli
-from east_cache.model import predict, train
-from east_cache.model.train import INTERRUPTED
+from east_cache.predict import predict
+from east_cache.train import train
+from east_cache.train.train import INTERRUPTED
 
 QUICK = {"train_images": 4, "val_images": 2, "words": 20, "image_size": 192, "input_size": 64, "batch_size": 2,
          "time_limit": 4.0, "jobs": 1}

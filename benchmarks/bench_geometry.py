@@ -61,7 +61,7 @@ from east_cache.sample.epoch_geometry import level_matrix
 from east_cache.sample.geometry import compose
 from east_cache.sample.make import decode_for, warp
 from east_cache.sample.page import page_geometry, page_params
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.layout import Layout
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import TABLE_COLUMNS, WORD_TABLE

@@ -39,7 +39,7 @@ from east_cache.reader import CacheDataset, Loader
 from east_cache.reader import jpeg_device
 from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.loader import loader_workers
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 ARMS = ("read", "steady", "predict")
 QUICK = {"images": 4, "distinct": 2, "epochs": 2, "batch_size": 2, "image_size": 192, "input_size": 64,

@@ -23,7 +23,7 @@ from east_cache.reader import CacheDataset, OnTheFlyDataset, collate, make_sampl
 from east_cache.config import STRATEGIES, BuildConfig
 from east_cache.ingest.ufo import load_splits
 from east_cache.sample.make import make_sample
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 MEMCPY_TRIES = 3     # the reference is the best of these: a limit, so noise from other processes should not lower it
 WARM_SECONDS = 1.0   # s of untimed epochs first: the first reads in a process run several times slower

@@ -6,7 +6,7 @@ batches one ahead from a thread). Prints markdown tables; asserts nothing.
 Warm page cache, reading in the main process (no DataLoader workers), batches of --batch-size. Every reader
 materialises its batch: contiguous arrays or tensors of its own (peers.py), each touched once per page. One
 warm-up epoch per reader, then --rounds rounds; in each, a memcpy of the same records into a batch buffer
-(east_cache.reader.bench.memcpy_rate, the physical limit) and one epoch per reader, in an order that rotates
+(east_cache.inspect.bench.memcpy_rate, the physical limit) and one epoch per reader, in an order that rotates
 from round to round. A reader's figure is its epochs' samples/s over its round's memcpy: median [min-max].
 
 Needs the optional extra, in an environment of its own (see peers.py for why Mosaic Streaming runs without
@@ -180,7 +180,7 @@ def main() -> int:
 
     from east_cache.reader import CacheDataset
     from east_cache.config import BuildConfig
-    from east_cache.store.build import build_cache
+    from east_cache.build.run import build_cache
 
     data = bench_pages(a.records)
     cfg = BuildConfig(input_size=a.input_size, batch_size=a.batch_size, crop="build")  # the fixed records

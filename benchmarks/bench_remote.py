@@ -62,9 +62,9 @@ def stored_cache(files: int, file_mib: int, work: Path):
     from helpers import TINY
 
     from east_cache.config import BuildConfig
-    from east_cache.store.build import build_cache
+    from east_cache.build.run import build_cache
     from east_cache.location import Location
-    from east_cache.store.remote.publish import Publisher
+    from east_cache.build.publish import Publisher
     from east_cache.tools.sampledata import write_sample_dataset
     per_record = 3 * 512 * 512 + 8 * 256 * 256   # input 512 px, maps at x0.5: image, score, geo (f16 x5), roi
     chunk = max(1, round(file_mib * MIB / per_record))
@@ -81,7 +81,7 @@ def stored_cache(files: int, file_mib: int, work: Path):
 def epoch_time(loc, folder: Path, compute_s: float, ahead: int, jobs: int) -> tuple[float, float]:
     """(seconds for one pass over the files in order, MiB downloaded by it); ahead 0: each file fetched when the
     reader first asks for it. A file "read" costs compute_s (a sleep: the training step the prefetch hides)."""
-    from east_cache.store.remote.ahead import Ahead
+    from east_cache.reader.ahead import Ahead
     from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
     cache = LocalCache(loc, LocalCacheSettings(folder=folder, ahead=max(ahead, 1), jobs=jobs))
     names = list(cache.units)
@@ -106,8 +106,8 @@ def page_cache(images: int, chunk: int, work: Path) -> tuple[Path, str]:
 
     from east_cache.config import BuildConfig
     from east_cache.location import Location
-    from east_cache.store.build import build_cache
-    from east_cache.store.remote.publish import Publisher
+    from east_cache.build.run import build_cache
+    from east_cache.build.publish import Publisher
     cfg = BuildConfig(variants=1, strategy="chunked", chunk_size=chunk)
     build_cache(cfg, [bench_pages(images)], work / "pages", jobs=2, quiet=True)
     loc = Location.parse("s3://bench/pages")
@@ -126,7 +126,7 @@ def read_epochs(cache, epochs: int, batch: int, folder: Path | None = None, limi
 def each_epoch(cache, epochs: int, batch: int, folder: Path | None = None, limit: int = 0, node=None):
     """read_epochs' epochs, each yielded once read (so that two caches' epochs can be read in turns)."""
     from east_cache.reader.loader import make_loader, open_cache
-    from east_cache.store.remote.share import NodeShare
+    from east_cache.reader.share import NodeShare
     ds = open_cache(str(cache), False, local_cache=folder, local_cache_limit=limit)
     share = NodeShare(node[1], node[0]) if node else None
     loader = make_loader(ds, batch, True, seed=0, workers=0, share=share)

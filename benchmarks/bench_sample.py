@@ -43,7 +43,7 @@ from east_cache.ingest.ufo import CARE, load_splits
 from east_cache.sample import make
 from east_cache.sample.make import make_sample
 from east_cache.sample.targets import make_targets
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.fingerprint import record_crc
 from east_cache.store.format import record_spec
 

@@ -24,8 +24,8 @@ from tta import Schedule, curve_rows, make_loader, ratio_rows, same_hmean_rows, 
 
 from east_cache.augment import Augment
 from east_cache.config import BuildConfig
-from east_cache.model.validate import val_pages
-from east_cache.store.build import build_cache
+from east_cache.train.validate import val_pages
+from east_cache.build.run import build_cache
 
 ARMS = ("cache", "fly", "baseline")
 QUICK = {"train_images": 4, "distinct": 2, "val_images": 2, "image_size": 192, "input_size": 64, "batch_size": 2, "epochs": 2,

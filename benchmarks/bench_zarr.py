@@ -17,7 +17,7 @@ from common import bench_pages, machine, table
 
 from east_cache.reader import CacheDataset
 from east_cache.config import BuildConfig
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.formats import FILE_FORMATS
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path

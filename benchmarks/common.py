@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from east_cache.reader import EpochSampler, WorkerLoader, collate, make_sampler
-from east_cache.reader.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
+from east_cache.inspect.bench import memcpy_rate, table  # noqa: E402,F401  (one definition, shared with `preprocess bench`)
 from east_cache.tools.sampledata import write_sample_dataset  # noqa: E402
 
 BENCH_DATA = Path(os.environ.get("EAST_BENCH_DATA", "/tmp/east-bench"))
@@ -273,7 +273,7 @@ def measured_device(name: str):
     """(torch.device, its name) to measure on, or None after a note where it is CUDA and there is none. The device
     is set up as east-train and east-predict set theirs (setup_device: the CUDA device made current, cuDNN's
     benchmark mode on), so that a step measured in this process costs what it costs in theirs."""
-    from east_cache.model.runtime import setup_device
+    from east_cache.predict.device import setup_device
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("No CUDA device here: nothing measured (run this on a machine with an NVIDIA GPU, or pass --device "

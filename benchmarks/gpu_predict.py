@@ -1,5 +1,5 @@
 """bench_gpu.py's prediction arm: full-image prediction at steady state (the model loaded and warmed up, the first
-batch apart), s/image through east_cache.model.predict.predict, and where the time goes per image: decode, resize,
+batch apart), s/image through east_cache.predict.predict.predict, and where the time goes per image: decode, resize,
 the model (fp16 autocast on CUDA, copies included), map decoding and NMS, the last two with this project's decode
 and with the decode it replaced (tests/reference_decode.py), on the same maps.
 
@@ -23,7 +23,8 @@ from east_cache.ingest.imageio import decode_image
 from east_cache.ingest.ufo import CARE, load_splits
 from east_cache.model import decode
 from east_cache.model.model import EAST
-from east_cache.model.predict import Page, PredictConfig, forward, input_geometry, load_input, plan_batches, predict
+from east_cache.predict.pages import Page, input_geometry, load_input, plan_batches
+from east_cache.predict.predict import PredictConfig, forward, predict
 from east_cache.sample.targets import make_targets
 
 WARMUP_BATCHES = 1   # batches run before any timing: cuDNN's choice, the allocator, the loader threads

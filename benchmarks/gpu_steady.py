@@ -1,5 +1,5 @@
 """bench_gpu.py's steady-state training arm (and bench_gpu_augment.py's arms): train.py's epoch function
-(east_cache.model.engine.train_one_epoch) on train.py's loader (run_training_loader: train.py's own calls, workers as
+(east_cache.train.engine.train_one_epoch) on train.py's loader (run_training_loader: train.py's own calls, workers as
 train.py picks them, its augmentation flags and --augment recipe where an arm gives them), several epochs of many
 crops, the share of step time waiting for data per epoch and the CPU cores busy meanwhile; then where that wait goes:
 the training step alone on one resident batch, the loader alone, and torch.profiler's busiest host ops over steps of
@@ -17,12 +17,12 @@ from common import process_tree_cpu_seconds
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from east_cache.augment import given as augment_given
-from east_cache.model.checkpoint import run_augment
-from east_cache.model.config import TrainConfig
-from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
+from east_cache.train.checkpoint import run_augment
+from east_cache.train.config import TrainConfig
+from east_cache.train.engine import forward_loss, new_context, optimizer_step, train_one_epoch
 from east_cache.model.model import EAST
-from east_cache.model.runtime import Runtime
-from east_cache.model.train import open_run_cache, read_by, run_loader
+from east_cache.predict.device import Runtime
+from east_cache.train.train import open_run_cache, read_by, run_loader
 from east_cache.reader.loader import Batch, Loader
 from east_cache.reader.recipe import run_recipe
 
@@ -46,7 +46,7 @@ def run_training_loader(cache, cfg: Steady, device: torch.device) -> Loader:
     """The loader of `east-train --cache CACHE --batch-size B [--workers W] [--scale ... --augment RECIPE]`, made by
     train.py's own calls in train.train's order (the cache opened, the run's Augment, the recipe set on the dataset
     with the run's seed, run_loader), so that an arm reads exactly what a training run reads; with no flags this is
-    east_cache.model.train.training_loader's loader."""
+    east_cache.train.train.training_loader's loader."""
     run = TrainConfig(cache=cache, batch_size=cfg.batch_size, workers=cfg.workers, augment=cfg.recipe,
                       **dict(cfg.augment))
     rt = Runtime(device)

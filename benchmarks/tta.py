@@ -2,8 +2,8 @@
 
 Every arm trains the same EAST from the same seed with the same optimiser (Adam), schedule (x0.1 at half the
 epochs), jitter, batch size and number of samples, through train.py's epoch function
-(east_cache.model.engine.train_one_epoch); only where each batch comes from differs:
-  cache     train.py's loader over a cache built with the defaults (east_cache.model.train.read_by, run_loader): pages
+(east_cache.train.engine.train_one_epoch); only where each batch comes from differs:
+  cache     train.py's loader over a cache built with the defaults (east_cache.train.train.read_by, run_loader): pages
             stored resized only (--geometry read), each epoch's height, rotation and crop of every page drawn and
             warped at read time by train.py's loader workers
   fly       east_cache.reader.onthefly.OnTheFlyDataset(fresh=True) in DataLoader workers: make_sample, this
@@ -12,7 +12,7 @@ epochs), jitter, batch size and number of samples, through train.py's epoch func
   baseline  the slow way a common baseline does it, in DataLoader workers: PIL decode, resize, height jitter,
             rotate, crop retry loop, per-word Python targets (benchmarks/bench_sample.py baseline_sample)
 After every --eval-every epochs the model predicts the held-out pages whole and they are scored with the
-competition's rect DetEval (east_cache.model.validate.full_page_metrics, as train.py --val-data does).
+competition's rect DetEval (east_cache.train.validate.full_page_metrics, as train.py --val-data does).
 """
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 from east_cache.augment import given as augment_given
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import load_splits
-from east_cache.model.checkpoint import run_augment
-from east_cache.model.config import TrainConfig
-from east_cache.model.engine import forward_loss, new_context, optimizer_step, train_one_epoch
+from east_cache.train.checkpoint import run_augment
+from east_cache.train.config import TrainConfig
+from east_cache.train.engine import forward_loss, new_context, optimizer_step, train_one_epoch
 from east_cache.model.model import EAST
-from east_cache.model.runtime import Runtime
-from east_cache.model.train import open_run_cache, read_by, run_loader
-from east_cache.model.validate import full_page_metrics
+from east_cache.predict.device import Runtime
+from east_cache.train.train import open_run_cache, read_by, run_loader
+from east_cache.train.validate import full_page_metrics
 from east_cache.reader.collate import collate
 from east_cache.reader.images import prepare_images
 from east_cache.reader.loader import Batch

@@ -1,9 +1,10 @@
 """east-cache: an offline preprocessing cache for training the EAST text detector on UFO annotations.
 
 The data path, one subpackage per step: ingest (UFO JSON and images in) -> sample (the warp and the EAST
-targets) -> store (the cache on disk and its build) -> reader (the cache as batches) -> model (EAST, its
-training loop, prediction and DetEval). The command lines are cli.py (east-cache, python -m preprocess)
-and model/train.py (east-train, python train.py).
+targets) -> build (making a cache) -> store (the cache on disk) -> reader (the cache as batches) -> model (EAST),
+predict (east-predict) and train (east-train); beside them tools and convert (the build side's commands), evaluate
+(everything that reads predictions) and inspect (bench and show). The command lines are cli.py (east-cache,
+python -m preprocess), train/train.py (east-train, python train.py) and predict/predict.py (east-predict).
 """
 from __future__ import annotations
 

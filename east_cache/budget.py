@@ -1,5 +1,6 @@
-"""ByteBudget: the bytes a process may still spend keeping what it derives again and again, and how many it
-starts with for each thing a page-mode reader keeps.
+"""What a process may keep in memory: ByteBudget, the bytes it may still spend keeping what it derives again and
+again (and how many it starts with for each thing a page-mode reader keeps), and available_ram, the RAM the machine
+can hand out (by which the build's --strategy auto and --image-codec auto choose, and a zarr file its chunks).
 
 A page-mode reader (east_cache/reader/pages.py) and the coverage replay (tools/coverage.py) draw crops of the
 same pages epoch after epoch. What they derive from a page is the same every time, so they keep it, each kind
@@ -7,6 +8,8 @@ of thing within its own budget, shared by all the pages of the process; past it,
 again each time (the crops are the same either way, only slower to make).
 """
 from __future__ import annotations
+
+import os
 
 
 class ByteBudget:
@@ -34,3 +37,15 @@ class ByteBudget:
     def spent(self) -> bool:
         """Nothing is left: keep no more."""
         return self.left <= 0
+
+
+def available_ram() -> int:
+    """Bytes the kernel says it can hand out without swapping (MemAvailable), else total RAM."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

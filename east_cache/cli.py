@@ -53,7 +53,7 @@ BUILD_INTERRUPTED = ("interrupted: the previous cache, if any, is intact; run th
 
 
 def add_build_args(p: argparse.ArgumentParser) -> None:
-    """Every flag that the cache records defaults to None: unset takes the existing cache's value (buildrequest.py),
+    """Every flag that the cache records defaults to None: unset takes the existing cache's value (build/request.py),
     so each help text states the default of a first build itself."""
     d = BuildConfig()
     kept = " (default {})".format
@@ -158,14 +158,14 @@ def cmd_build(a: argparse.Namespace) -> int:
         print("error: --backend dask and --scheduler ADDRESS go together", file=sys.stderr)
         return 2
     dest = Location.parse(a.out)
-    from east_cache.buildrequest import refuse_build_over_inputs
+    from east_cache.build.request import refuse_build_over_inputs
     refuse_build_over_inputs(a, dest)
     if not dest.remote:
         if a.staging is not None or a.break_lock:
             print("error: --staging and --break-lock go with --out URL", file=sys.stderr)
             return 2
         return build_into(a, str(a.out), say)
-    from east_cache.store.remote.publish import publishing
+    from east_cache.build.publish import publishing
     with publishing(dest, a.staging, a.break_lock) as pub:
         say(f"cache {dest}: built in {pub.staging}, each file uploaded once finished, the manifest last")
         if pub.unpulled:
@@ -180,9 +180,9 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     """The build into the local folder a.out; messages name the cache `shown` (its URL, building for one)."""
-    from east_cache.buildrequest import print_plan, resolve
-    from east_cache.store.build import build_cache
-    from east_cache.store.cluster import dask_client
+    from east_cache.build.request import print_plan, resolve
+    from east_cache.build.run import build_cache
+    from east_cache.build.cluster import dask_client
     from east_cache.tools.leak import warn_build
     req = resolve(a)
     data = req.data
@@ -268,10 +268,10 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
-    from east_cache.model.train import training_loader   # train.py's own loader, beside a loop of your own
-    from east_cache.reader.bench import default_workers, run   # imports torch: only when benchmarking
-    from east_cache.reader.bench_loops import loops_report
-    from east_cache.reader.bench_augment import augment_report   # --augment: what a recipe costs a worker core
+    from east_cache.train.train import training_loader   # train.py's own loader, beside a loop of your own
+    from east_cache.inspect.bench import default_workers, run   # imports torch: only when benchmarking
+    from east_cache.inspect.bench_loops import loops_report
+    from east_cache.inspect.bench_augment import augment_report   # --augment: what a recipe costs a worker core
     if a.augment is not None:
         return print(augment_report(a.cache, a.augment)) or 0
     workers = a.workers or default_workers()
@@ -284,13 +284,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
 def cmd_show(a: argparse.Namespace) -> int:
     try:
         if a.source is not None:
-            from east_cache.tools.show import show_source   # a sample made now: no reader, no torch
+            from east_cache.inspect.show import show_source   # a sample made now: no reader, no torch
             if a.name is None or a.cache is not None:
                 raise ValueError("--source DATA needs --name IMAGE and no CACHE INDEX")
             cfg = BuildConfig(input_size=a.input_size or BuildConfig.input_size, map_scale=a.map_scale, seed=a.seed)
             show_source(a.source, a.name, a.split, cfg, a.variant, a.out)
         else:
-            from east_cache.reader.show import show_cached   # imports torch: only when a cached sample is shown
+            from east_cache.inspect.show import show_cached   # imports torch: only when a cached sample is shown
             if a.cache is None or a.index is None:
                 raise ValueError("give CACHE INDEX, or --source DATA --name IMAGE")
             show_cached(a.cache, a.index, a.variant, a.out, a.epoch, a.local_cache, a.local_cache_limit, a.epochs,
@@ -308,7 +308,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     from east_cache.evaluate import ensemble, review, scoring   # their flags: numpy and DetEval, no torch
-    from east_cache.model import runs   # runs' flags: no torch
+    from east_cache.tools import runs   # runs' flags: no torch
     other = COMMAND if prog != COMMAND else MODULE_COMMAND
     p = CommandParser(prog=prog, description=DESCRIPTION.format(other))
     sub = p.add_subparsers(dest="command", required=True)

@@ -18,13 +18,13 @@ from east_cache.errors import UsageError
 DEFAULT_IGNORE_TAGS = ("masked", "excluded-region", "maintable", "stamp")
 
 STRATEGIES = ("whole", "image", "batch", "chunked")
-AUTO = "auto"   # a strategy the build resolves (store/strategy.py) before anything is fingerprinted
+AUTO = "auto"   # a strategy the build resolves (build/strategy.py) before anything is fingerprinted
 MAP_SCALES = (0.5, 0.25)
 # read: the cache holds each variant's warped page and the reader cuts a new crop every epoch (page.py);
 # build: it holds one crop per variant, made at build time (make.py), the same every time it is read.
 CROP_MODES = ("read", "build")
 # How a page's image is stored (--crop read): raw tiles, read at memory speed, or JPEG tiles, a crop decoding only
-# those it covers; auto: the build picks one (store/strategy.py choose_codec), and its manifest records which.
+# those it covers; auto: the build picks one (build/strategy.py choose_codec), and its manifest records which.
 IMAGE_CODECS = ("raw", "jpeg")
 # Chroma of jpeg pages: "420" stores colour at half resolution both ways (luminance, where text edges are, stays
 # whole; smaller, and faster to decode), "444" at full resolution (for text told from its ground by colour alone).

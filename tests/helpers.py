@@ -1,6 +1,7 @@
 """Helpers shared by the tests (test modules never import each other): a small build config, cache contents as
 bytes, edits of a UFO file; tiny caches and training runs on the CPU; the ground-truth maps of whole
-pages, and a model double that returns them."""
+pages, and a model double that returns them; a reference's maps checked against the reader (assert_reads_as), and
+the statistics of a draw (ks_uniform)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,15 +10,18 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import torch
 from PIL import Image
 
-from east_cache.model import train
+from east_cache.train import train
 from east_cache.model.decode import decode_maps
 from east_cache.config import BuildConfig
 from east_cache.ingest.ufo import CARE, ImageRecord
+from east_cache.reader.collate import collate
+from east_cache.reader.expand import expand_batch
 from east_cache.sample.geometry import min_rect_angles
 from east_cache.sample.targets import make_targets, owner_map, roi_map
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import TILE_PX, Page, Tiled, map_tile, pack_maps
 from east_cache.store.sidecar import quads_path
@@ -148,12 +152,12 @@ def input_key(images_uint8: np.ndarray) -> bytes:
 
 
 class GroundTruthModel:
-    """A test double for EAST at inference: for an input it has seen prepared (east_cache.model.predict.load_input) it returns
+    """A test double for EAST at inference: for an input it has seen prepared (east_cache.predict.pages.load_input) it returns
     the page's ground-truth score and geometry maps, so predictions are as good as decoding allows; any other
     input gets empty maps. It recognises an input by un-normalising it back to the uint8 image."""
 
     def __init__(self, pages, words: dict, image_size: int, map_scale: float):
-        from east_cache.model.predict import input_geometry, load_input
+        from east_cache.predict.pages import input_geometry, load_input
         self.map_scale, self.maps = map_scale, {}
         for page in pages:
             w = words[page.name]
@@ -240,6 +244,32 @@ def photo(h: int = 232, w: int = 300, seed: int = 0) -> np.ndarray:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+KS_CRITICAL = 1.36   # Kolmogorov-Smirnov at 5%: D < 1.36 / sqrt(n)
+
+
+def ks_uniform(values, lo: float, hi: float) -> float:
+    """The Kolmogorov-Smirnov statistic of values against U[lo, hi]."""
+    x = np.sort((np.asarray(values) - lo) / (hi - lo))
+    n = len(x)
+    return float(max(np.max(np.arange(1, n + 1) / n - x), np.max(x - np.arange(n) / n)))
+
+
+def assert_reads_as(ds, compact, key, score: np.ndarray, geo: np.ndarray, roi: np.ndarray) -> dict:
+    """A reference's maps against the reader, bit for bit: item `key` of the CacheDataset ds (score, roi, geo as its
+    float16), and the same item of its compact twin through train.py's path (collated, score and geometry rebuilt
+    where the batch goes: reader/expand.py), its image the item's too. Returns the item."""
+    item = ds[key]
+    np.testing.assert_array_equal(item["score"][0], score)
+    np.testing.assert_array_equal(item["roi"][0], roi)
+    np.testing.assert_array_equal(item["geo"], geo.astype(np.float16))
+    batch = expand_batch(collate([compact[key]]))
+    assert torch.equal(batch["score"][0, 0], torch.from_numpy(score))
+    assert torch.equal(batch["roi"][0, 0], torch.from_numpy(roi))
+    assert torch.equal(batch["geo"][0], torch.from_numpy(geo))
+    assert torch.equal(batch["image"][0], torch.from_numpy(item["image"]))
+    return item
 
 
 def planted_predictions(gt_images: dict, plan: dict[str, tuple[int, list[float]]], seed: int = 0,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from east_cache.config import BuildConfig
-from east_cache.store.announce import upscale_warning
+from east_cache.build.announce import upscale_warning
 from east_cache.tools.advice import text_free_warning
 from east_cache.tools.coverage import Coverage
 

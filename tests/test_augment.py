@@ -15,16 +15,13 @@ from east_cache.augment import Augment
 from east_cache.config import BuildConfig
 from east_cache.errors import UsageError
 from east_cache.reader.cache import CacheDataset
-from east_cache.reader.collate import collate
-from east_cache.reader.expand import expand_batch
 from east_cache.reader.warped import WarpedImage
 from east_cache.sample.epoch_geometry import draw_geometry
 from east_cache.sample.targets import make_targets
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.store.page_rows import PageRows
-from helpers import TINY, make_tiny_cache, train_run
-from test_epoch_geometry import KS_CRITICAL, ks_uniform
+from helpers import KS_CRITICAL, TINY, assert_reads_as, ks_uniform, make_tiny_cache, train_run
 
 SIZES = dict(image_size=256, input_size=128, map_scale=0.5)
 EPOCHS = 20
@@ -109,15 +106,7 @@ def test_targets_under_any_drawn_homography_equal_the_plain_reference(caches, co
             matrix = reference_matrix(page.size, g.height, g.angle, g.scale, g.corners, g.origin, 128, step)
             np.testing.assert_allclose(matrix, g.matrix, rtol=1e-9, atol=1e-9)
             score, geo, roi = make_targets(*reference_words(page, matrix, 128), 128, 0.5)
-            item = ds[(epoch, i)]
-            np.testing.assert_array_equal(item["score"][0], score)
-            np.testing.assert_array_equal(item["roi"][0], roi)
-            np.testing.assert_array_equal(item["geo"], geo.astype(np.float16))
-            batch = expand_batch(collate([compact[(epoch, i)]]))
-            assert torch.equal(batch["score"][0, 0], torch.from_numpy(score))
-            assert torch.equal(batch["roi"][0, 0], torch.from_numpy(roi))
-            assert torch.equal(batch["geo"][0], torch.from_numpy(geo))
-            assert torch.equal(batch["image"][0], torch.from_numpy(item["image"]))
+            assert_reads_as(ds, compact, (epoch, i), score, geo, roi)
     assert tilted >= len(ds) * 6 // 2   # the homographies were tested, not only affine draws
 
 

@@ -7,10 +7,10 @@ import torch
 from helpers import small_config
 
 from east_cache.cli import main
-from east_cache.model.train import training_loader
+from east_cache.train.train import training_loader
 from east_cache.reader import Loader
-from east_cache.reader.bench_loops import compare
-from east_cache.store.build import build_cache
+from east_cache.inspect.bench_loops import compare
+from east_cache.build.run import build_cache
 
 HEADER = ["workers", "batch", "train.py crops/s", "own loop crops/s", "own / train.py"]
 
@@ -63,7 +63,7 @@ def test_each_loop_is_timed_over_its_own_passes(cache, monkeypatch):
                     yield batch
         return Counting
 
-    monkeypatch.setattr("east_cache.reader.bench_loops.Loader", counting("own"))
+    monkeypatch.setattr("east_cache.inspect.bench_loops.Loader", counting("own"))
     ours = lambda cache, batch, workers, device: counting("train.py")(cache, batch, workers=workers,  # noqa: E731
                                                                       device=device, jitter=0.5)
     rates = compare(cache, 0, 2, 3, torch.device("cpu"), ours)

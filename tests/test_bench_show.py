@@ -12,8 +12,8 @@ from PIL import Image
 from east_cache.reader import CacheDataset
 from east_cache.cli import main
 from east_cache.ingest.ufo import load_splits
-from east_cache.store.build import build_cache
-from east_cache.tools.show import GAP, SCORE_ALPHA, figure_size, panel_side
+from east_cache.build.run import build_cache
+from east_cache.inspect.draw import GAP, SCORE_ALPHA, figure_size, panel_side
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 from helpers import cache_bytes, small_config
 
 from east_cache.errors import BuildStopped
-from east_cache.store.build import build_cache
-from east_cache.store.journal import JOURNAL_MAGIC, read_journal
+from east_cache.build.run import build_cache
+from east_cache.build.journal import JOURNAL_MAGIC, read_journal
 from east_cache.store.manifest import Manifest
 from east_cache.tools.verify import verify
 
@@ -46,7 +46,7 @@ def interrupt_after(monkeypatch, batches: int) -> None:
         if len(seen) == batches:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr("east_cache.store.build.Progress.update", update)
+    monkeypatch.setattr("east_cache.build.run.Progress.update", update)
 
 
 def temp_files(out: Path) -> list[str]:

@@ -16,8 +16,8 @@ from helpers import small_config
 
 from east_cache.cli import main as cli_main
 from east_cache.errors import BuildError, CacheError, DataError
-from east_cache.store import build as build_module
-from east_cache.store.build import build_cache
+from east_cache.build import run as build_module
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
 

@@ -14,11 +14,11 @@ from torch.utils.data import DataLoader
 
 from east_cache.reader import POOL, BlockSampler, CacheDataset, OnTheFlyDataset, collate
 from east_cache.config import STRATEGIES
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.format import FIELDS
 from east_cache.store.layout import Layout
 from east_cache.store.manifest import Manifest
-from east_cache.store.strategy import choose_strategy
+from east_cache.build.strategy import choose_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 

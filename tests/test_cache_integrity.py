@@ -12,7 +12,7 @@ from helpers import small_config
 from east_cache.reader import CacheDataset
 from east_cache.cli import main as cli_main
 from east_cache.errors import CacheError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
 from east_cache.tools import verify as verify_module

@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from east_cache.model.checkpoint import disk_use
+from east_cache.train.checkpoint import disk_use
 
 MIB = 2**20
 

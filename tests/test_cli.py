@@ -15,11 +15,11 @@ import pytest
 from helpers import cli_run, edit_ufo, nudge_first_word
 
 from east_cache import errors, progress
-from east_cache.buildrequest import plan_lines
+from east_cache.build.request import plan_lines
 from east_cache.cli import get_parser
 from east_cache.errors import skipped_reason
 from east_cache.progress import Progress
-from east_cache.store.announce import BuildPlan
+from east_cache.build.announce import BuildPlan
 from east_cache.store.manifest import Manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -324,8 +324,8 @@ def test_an_option_that_holds_one_value_given_twice_is_refused(capsys):
     """Every option of every command (east-cache's subcommands, east-train, east-predict) that keeps one value is
     refused when given twice, naming both values, before any work: argparse alone keeps the last one silently
     (`evaluate --pred A --pred B` would score B only). Options whose occurrences add up (append, count) repeat."""
-    from east_cache.model import predict
-    from east_cache.model.config import get_args_parser
+    from east_cache.predict import predict
+    from east_cache.train.config import get_args_parser
     parsers = {"east-cache": get_parser(), "east-train": get_args_parser(), "east-predict": predict.get_parser()}
     checked, repeatable = 0, []
     for command, parser in parsers.items():

@@ -17,8 +17,8 @@ from east_cache.errors import BuildError, CacheError
 from east_cache.reader import CacheDataset, collate
 from east_cache.reader import jpeg_device
 from east_cache.reader.expand import expand_batch
-from east_cache.store import strategy
-from east_cache.store.build import build_cache
+from east_cache.build import strategy
+from east_cache.build.run import build_cache
 from east_cache.store.jpeg_tiles import tile_stream
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_record import JPEG_BLOCK, JPEG_STREAMS

@@ -43,7 +43,7 @@ def test_a_constant_hint_is_made_when_the_message_is(prog):
 @pytest.mark.parametrize("argv0, cache, train", [("/venv/bin/east-train", "east-cache", "east-train"),
                                                   ("train.py", "python -m preprocess", "python train.py")])
 def test_train_s_help_names_the_commands_as_started(argv0, cache, train, monkeypatch):
-    from east_cache.model.config import get_args_parser
+    from east_cache.train.config import get_args_parser
     monkeypatch.setattr(sys, "argv", [argv0])
     text = " ".join(get_args_parser().format_help().split())   # argparse wraps the help's lines
     assert f"built by `{cache} build`" in text and f"`{cache} bench CACHE`" in text, text

@@ -15,7 +15,7 @@ from east_cache.cli import main
 from east_cache.convert.rules import orient, start_top_left
 from east_cache.convert.run import convert, describe
 from east_cache.errors import DataError, UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 
 W, H = 160, 120

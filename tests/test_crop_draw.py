@@ -27,7 +27,7 @@ from east_cache.sample.crop_draw import (
     seen_matrix,
     word_weights,
 )
-from east_cache.store.fingerprint import READ_ONLY, SAMPLE_MODULES, code_hash
+from east_cache.build.fingerprint import READ_ONLY, SAMPLE_MODULES, code_hash
 
 STEP, SIZE = grid_step(0.5), 64   # the grid of origins at map scale 0.5, as the reader takes it
 

@@ -13,7 +13,7 @@ from east_cache.evaluate.overlap import quad_iou
 from east_cache.model.decode import decode_maps
 from east_cache.evaluate.deteval import evaluate, gt_quads
 from east_cache.sample.targets import make_targets
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 
 def rectangle(cx, cy, w, h, deg):

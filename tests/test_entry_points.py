@@ -20,7 +20,8 @@ import torch
 from helpers import REPO, edit_ufo, first_image, make_tiny_cache, run_args, train_run
 
 from east_cache import cli, errors
-from east_cache.model import checkpoint, predict, train
+from east_cache.train import checkpoint, train
+from east_cache.predict import predict
 from east_cache.model.model import EAST
 from east_cache.reader import CacheDataset
 
@@ -144,7 +145,7 @@ def test_ctrl_c_is_status_130_and_one_line(entry, world, monkeypatch, capsys):
         raise KeyboardInterrupt
     module, name, flags = {"east-cache": (cli, "cmd_info", "info {cache}"),
                            "east-train": (train, "train", "--cache {cache} --out {dir}/run --backbone-weights random"),
-                           "east-predict": (predict, "predict", "--checkpoint {old} --data {data} --split train "
+                           "east-predict": (predict, "predict_passes", "--checkpoint {old} --data {data} --split train "
                                                                 "--out {dir}/p.json")}[entry]
     monkeypatch.setattr(module, name, interrupted)
     assert MAINS[entry](argv(flags, world)) == errors.EXIT_INTERRUPTED
@@ -185,7 +186,7 @@ def test_a_killed_build_worker_is_one_line(world, monkeypatch, capsys):
     def killed(*a, **k):
         raise TerminatedWorkerError("A worker process managed by the executor was unexpectedly terminated. ...\n\n"
                                     "The exit codes of the workers are {SIGKILL(-9)}")
-    monkeypatch.setattr("east_cache.store.build.build_cache", killed)
+    monkeypatch.setattr("east_cache.build.run.build_cache", killed)
     status = cli.main(argv("build --data {data} --out {dir}/c2 --quiet", world))
     assert_one_line(status, capsys.readouterr().err, r"a worker process of the build died \(exit codes "
                                                      r"\{SIGKILL\(-9\)\}\); .* fewer --jobs")

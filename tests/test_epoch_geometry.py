@@ -13,8 +13,6 @@ from east_cache.config import BuildConfig
 from east_cache.errors import UsageError
 from east_cache.ingest.ufo import load_splits
 from east_cache.reader.cache import CacheDataset
-from east_cache.reader.collate import collate
-from east_cache.reader.expand import expand_batch
 from east_cache.sample.crop_draw import cuts_at, grid_step
 from east_cache.sample.epoch_geometry import is_affine, page_warp, quad_boxes
 from east_cache.sample.geometry import compose, transform_points
@@ -22,12 +20,11 @@ from east_cache.sample.make import decode_for, warp, words_in_crop
 from east_cache.sample.page import make_page, page_geometry
 from east_cache.sample.targets import make_targets
 from east_cache.tools.coverage import cache_coverage
-from helpers import make_tiny_cache, psnr
+from helpers import KS_CRITICAL, assert_reads_as, ks_uniform, make_tiny_cache, psnr
 from reference import reference_targets
 
 SIZES = dict(image_size=256, input_size=128, map_scale=0.5)
 EPOCHS = 20
-KS_CRITICAL = 1.36   # Kolmogorov-Smirnov at 5%: D < 1.36 / sqrt(n)
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +39,6 @@ def records(sample_root, caches):
     cfg = CacheDataset(caches["raw"]).config
     recs, _ = load_splits([sample_root], "train", cfg)
     return {r.name: r for r in recs}
-
-
-def ks_uniform(values, lo: float, hi: float) -> float:
-    """The Kolmogorov-Smirnov statistic of values against U[lo, hi]."""
-    x = np.sort((np.asarray(values) - lo) / (hi - lo))
-    n = len(x)
-    return float(max(np.max(np.arange(1, n + 1) / n - x), np.max(x - np.arange(n) / n)))
 
 
 def source_reference(rec, cfg: BuildConfig, matrix: np.ndarray, cut: np.ndarray):
@@ -73,16 +63,7 @@ def test_a_crop_equals_make_targets_of_the_source_words_under_its_draw(caches, r
         for epoch in (0, 7):
             g = ds.cropper.geometry(i, 0, epoch)
             image, words, (score, geo, roi) = source_reference(records[name], cfg, g.matrix, g.cut)
-            item = ds[(epoch, i)]
-            np.testing.assert_array_equal(item["score"][0], score)
-            np.testing.assert_array_equal(item["roi"][0], roi)
-            np.testing.assert_array_equal(item["geo"], geo.astype(np.float16))
-            # through train.py's path: the compact item collated, score and geometry rebuilt where the batch goes
-            batch = expand_batch(collate([compact[(epoch, i)]]))
-            assert torch.equal(batch["score"][0, 0], torch.from_numpy(score))
-            assert torch.equal(batch["roi"][0, 0], torch.from_numpy(roi))
-            assert torch.equal(batch["geo"][0], torch.from_numpy(geo))
-            assert torch.equal(batch["image"][0], torch.from_numpy(item["image"]))
+            item = assert_reads_as(ds, compact, (epoch, i), score, geo, roi)
             ratios.append(psnr(item["image"], image))
     # the page was resampled once at build time, the crop once more: within 30 dB of one warp from the source
     assert min(ratios) >= 30, ratios

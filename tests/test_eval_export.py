@@ -18,12 +18,13 @@ from helpers import small_config
 from torch import nn
 
 from east_cache.reader import CacheDataset, collate
-from east_cache.model import checkpoint, engine, train, validate
+from east_cache.train import engine, train, validate
+from east_cache.predict import weights
 from east_cache.reader import images
-from east_cache.model.config import TrainConfig
-from east_cache.model.runtime import Runtime
+from east_cache.train.config import TrainConfig
+from east_cache.predict.device import Runtime
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 
@@ -134,7 +135,7 @@ def test_onnx_export_matches_pytorch_at_two_sizes(run, tmp_path):
     printed = main("--export-onnx", str(tmp_path / "east.onnx"), "--checkpoint", str(ckpt))
     assert "onnxruntime matches PyTorch" in printed
     session = ort.InferenceSession(str(tmp_path / "east.onnx"), providers=["CPUExecutionProvider"])
-    model = checkpoint.inference_model(checkpoint.load_checkpoint(ckpt), ckpt, torch.device("cpu"))
+    model = weights.inference_model(weights.load_checkpoint(ckpt), ckpt, torch.device("cpu"))
     torch.manual_seed(0)
     for shape in ((1, 3, 64, 96), (2, 3, 128, 32)):
         x = images.prepare_images(torch.randint(0, 256, shape, dtype=torch.uint8), 0.0).contiguous()

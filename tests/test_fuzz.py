@@ -380,7 +380,7 @@ TRAIN_FLAGS = ["--max-steps", "1", "--workers", "0", "--device", "cpu", "--batch
                                      "manifest names ../ file", "data file truncated", "other sample code"],
                          indirect=True)
 def test_train_refuses_a_damaged_cache_with_one_line(damaged, tmp_path, capsys):
-    from east_cache.model.train import main as train_main
+    from east_cache.train.train import main as train_main
     cache, _, names, _ = damaged
     status = train_main(["--cache", str(cache), "--out", str(tmp_path / "run"), *TRAIN_FLAGS])
     check_answer(status, capsys.readouterr().err, names)

@@ -18,9 +18,11 @@ from PIL import Image
 
 from east_cache import cli
 from east_cache.convert import FORMATS
-from east_cache.model import checkpoint
-from east_cache.model.config import TrainConfig
-from east_cache.model.predict import PredictConfig, pages_from_folder, predict, write_predictions
+from east_cache.train import checkpoint
+from east_cache.predict import weights
+from east_cache.train.config import TrainConfig
+from east_cache.predict.pages import pages_from_folder
+from east_cache.predict.predict import PredictConfig, predict, write_predictions
 from east_cache.evaluate.scoring import PREDICTED_BY
 
 CPU = torch.device("cpu")
@@ -119,8 +121,8 @@ def test_prune_keeps_the_newest_epochs_and_the_links(tmp_path):
     for n in range(1, 6):
         (tmp_path / f"epoch_{n}.pt").write_text(str(n))
     (tmp_path / "epoch_6_step_40.pt").write_text("cut")
-    checkpoint.link_as(tmp_path / "epoch_2.pt", checkpoint.BEST)
-    checkpoint.link_as(tmp_path / "epoch_5.pt", checkpoint.LATEST)
+    checkpoint.link_as(tmp_path / "epoch_2.pt", weights.BEST)
+    checkpoint.link_as(tmp_path / "epoch_5.pt", weights.LATEST)
     removed = checkpoint.prune(tmp_path, 2)
     assert sorted(p.name for p in removed) == ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "epoch_4.pt", "epoch_5.pt", "epoch_6_step_40.pt",
@@ -141,9 +143,9 @@ def test_keep_last_also_removes_a_checkpoint_saved_inside_an_epoch_once_a_later_
 
 
 def test_the_start_up_line_promises_best_pt_only_where_validation_makes_one(tiny_cache):
-    from east_cache.model.config import RunState
-    from east_cache.model.runtime import Runtime
-    from east_cache.model.started import started_lines
+    from east_cache.train.config import RunState
+    from east_cache.predict.device import Runtime
+    from east_cache.train.started import started_lines
     from east_cache.reader import CacheDataset
     ds = CacheDataset(tiny_cache)
     for over, promised in (({}, False), ({"val_cache": tiny_cache}, True), ({"val_data": tiny_cache}, False),
@@ -186,7 +188,7 @@ def test_keep_last_keeps_the_newest_epochs_and_best_is_the_best_validation(tiny_
 
 KILLED = """
 import os, signal, sys, torch
-from east_cache.model import checkpoint, train
+from east_cache.train import checkpoint, train
 saves, real_save, real_replace = [], torch.save, os.replace
 def save(obj, path):   # the second checkpoint dies halfway through its write
     saves.append(path)
@@ -213,7 +215,7 @@ def test_latest_loads_and_resumes_after_a_kill_while_saving(moment, tiny_cache, 
     r = subprocess.run([sys.executable, "-c", KILLED, moment, *flags], cwd=REPO, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert r.returncode == -9, r.stderr
-    latest = checkpoint.load_checkpoint(out / "latest.pt")
+    latest = weights.load_checkpoint(out / "latest.pt")
     assert latest["epoch"] == (1 if moment == "inside torch.save" else 2)
     assert not list(out.glob("*.tmp")) or moment == "inside torch.save", "a finished save leaves no temp file"
     log = train_run(tiny_cache, out, "--epochs", "3", "--batch-size", "1", "--resume", str(out / "latest.pt"))

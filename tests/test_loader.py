@@ -136,9 +136,9 @@ def test_the_validation_loss_reads_the_same_crops_every_time(cache):
     """A Loader moves to the next epoch's crops at each pass; the validation loss pins its loader to epoch 0, so
     that one epoch's figure compares with the next."""
     from east_cache import Loader
-    from east_cache.model import engine
-    from east_cache.model.config import TrainConfig
-    from east_cache.model.runtime import Runtime
+    from east_cache.train import engine
+    from east_cache.train.config import TrainConfig
+    from east_cache.predict.device import Runtime
     seen = []
 
     def model(image):

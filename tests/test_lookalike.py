@@ -14,7 +14,8 @@ from PIL import Image
 from east_cache.cli import main as cli_main
 from east_cache.convert import FORMATS
 from east_cache.ingest.lookalike import looks_like
-from east_cache.model import predict, train
+from east_cache.train import train
+from east_cache.predict import predict
 
 W, H = 160, 120
 QUAD = "10,10,70,10,70,30,10,30"

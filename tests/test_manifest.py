@@ -12,7 +12,7 @@ from east_cache.reader import CacheDataset
 from east_cache.cli import main
 from east_cache.config import STRATEGIES, BuildConfig
 from east_cache.errors import CacheError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.sample.page import max_page_size
 from east_cache.store.format import CROP, FORMAT_VERSION, MANIFEST, PAGE, record_spec
 from east_cache.store.layout import Layout
@@ -83,7 +83,7 @@ def test_train_rebuild_makes_a_cache_of_another_version_or_other_code_anew(edit,
     """train.py --rebuild (east_cache.reader.loader.open_cache) rebuilds a cache that another format version or
     other sample code made, with the settings it records, where a plain open refuses it and names --rebuild."""
     from east_cache.reader import open_cache
-    from east_cache.store.fingerprint import build_fingerprint
+    from east_cache.build.fingerprint import build_fingerprint
     cache = make_tiny_cache(tiny_data, tmp_path / "c")
     built = Manifest.load(cache).config
     edit_manifest(cache, lambda d: d.update(format_version=FORMAT_VERSION - 1) if edit == "format version" else

@@ -12,7 +12,8 @@ from helpers import run_args
 from east_cache import CacheDataset, EpochSampler, Loader
 from east_cache.bounds import FLAG_INT_LIMIT
 from east_cache.errors import EXIT_USER
-from east_cache.model import predict, train
+from east_cache.train import train
+from east_cache.predict import predict
 from east_cache.store.remote.space import parse_size, size_text
 
 # (flags, words the error line holds); every train row also gets a cache, an --out and QUIET_RUN

@@ -152,9 +152,9 @@ def run(command: str, argv: list[str]) -> int:
         from east_cache.cli import main
         return main(argv)
     if command == "predict":
-        from east_cache.model.predict import main
+        from east_cache.predict.predict import main
         return main(argv)
-    from east_cache.model.train import main
+    from east_cache.train.train import main
     return main(argv)
 
 
@@ -179,7 +179,7 @@ def test_a_new_file_beside_the_inputs_is_fine_and_the_resumed_run_may_write_its_
     # a folder output that is an input folder, where none of the files it writes is one: a cache or a run beside
     # the data set's own folders overwrites nothing
     from east_cache.ingest.ufo import dataset_inputs
-    from east_cache.store.outdir import BUILD_WRITES
+    from east_cache.build.outdir import BUILD_WRITES
     refuse_overwrite("--out", world / "root", dataset_inputs(world / "root", "--data"), BUILD_WRITES)
     with pytest.raises(UsageError, match="would write .*latest.pt, which is the checkpoint"):
         refuse_overwrite("--out", world / "run", [Input("the checkpoint", world / "run" / "latest.pt")], ("latest.pt",))

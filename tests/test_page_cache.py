@@ -18,7 +18,7 @@ from east_cache.reader.crop import crop_page, legible_boxes
 from east_cache.reader.expand import expand_batch
 from east_cache.ingest.ufo import load_splits
 from east_cache.sample.crop_draw import epoch_crop, grid_step
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.formats.packed import ALIGN, HEAD_VALUES
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_jpeg import codec_of

@@ -1,27 +1,19 @@
-"""Full-image prediction (east_cache.model.predict): inputs prepared as the build prepares images (EXIF-aware, the same
+"""Full-image prediction (east_cache.predict.predict): inputs prepared as the build prepares images (EXIF-aware, the same
 resize convention), batched by shape, and quads mapped back to each image's own frame. A ground-truth-maps test
 double stands in for the model, so the predictions are as good as decoding allows and must score so."""
 from __future__ import annotations
 
 import json
 
+import cv2
 import numpy as np
 import pytest
 from helpers import GroundTruthModel
 from PIL import Image
 
-from east_cache.model.predict import (
-    STRIDE,
-    Page,
-    PredictConfig,
-    input_geometry,
-    load_input,
-    pages_from_folder,
-    pages_from_split,
-    plan_batches,
-    predict,
-    write_predictions,
-)
+from east_cache.predict.pages import (STRIDE, Page, input_geometry, load_input, load_inputs, pages_from_folder,
+                                     pages_from_split, plan_batches)
+from east_cache.predict.predict import PredictConfig, predict, write_predictions
 from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
 from east_cache.config import BuildConfig
 from east_cache.errors import DataError
@@ -86,6 +78,27 @@ def test_batches_hold_one_shape_each():
     for b in batches:
         assert len(b) <= 2 and len({input_geometry(p, 512)[2] for p in b}) == 1
     assert len(batches) == 4   # three portrait pages of one shape (2 + 1), with the 900 x 1200 one; landscape; square
+    for b in plan_batches(pages, [512, 200], 2):   # several sizes: one shape at each
+        assert all(len({input_geometry(p, s)[2] for p in b}) == 1 for s in (512, 200))
+
+
+@pytest.mark.parametrize("suffix", ["jpg", "png"])
+def test_one_decode_gives_every_size_what_a_decode_for_it_alone_gives(tmp_path, suffix):
+    """load_inputs: the largest size's input is load_input's, bit for bit; a smaller one of a PNG too (decoded whole
+    either way); of a JPEG, whose decode for the smaller size alone the DCT reduces (to 1/4 here), within 42 dB of it
+    (warped from the whole decode instead, it would be 35 dB off)."""
+    rng = np.random.default_rng(0)
+    blocks = np.repeat(np.repeat(rng.integers(0, 256, (30, 40, 3), np.uint8), 16, axis=0), 16, axis=1)   # 640 x 480
+    Image.fromarray(cv2.GaussianBlur(blocks, (0, 0), 3)).save(tmp_path / f"p.{suffix}", quality=95)
+    page = Page(f"p.{suffix}", str(tmp_path / f"p.{suffix}"), 640, 480)
+    inputs = load_inputs(page, [128, 512])
+    assert set(inputs) == {128, 512} and np.array_equal(inputs[512], load_input(page, 512))
+    alone = load_input(page, 128)
+    if suffix == "png":
+        assert np.array_equal(inputs[128], alone)
+    else:
+        mse = np.mean((inputs[128].astype(float) - alone.astype(float)) ** 2)
+        assert 10 * np.log10(255 ** 2 / max(mse, 1e-9)) >= 42
 
 
 def test_folder_of_images_uses_exif_upright_sizes(sample_root):
@@ -138,7 +151,7 @@ class EmptyModel:
 
 
 def run_cli(capsys, *flags) -> tuple[int, str]:
-    from east_cache.model.predict import main
+    from east_cache.predict.predict import main
     rc = main([*map(str, flags)])
     return rc, capsys.readouterr().err
 
@@ -172,7 +185,7 @@ def test_the_score_maps_warn_of_no_word_and_of_most_of_the_map_above_the_thresho
     import torch
 
     from east_cache.model.model import EAST
-    from east_cache.model.predict import MapStats, map_warning
+    from east_cache.predict.maps import MapStats, map_warning
 
     def said(background, text, thresh, words) -> str:
         stats = MapStats()

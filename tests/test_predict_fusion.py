@@ -1,9 +1,12 @@
-"""east-predict with several checkpoints and test-time scales (east_cache.model.fusion, predict.predict_fused): two
-equal models give what one gives, one scale what no TTA gives, two scales still find every word; models of
+"""east-predict with several checkpoints and test-time scales (east_cache.predict.fusion, predict.predict_fused): two
+equal models give what one gives, one scale what no TTA gives, two scales still find every word; each image is
+decoded once whatever the passes, and the fused words are those of each pass predicted alone, fused; models of
 different map scales are refused for map averaging with why."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +15,16 @@ from helpers import GroundTruthModel
 
 from east_cache.config import BuildConfig
 from east_cache.errors import EXIT_USER
+from east_cache.evaluate.ensemble import fuse
 from east_cache.evaluate.scoring import Words, load_ground_truth, score
+from east_cache.ingest.imageio import decode_image
 from east_cache.ingest.ufo import load_ufo
-from east_cache.model import predict
-from east_cache.model.fusion import MapMean
+from east_cache.predict import predict
+from east_cache.predict.fusion import MapMean
 from east_cache.model.model import EAST
-from east_cache.model.predict import PredictConfig, pages_from_split, predict_fused
+from east_cache.predict import pages as pages_module
+from east_cache.predict.pages import pages_from_split
+from east_cache.predict.predict import PredictConfig, predict_fused
 
 CPU = torch.device("cpu")
 
@@ -71,6 +78,46 @@ def test_two_scales_fused_find_the_words(pages_and_words, sample_root):
     assert hmean(fused) >= 0.95 and hmean(fused) >= min(singles) - 0.02, (hmean(fused), singles)
 
 
+class Shifted:
+    """A second model double: the first one's maps moved by a few map px, so that two passes differ."""
+
+    def __init__(self, model, px: int = 2):
+        self.model, self.px = model, px
+
+    def __call__(self, x):
+        score, geo = self.model(x)
+        return torch.roll(score, (self.px, self.px), (2, 3)), torch.roll(geo, (self.px, self.px), (2, 3))
+
+
+@pytest.fixture
+def decodes(monkeypatch) -> dict:
+    """Every decode of east-predict's loading, counted by image file."""
+    counts = {}
+
+    def counting(path, *a, **k):
+        counts[Path(path).name] = counts.get(Path(path).name, 0) + 1
+        return decode_image(path, *a, **k)
+    monkeypatch.setattr(pages_module, "decode_image", counting)
+    return counts
+
+
+def test_each_image_is_decoded_once_whatever_the_passes(pages_and_words, decodes):
+    """Two checkpoints (model doubles, as --fuse quads runs them) x two scales: one decode per image, and the fused
+    words are those of each of the four passes predicted alone (the path that decoded an image per pass), fused."""
+    pages, words = pages_and_words
+    model = GroundTruthModel(pages, words, 256, 0.5)
+    model.maps.update(GroundTruthModel(pages, words, 320, 0.5).maps)
+    passes = [(model, 0.5), (Shifted(model), 0.5)]
+    cfg = PredictConfig(image_size=256, map_scale=0.5, batch_size=2)
+    decodes.clear()   # the doubles decoded the pages to learn them
+    fused, skipped = predict_fused(passes, pages, cfg, [256, 320], CPU, votes=2, progress=False)
+    assert skipped == [] and decodes == {Path(p.path).name: 1 for p in pages}
+    alone = [predict.predict(m, pages, replace(cfg, image_size=s, map_scale=ms), CPU, progress=False)[0]
+             for m, ms in passes for s in (256, 320)]
+    assert sum(len(q) for q, _ in fused.values()) > 0
+    same(fused, fuse(alone, votes=2))
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """Two checkpoints of one random EAST (maps at x0.5) and one of another map scale (x0.25)."""
@@ -100,6 +147,15 @@ def test_equal_checkpoints_and_one_scale_through_the_command(checkpoints, sample
     assert sum(len(e["words"]) for e in one["images"].values()) > 0, "the random model finds words at 0.3"
     assert two["images"] == one["images"] and scaled["images"] == one["images"]
     assert two["predicted_by"]["checkpoints"] == [str(checkpoints / "a.pt"), str(checkpoints / "b.pt")]
+
+
+@pytest.mark.slow
+def test_the_command_decodes_each_image_once(checkpoints, sample_root, tmp_path, decodes):
+    """east-predict with two checkpoints fused as quads at two scales: four passes, one decode per image."""
+    run_predict(sample_root, tmp_path / "p.json", "--checkpoint", checkpoints / "a.pt", "--checkpoint",
+                checkpoints / "b.pt", "--fuse", "quads", "--scales", "64,96")
+    names = json.loads((sample_root / "ufo" / "train.json").read_text())["images"]
+    assert sorted(decodes) == sorted(Path(n).name for n in names) and set(decodes.values()) == {1}
 
 
 @pytest.mark.slow

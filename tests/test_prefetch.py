@@ -10,7 +10,7 @@ from helpers import small_config
 from torch.utils.data import DataLoader
 
 from east_cache.reader import CacheDataset, collate, prefetch
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 RUN_AHEAD_LIMIT_S = 60   # how long the consumer waits for the producer to fill the queue while it does nothing
 

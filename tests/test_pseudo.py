@@ -12,7 +12,7 @@ from helpers import TINY, cli_run, with_flags
 from east_cache.config import BuildConfig
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, marked_files
 from east_cache.ingest.ufo import load_ufo
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.tools.info import describe
 

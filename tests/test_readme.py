@@ -22,7 +22,8 @@ import pytest
 from helpers import with_flags
 
 from east_cache import cli
-from east_cache.model import predict, train
+from east_cache.train import train
+from east_cache.predict import predict
 from east_cache.tools.sampledata import write_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -226,7 +227,7 @@ def test_the_readme_says_the_sample_set_is_generated_and_ignored_by_git():
 def test_the_readme_states_the_check_runs_limits_as_train_keeps_them():
     """A check run of at most 20 steps or 120 s of training: it stops before a step that would pass 120 s (it ran
     126 s, stopping after the step that crossed; tests/test_train.py checks the stop)."""
-    from east_cache.model.config import CPU_BUDGET_SECONDS, CPU_BUDGET_STEPS
+    from east_cache.train.config import CPU_BUDGET_SECONDS, CPU_BUDGET_STEPS
     text = " ".join(README.split())
     assert (f"a check run of at most {CPU_BUDGET_STEPS} steps or {CPU_BUDGET_SECONDS:g} s of training (it stops before "
             f"a step that would pass {CPU_BUDGET_SECONDS:g} s)") in text

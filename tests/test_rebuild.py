@@ -15,15 +15,15 @@ import pytest
 from helpers import cache_bytes, edit_ufo, first_image, nudge_first_word, small_config
 
 from east_cache.reader import CacheDataset, StaleCacheError
-from east_cache.buildrequest import config_from_args
+from east_cache.build.request import config_from_args
 from east_cache.cli import get_parser
 from east_cache.cli import main as cli_main
 from east_cache.errors import BuildError, CacheError, DataError
-from east_cache.store.build import build_cache, build_lock, rebuild
-from east_cache.store.fingerprint import code_hash
+from east_cache.build.run import build_cache, build_lock, rebuild
+from east_cache.build.fingerprint import code_hash
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.sidecar import quads_path
-from east_cache.store.stale import check_stale
+from east_cache.build.stale import check_stale
 from east_cache.tools.verify import verify
 
 LOCK_WAIT_LIMIT_S = 300   # far beyond a refusal on any machine; a build that waits for the lock never ends here
@@ -51,8 +51,8 @@ def test_noop_rebuild_reads_no_annotations(data_copy, tmp_path, monkeypatch):
 
     def no_parsing(*a, **k):
         raise AssertionError("the UFO files were parsed for a no-op rebuild")
-    monkeypatch.setattr("east_cache.store.build.load_splits", no_parsing)
-    monkeypatch.setattr("east_cache.store.stale.load_splits", no_parsing)
+    monkeypatch.setattr("east_cache.build.run.load_splits", no_parsing)
+    monkeypatch.setattr("east_cache.build.stale.load_splits", no_parsing)
     assert build(data_copy, tmp_path / "c").up_to_date
     assert not check_stale(Manifest.load(tmp_path / "c")).stale
 
@@ -63,7 +63,7 @@ def test_a_ufo_file_saved_again_unchanged_is_up_to_date_and_recorded(data_copy, 
     edit_ufo(data_copy, lambda images: None)         # same entries, new mtime (and maybe new formatting)
     r = build(data_copy, tmp_path / "c")
     assert r.up_to_date and r.computed == 0 and cache_bytes(tmp_path / "c") == before
-    monkeypatch.setattr("east_cache.store.build.load_splits", lambda *a, **k: pytest.fail("parsed again"))
+    monkeypatch.setattr("east_cache.build.run.load_splits", lambda *a, **k: pytest.fail("parsed again"))
     assert build(data_copy, tmp_path / "c").up_to_date, "the new UFO fingerprint was not recorded"
 
 
@@ -280,7 +280,7 @@ def test_full_disk_fails_cleanly_and_keeps_the_cache(data_copy, tmp_path, monkey
     out = tmp_path / "c"
     build(data_copy, out)
     before = cache_bytes(out)
-    monkeypatch.setattr("east_cache.store.build.shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
+    monkeypatch.setattr("east_cache.build.run.shutil.disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1000))
     with pytest.raises(BuildError, match="not enough disk space"):
         build(data_copy, out, seed=5)
     assert cache_bytes(out) == before

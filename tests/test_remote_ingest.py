@@ -17,10 +17,10 @@ from east_cache.ingest.objects import listed, source_path
 from east_cache.ingest.ufo import load_splits
 from east_cache.location import Location, filesystem
 from east_cache.retry import RetryPolicy
-from east_cache.store.build import build_cache
-from east_cache.store.fingerprint import source_fingerprints
+from east_cache.build.run import build_cache
+from east_cache.build.fingerprint import source_fingerprints
 from east_cache.store.manifest import Manifest
-from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 
 CFG = BuildConfig(**{**TINY, "map_scale": 0.5, "variants": 2, "geometry": "build", "strategy": "image"})
@@ -164,7 +164,7 @@ def test_convert_names_a_url_it_cannot_read_or_write(tmp_path, capsys):
 
 
 def test_evaluate_and_predict_read_a_data_set_at_a_url(s3, data_copy, capsys):
-    from east_cache.model.predict import pages_from_split
+    from east_cache.predict.pages import pages_from_split
     url = put_data(s3, data_copy)
     gt, pred = data_copy / "ufo" / "train.json", str(data_copy / "predictions.json")
     images = json.loads(gt.read_text())["images"]   # predictions: the ground truth's words, points only

@@ -12,7 +12,7 @@ import pytest
 from helpers import make_tiny_cache
 
 from east_cache.errors import RemoteError, UsageError
-from east_cache.store.remote.ahead import Ahead
+from east_cache.reader.ahead import Ahead
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 from east_cache.location import Location
 from east_cache.retry import RetryPolicy

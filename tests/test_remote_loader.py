@@ -23,9 +23,9 @@ from east_cache.reader.cache import CacheDataset
 from east_cache.reader.fetch import FetchingLoader
 from east_cache.reader.loader import make_loader, open_cache
 from east_cache.reader.sampler import ShareSampler
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.remote import local_cache
-from east_cache.store.remote.share import NodeShare
+from east_cache.reader.share import NodeShare
 from east_cache.store.remote.space import folder_bytes, least_limit
 from east_cache.tools.sampledata import write_sample_dataset
 
@@ -260,7 +260,7 @@ def test_torchrun_on_two_nodes_trains_from_a_url_each_downloading_its_share(s3, 
     (["--out", "s3://bucket/run"], "checkpoints and logs go to a local folder"),
 ])
 def test_train_py_says_what_is_wrong_with_a_url_in_one_line(s3, caches, tmp_path, capsys, flags, says):
-    from east_cache.model.train import main as train_main
+    from east_cache.train.train import main as train_main
     url = s3.put_cache(caches["crops"]) if flags else s3.url("nothing")
     args = ["--cache", url, "--out", str(tmp_path / "run"), "--local-cache", str(tmp_path / "lc"), "--max-steps", "1",
             "--workers", "0", "--backbone-weights", "random"]

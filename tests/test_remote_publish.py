@@ -14,13 +14,14 @@ from helpers import edit_ufo, first_image, make_tiny_cache
 
 from east_cache.errors import BuildError, RemoteError
 from east_cache.store import remote
-from east_cache.store.build import build_cache
+from east_cache.build import publish
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
-from east_cache.store.remote import publish, transfer
-from east_cache.store.remote.bucket_lock import LOCK_OBJECT, BucketLock, Holder, bucket_lock
+from east_cache.store.remote import transfer
+from east_cache.build.bucket_lock import LOCK_OBJECT, BucketLock, Holder, bucket_lock
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 from east_cache.location import Location, filesystem
-from east_cache.store.remote.publish import Publisher
+from east_cache.build.publish import Publisher
 from east_cache.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=2, first_wait_s=0.01)

@@ -17,7 +17,7 @@ from helpers import TINY, edit_ufo, first_image, make_tiny_cache
 from east_cache.config import BuildConfig
 from east_cache.errors import CacheError, RemoteError
 from east_cache.reader.cache import CacheDataset
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 from east_cache.location import Location

@@ -10,10 +10,10 @@ import pytest
 from east_cache.config import BuildConfig
 from east_cache.errors import RemoteError, UsageError
 from east_cache.store.layout import Layout
-from east_cache.store.remote.ahead import file_order
+from east_cache.reader.ahead import file_order
 from east_cache.location import Location, flag_location, redact
 from east_cache.retry import RetryPolicy, retrying, transient
-from east_cache.store.remote.share import node_files, node_items
+from east_cache.reader.share import node_files, node_items
 from east_cache.store.remote.space import check_limit, least_limit, parse_size, size_flag
 from east_cache.store.remote.transfer import PIECE_BYTES, write_sparse
 

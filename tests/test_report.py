@@ -15,8 +15,8 @@ from helpers import QUIET_RUN, epochs_of, read_log
 from PIL import Image
 
 from east_cache.errors import UsageError
-from east_cache.model import report, train
-from east_cache.model.report.recipe import NOT_RECIPE, flatten, recipe_of, shown
+from east_cache.train import report, train
+from east_cache.tools.run_recipe import NOT_RECIPE, flatten, recipe_of, shown
 from east_cache.reader import CacheDataset
 
 BACKENDS = [name for name, (modules, _) in report.BACKENDS.items() if all(map(importlib.util.find_spec, modules))]
@@ -241,7 +241,7 @@ def test_report_to_goes_with_training_only(tmp_path):
 def test_an_mlflow_run_ends_as_the_command_did(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from east_cache.model.report.mlflow_log import MLflow
+    from east_cache.train.report.mlflow_log import MLflow
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     for status, state in ((0, "FINISHED"), (130, "KILLED"), (1, "FAILED")):   # done, a signal, an error

@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import epochs_of, read_log, run_args, train_run
 
-from east_cache.model import engine, train
-from east_cache.model.train import INTERRUPTED
+from east_cache.train import engine, train
+from east_cache.train.train import INTERRUPTED
 from east_cache.errors import UsageError
 
 # 2 images at batch 1: 2 steps an epoch; the lr drops after epoch 1 (half of 3); colour jitter on (the default)

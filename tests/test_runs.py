@@ -13,13 +13,13 @@ import pytest
 from helpers import REPO, train_run
 
 from east_cache import cli
-from east_cache.model import runs
+from east_cache.tools import runs
 
 HOST = socket.gethostname()
 
 
 def header(lr: float, max_rotation: float, time: str, pid: int, **config) -> dict:
-    """A `run` record as east-train writes it (its options flattened by report.recipe)."""
+    """A `run` record as east-train writes it (its options flattened by tools/run_recipe.py)."""
     return {"event": "run", "time": time, "argv": ["--lr", str(lr)], "device": "cpu", "world": 1,
             "config": {"cache": "cache/train", "out": "runs/x", "epochs": 3, "lr": lr, "jitter": 0.5, "seed": 0,
                        "augment": {"scale": [0.5, 2.0]}, **config},

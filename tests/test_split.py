@@ -11,7 +11,7 @@ import numpy as np
 from helpers import cli_run
 
 from east_cache.config import BuildConfig
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.manifest import Manifest
 from east_cache.tools.split import legible_words
 
@@ -147,7 +147,7 @@ def test_user_mistakes_are_one_error_line(tmp_path, capsys):
 
 def test_a_fold_is_built_and_validated_as_any_split(sample_root, tmp_path, capsys):
     """build --split train0 caches exactly fold 0's training images; --val-split val0 validates on its others."""
-    from east_cache.model.validate import val_pages   # imports torch
+    from east_cache.train.validate import val_pages   # imports torch
     import shutil
     root = tmp_path / "data"
     shutil.copytree(sample_root, root)

@@ -22,16 +22,17 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from east_cache.reader import Batch, BlockSampler, CacheDataset, EpochSampler, batches, collate, make_loader
-from east_cache.model import checkpoint, config, engine, runtime, train
+from east_cache.train import checkpoint, config, engine, runtime, train
 from east_cache.model import model as east
+from east_cache.predict import device, weights
 from east_cache.model.model import load_backbone
 from east_cache.reader import images
-from east_cache.model.config import TrainConfig
+from east_cache.train.config import TrainConfig
 from east_cache.model.loss import east_loss
 from east_cache.model.model import EAST, MAX_DISTANCE, VGG16_BN
-from east_cache.model.runtime import Runtime
+from east_cache.predict.device import Runtime
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 
 @pytest.fixture
@@ -441,11 +442,11 @@ def test_a_missing_checkpoint_hint_names_the_runs_own_folder(tmp_path):
     for name in ("epoch_1_step_20.pt", "latest.pt"):
         (run / name).write_bytes(b"")
     with pytest.raises(UsageError) as e:
-        checkpoint.load_checkpoint(run / "best.pt")
+        weights.load_checkpoint(run / "best.pt")
     assert f"{run} holds latest.pt, epoch_1_step_20.pt: pass one of them" in str(e.value)
     assert "runs/east" not in str(e.value) and "--val-data" in str(e.value)
     with pytest.raises(UsageError, match=f"e.g. {tmp_path / 'elsewhere' / 'latest.pt'}"):
-        checkpoint.load_checkpoint(tmp_path / "elsewhere" / "best.pt")
+        weights.load_checkpoint(tmp_path / "elsewhere" / "best.pt")
     with pytest.raises(UsageError, match=r"e.g. .*other/latest\.pt"):
         train.run(["--cache", str(tmp_path / "no-cache"), "--resume", str(tmp_path / "other" / "nope.pt")])
     with pytest.raises(UsageError, match=r"e.g. mine/latest\.pt"):
@@ -469,15 +470,15 @@ def test_a_run_cut_by_its_limit_inside_an_epoch_leaves_best_pt(cache, tmp_path):
     best.pt, which the README's loop predicts with."""
     train_run(cache, tmp_path, "--max-steps", "1", "--batch-size", "1", "--val-cache", str(cache))
     assert (tmp_path / "best.pt").samefile(tmp_path / "epoch_1_step_1.pt")
-    assert checkpoint.load_checkpoint(tmp_path / "best.pt")["best"]["epoch"] == 1
+    assert weights.load_checkpoint(tmp_path / "best.pt")["best"]["epoch"] == 1
 
 
 def test_cuda_asked_for_without_cuda_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UsageError, match="--device cuda: no CUDA device here; pass --device cpu"):
-        runtime.setup_device("cuda")
+        device.setup_device("cuda")
     with pytest.raises(UsageError, match="--device gpu: not a device"):
-        runtime.setup_device("gpu")
+        device.setup_device("gpu")
 
 
 def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
@@ -491,7 +492,7 @@ def test_profile_traces_cuda_only_on_a_cuda_run(tmp_path, monkeypatch):
 def test_errors_of_rebuild_print_one_line(case, tiny_data, tmp_path, capsys):
     import shutil
 
-    from east_cache.store.build import build_lock
+    from east_cache.build.run import build_lock
     data = Path(shutil.copytree(tiny_data, tmp_path / "data"))
     stale = make_tiny_cache(data, tmp_path / "c")
     ufo = data / "ufo" / "train.json"
@@ -581,7 +582,7 @@ def test_a_torchrun_rank_flushes_its_output_then_ends_with_os_exit(world, monkey
 def test_a_torchrun_rank_ends_without_the_teardown_once_its_output_is_out():
     """entry() as a rank's process (WORLD_SIZE 2): what it printed is out, the interpreter's teardown (an atexit hook
     stands for it) is skipped, where gloo runs aborted after finishing, and main()'s status is the process's."""
-    code = ("import atexit, sys; from east_cache.model import train; atexit.register(lambda: print('teardown')); "
+    code = ("import atexit, sys; from east_cache.train import train; atexit.register(lambda: print('teardown')); "
             "train.main = lambda: (print('done', end=''), sys.stderr.write('err'), 3)[-1]; train.entry()")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WORLD_SIZE": "2", "PYTHONUNBUFFERED": ""})   # buffered, as by default
@@ -606,7 +607,7 @@ def test_threads_sets_torchs_intra_op_threads_of_train_and_predict_and_is_bounde
     """--threads N: torch's intra-op threads, set before any work (here, before a missing input is named); not
     given, torch's own count stays; 0, a fraction or more than the machine's cores are one error line."""
     from east_cache.bounds import THREADS
-    from east_cache.model import predict
+    from east_cache.predict import predict
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2 if THREADS.most >= 2 else 1)

@@ -23,10 +23,10 @@ import pytest
 from helpers import REPO, read_log, run_args, train_run
 
 from east_cache.reader import CacheDataset
-from east_cache.model.config import get_args_parser
-from east_cache.model.train import INTERRUPTED
-from east_cache.model.train import main as train_main
-from east_cache.store.build import build_lock
+from east_cache.train.config import get_args_parser
+from east_cache.train.train import INTERRUPTED
+from east_cache.train.train import main as train_main
+from east_cache.build.run import build_lock
 
 TRAIN = [sys.executable, str(REPO / "train.py")]
 MODES = ("--eval-only", "--export-onnx", "--help")  # choices of what to do: no default to show

@@ -274,7 +274,7 @@ def test_east_train_augment_records_the_recipe_and_a_resume_inside_an_epoch_is_e
 
 @pytest.mark.slow
 def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_line(tiny_cache, tmp_path, capsys):
-    from east_cache.model import train
+    from east_cache.train import train
     recipe = tmp_path / "third.py"
     recipe.write_text("calls = 0\n\n"
                       "def third(image):\n"
@@ -295,7 +295,7 @@ def test_a_recipe_that_fails_mid_run_saves_the_run_first_then_says_so_in_one_lin
 
 
 def test_east_train_refuses_a_recipe_that_does_not_load_before_the_caches_open(tmp_path, capsys):
-    from east_cache.model import train
+    from east_cache.train import train
     bad = tmp_path / "aug.json"
     bad.write_text('{"transform": {"__class_fullname__": "Compose", "transforms": [{"__class_fullname__": "Blurr"}]}}')
     status = train.main(["--cache", str(tmp_path / "no-cache"), "--augment", str(bad)])
@@ -323,7 +323,7 @@ def test_show_draws_a_contact_sheet_of_the_epochs_through_a_recipe(cache, tmp_pa
 def test_bench_augment_prints_a_cores_rate_without_and_with_the_recipe_and_each_transforms_share(cache, tmp_path,
                                                                                                capsys, monkeypatch):
     from helpers import cli_run
-    from east_cache.reader import bench_augment
+    from east_cache.inspect import bench_augment
     recipe = tmp_path / "aug.yaml"
     A.save(A.Compose([A.GaussNoise(p=1), A.Affine(rotate=(-5, 5), p=1)]), str(recipe), data_format="yaml")
     monkeypatch.setattr(bench_augment, "REPEAT_S", 0.05)
@@ -363,7 +363,7 @@ def test_train_pys_compact_batches_hold_the_targets_of_the_plain_items(cache, re
 def test_the_sheet_names_the_transforms_that_fired_on_each_crop(cache, tmp_path):
     """show --augment's caption of a crop names the recipe's transforms that fired on it (albumentations' applied
     transforms), not only the geometric draw: ToGray named exactly where the crop came out grey."""
-    from east_cache.reader.show import show_epochs
+    from east_cache.inspect.show import show_epochs
     recipe = tmp_path / "aug.yaml"
     A.save(A.Compose([A.GaussNoise(p=0.5), A.ToGray(p=0.5)]), str(recipe), data_format="yaml")
     epochs = list(range(8))

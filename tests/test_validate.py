@@ -8,14 +8,15 @@ import json
 import pytest
 from helpers import GroundTruthModel, epochs_of, small_config, train_run
 
-from east_cache.model import train
+from east_cache.train import train
 from east_cache.model.model import EAST
-from east_cache.model.predict import Page, predict, write_predictions
-from east_cache.model.runtime import Runtime
+from east_cache.predict.pages import Page
+from east_cache.predict.predict import predict, write_predictions
+from east_cache.predict.device import Runtime
 from east_cache.evaluate.scoring import Words, load_ground_truth, load_predictions, score
-from east_cache.model.validate import full_page_metrics, val_pages
+from east_cache.train.validate import full_page_metrics, val_pages
 from east_cache.errors import UsageError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 
 METRICS = ("precision", "recall", "hmean")
 

@@ -17,7 +17,7 @@ from east_cache.reader import CacheDataset, EpochSampler, collate, make_sampler
 from east_cache.reader import workers as workers_module
 from east_cache.reader.workers import WorkerLoader, fork_available
 from east_cache.errors import CacheError
-from east_cache.store.build import build_cache
+from east_cache.build.run import build_cache
 from east_cache.store.page_record import WORD_TABLE
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the worker loader needs the fork start method")
@@ -225,7 +225,7 @@ def test_train_reads_through_worker_processes(codec, sample_root, tmp_path):
     cache are checked against a DataLoader's above)."""
     from helpers import read_log
 
-    from east_cache.model.train import run
+    from east_cache.train.train import run
     cache = tmp_path / "c"
     build_cache(small_config(variants=2, crop="read", strategy="image", image_codec=codec), [sample_root], cache,
                 jobs=1, quiet=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from east_cache.model.train import main as train_main
-from east_cache.model.predict import main as predict_main
+from east_cache.train.train import main as train_main
+from east_cache.predict.predict import main as predict_main
 from east_cache.cli import main as preprocess_main
 
 SIZES = ["--image-size", "192", "--input-size", "96"]   # tiny crops: a CPU trains a step in seconds

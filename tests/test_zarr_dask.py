@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader
 from east_cache.reader import CacheDataset, collate
 from east_cache.cli import main
 from east_cache.errors import BuildError, CacheError
-from east_cache.store.build import build_cache
-from east_cache.store.cluster import dask_client
+from east_cache.build.run import build_cache
+from east_cache.build.cluster import dask_client
 from east_cache.store.format import FIELDS
 from east_cache.store.formats import get_format
 from east_cache.store.manifest import Manifest, data_path

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from east_cache.errors import DataError, UsageError
 from east_cache.ingest.ufofile import ufo_text
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 IMAGES_DIR = "images"
 UFO_DIR = "ufo"

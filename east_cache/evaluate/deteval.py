@@ -1,7 +1,7 @@
 """DetEval (Wolf & Jolion 2006) as the ICDAR 2013 evaluation runs it, for word quads.
 
 Areas are polygon areas, not the quads' axis-aligned boxes: each quad is replaced by its convex
-hull, intersections are clipped polygons (east_cache.evaluate.overlap.convex_intersection). That is exact
+hull, intersections are clipped polygons (east_cache.sample.clip.convex_intersection). That is exact
 for convex quads (every decoded quad, and nearly every annotated word); a non-convex or
 self-intersecting quad counts as its hull.
 
@@ -32,7 +32,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
-from east_cache.evaluate.overlap import convex_intersection
+from east_cache.sample.clip import convex_intersection
 from east_cache.sample.geometry import polygon_area
 
 AREA_RECALL = 0.8         # tr: share of a gt's area a match must cover

@@ -1,66 +1,15 @@
-"""The overlap of convex quads: the area of their intersection (Sutherland-Hodgman clipping, vectorised over pairs)
-and their IoU, exact or bounded without clipping. Shared by the model's NMS (east_cache.model.decode), the polygon
+"""The overlap of convex quads: their IoU, exact (the intersection's area clipped by east_cache/sample/clip.py, the
+package's one clipper) or bounded without clipping. Shared by the model's NMS (east_cache.model.decode), the polygon
 DetEval (deteval.py) and the fusion of predictions (ensemble.py). Pure numpy.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from east_cache.sample.clip import convex_intersection, next_index
 from east_cache.sample.geometry import signed_polygon_area
 
 MIN_AREA = 1e-6      # px^2; quads at most this big overlap nothing (avoids dividing by zero)
-
-
-def _next_index(k: int) -> np.ndarray:
-    """Index of each vertex's successor in a k-gon. Indexing, not np.roll: the polygon helpers
-    here run thousands of times on tiny arrays, where np.roll's overhead dominates."""
-    return np.arange(1, k + 1) % k
-
-
-def _compact(points: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """The valid vertices of each polygon first, in their order, in as many columns as the longest needs; a row's
-    columns past its own count repeat its last valid vertex (a polygon with repeated vertices has the same shape
-    and area). No valid vertex: all collapse to one point. Clipping a polygon then keeps about its own number of
-    vertices, where doubling them at every clip edge made the arrays 16 times longer by the fourth."""
-    count = valid.sum(axis=1)
-    width = max(int(count.max(initial=0)), 1)
-    order = np.argsort(~valid, axis=1, kind="stable")[:, :width]
-    rows = np.arange(len(points))
-    last = order[rows, np.maximum(count - 1, 0)]
-    idx = np.where(np.arange(width)[None] < count[:, None], order, last[:, None])
-    out = points[rows[:, None], idx]
-    out[count == 0] = 0.0
-    return out
-
-
-def convex_intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(P,) areas (px^2) of the intersections of polygons a (P, K, 2) with convex polygons b (P, L, 2),
-    pair by pair, either orientation.
-
-    Sutherland-Hodgman clipping, vectorised over the pairs: its area stays right for nearly equal
-    polygons, where cv2.intersectConvexConvex can return half the area (seen with OpenCV 5.0).
-    """
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    origin = a[:, :1]              # small coordinates keep the cross products exact enough
-    poly, clip = a - origin, b - origin
-    flip = signed_polygon_area(clip) < 0
-    clip[flip] = clip[flip, ::-1]  # interior on the left of every clip edge
-    n, edges = len(poly), clip.shape[1]
-    for j in range(edges):
-        c0 = clip[:, j, None]
-        e = clip[:, (j + 1) % edges, None] - c0
-        f = e[..., 0] * (poly[..., 1] - c0[..., 1]) - e[..., 1] * (poly[..., 0] - c0[..., 0])  # >= 0: inside
-        k = poly.shape[1]
-        nxt, f_next = poly[:, _next_index(k)], f[:, _next_index(k)]
-        inside_next = f_next >= 0
-        cross = (f >= 0) != inside_next
-        t = f / np.where(cross, f - f_next, 1.0)
-        # Edge v -> next emits the crossing point (if it crosses the line), then next (if inside).
-        points, valid = np.empty((n, 2 * k, 2)), np.empty((n, 2 * k), bool)
-        points[:, 0::2], points[:, 1::2] = poly + t[..., None] * (nxt - poly), nxt
-        valid[:, 0::2], valid[:, 1::2] = cross, inside_next
-        poly = _compact(points, valid)
-    return np.abs(signed_polygon_area(poly))
 
 
 def pairwise_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -94,7 +43,7 @@ def iou_bounds(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                   - np.maximum(_corners(np.minimum, a), _corners(np.minimum, b)), 0, None)
     d = a - b
     delta = np.sqrt(_corners(np.maximum, d[..., 0] ** 2 + d[..., 1] ** 2))
-    e = a - a[:, _next_index(4)]
+    e = a - a[:, next_index(4)]
     perimeter = _corners(np.add, np.sqrt(e[..., 0] ** 2 + e[..., 1] ** 2))
     ok = (area_a > MIN_AREA) & (area_b > MIN_AREA)
     union = np.where(ok, area_a + area_b, 1.0)

@@ -15,7 +15,7 @@ import numpy as np
 
 from east_cache.evaluate.scoring import load_predictions
 from east_cache.ingest.ufofile import PREDICTED_BY, WORD_SCORE
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 COORD_DECIMALS = 2            # px digits written per coordinate: far below any scorer's resolution
 SCORE_DECIMALS = 4            # digits written per word score (a mean of map pixels' sigmoid outputs)

@@ -33,7 +33,7 @@ from east_cache.ingest.imageio import oriented_size
 from east_cache.evaluate import deteval_rect, review_draw as rd, scoring
 from east_cache.evaluate.review_page import write_page
 from east_cache.progress import Progress
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 EPILOG = """example:
   east-predict --checkpoint runs/east/best.pt --data data/receipts --split val --out val_pred.json

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 TEMPLATE = "review_page.html"
 PLACEHOLDER = re.compile(r"__(TITLE|SUMMARY|DATA)__")

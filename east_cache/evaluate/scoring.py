@@ -30,7 +30,7 @@ from east_cache.ingest import ufo
 # PREDICTED_BY, and a pseudo-label file's marks: a --gt with them is refused
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, is_pseudo
 from east_cache.ingest.ufofile import PREDICTED_BY, predicted_word, read_entries
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 METRICS = ("rect", "poly")
 MATCH_KINDS = ("one-to-one", "one-to-many", "many-to-one")

@@ -1,4 +1,4 @@
-"""Decode EAST score and geometry maps back into word quads: the inverse of east_cache.targets.
+"""Decode EAST score and geometry maps back into word quads: the inverse of east_cache/sample/targets.py.
 
 At a positive map pixel with index (x, y), p = (x, y) / map_scale in crop px (the index, not the
 pixel centre, as in targets). Channels 0-3 are the distances from p to the top, bottom, left and

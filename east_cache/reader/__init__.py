@@ -1,8 +1,8 @@
 """The cache as batches and a torch Dataset: a cache built by `east-cache build` (`python -m preprocess build`) read
 at memory speed. The public API: Loader (batches on a device for a training loop of your own, by the path
 train.py reads through) and its Batch; CacheDataset and its items for a DataLoader of your own; samplers,
-collate, the loaders of a training run (make_loader, EpochSampler, WorkerLoader) and open_cache. bench and show
-are the user commands that read caches."""
+collate, the loaders of a training run (make_loader, EpochSampler, WorkerLoader) and open_cache. The commands that
+look at a cache through it (bench, show) are east_cache/inspect/'s."""
 from east_cache.reader.buffers import POOL, BufferPool
 from east_cache.reader.cache import CacheDataset, SameCropsWarning, StaleCacheError
 from east_cache.reader.collate import collate

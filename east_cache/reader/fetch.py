@@ -2,7 +2,7 @@
 
 An epoch's order is known before it starts (its sampler is seeded by (seed, epoch)), and with it the file that
 holds each of its items (the variant of that epoch). FetchingLoader wraps a run's loader: when an epoch begins, it
-hands that file order to store/remote/ahead.py's Ahead, which downloads the next files a few at a time and pins
+hands that file order to reader/ahead.py's Ahead, which downloads the next files a few at a time and pins
 them; as batches are handed out, the files before them are released (unpinned: the local cache's limit may then
 evict them, least recently used first). A reader that meets a file not there yet downloads it itself, or waits
 for the process of the machine that does: download ahead saves time, never correctness.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from east_cache.store.remote.ahead import Ahead, file_order
+from east_cache.reader.ahead import Ahead, file_order
 
 
 def files_of_items(ds, keys) -> np.ndarray:

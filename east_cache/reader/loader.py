@@ -37,13 +37,13 @@ from east_cache.reader.jpeg_device import nvjpeg
 from east_cache.reader.prefetch import batches, prefetch
 from east_cache.reader.sampler import ShareSampler, make_sampler
 from east_cache.reader.workers import WorkerLoader, fork_available
-from east_cache.store.build import rebuild as rebuild_cache
+from east_cache.build.run import rebuild as rebuild_cache
 from east_cache.store.manifest import Manifest, data_path
-from east_cache.store.outdir import build_holder
+from east_cache.build.outdir import build_holder
 from east_cache.store.remote.local_cache import local_settings
-from east_cache.store.remote.share import NodeShare
+from east_cache.reader.share import NodeShare
 from east_cache.store.sidecar import quads_path
-from east_cache.store.stale import out_of_date
+from east_cache.build.stale import out_of_date
 
 # Worker processes per training process that loader_workers picks at most. A crop warped at read time is tens of
 # ms of a worker's CPU, so a GPU step of a dozen 1024-px crops needs many of them: docs/performance.md
@@ -282,7 +282,7 @@ class Loader:
     height jitter, rotation and crop side), as the flags do. rebuild: bring a stale
     cache up to date first (else a stale cache is refused with the command that updates it). A cache at a URL
     (s3://bucket/prefix) is read through a local cache folder (local_cache, local_cache_limit: CacheDataset's);
-    share: this process's node among several (store/remote/share.py NodeShare), each reading its own files.
+    share: this process's node among several (reader/share.py NodeShare), each reading its own files.
     nvjpeg_decode: a jpeg page cache's tiles decoded on the CUDA device by nvJPEG (torchvision) rather than by the
     workers on the CPU (the default: the CPU path served a GPU faster where both were measured).
     transform: your own transform of each training crop, run by the workers on uint8 (S, S, 3) RGB before the

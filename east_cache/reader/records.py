@@ -21,13 +21,13 @@ import numpy as np
 
 from east_cache.errors import CacheError
 from east_cache.location import Location
-from east_cache.store.fingerprint import build_fingerprint
+from east_cache.build.fingerprint import build_fingerprint
 from east_cache.store.format import MANIFEST
 from east_cache.store.integrity import check_files
 from east_cache.store.manifest import Manifest, data_path, repair_hint, update_command
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings
 from east_cache.store.sidecar import load_sidecar, row_quads
-from east_cache.store.stale import check_stale
+from east_cache.build.stale import check_stale
 
 
 class StaleCacheError(CacheError):

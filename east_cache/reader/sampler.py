@@ -15,7 +15,7 @@ import numpy as np
 from torch.utils.data import DistributedSampler, Sampler
 
 from east_cache.errors import UsageError
-from east_cache.store.remote.share import NodeShare, epoch_files, node_files
+from east_cache.reader.share import NodeShare, epoch_files, node_files
 
 
 class BlockSampler(Sampler[int]):
@@ -62,7 +62,7 @@ def make_sampler(ds, batch_size: int, shuffle: bool, seed: int, rank: int = 0, w
 
 class ShareSampler(Sampler[int]):
     """An epoch's items for one process where whole files matter: those whose file of the epoch lies in this node's
-    share of the files (store/remote/share.py; every file where share.nodes is 1), in an order seeded by (seed,
+    share of the files (reader/share.py; every file where share.nodes is 1), in an order seeded by (seed,
     epoch, node), split among the node's processes. The same on every rank and on resume.
 
     Every process of the run gets len(self) items every epoch (steps must match under DDP): a node whose share

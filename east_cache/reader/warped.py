@@ -19,9 +19,9 @@ import cv2
 import numpy as np
 
 from east_cache.errors import cache_command
+from east_cache.sample.clip import clip_convex
 from east_cache.sample.epoch_geometry import (
     EpochGeometry,
-    clip_convex,
     crop_preimage,
     cross2,
     far_words,

@@ -20,7 +20,7 @@ since a cut word must become don't-care:
   name, variant), so a crop does not depend on loader workers, batch order or ranks.
 
 The rule is part of what a build computes (the word weights assume it), so the build fingerprint hashes
-this module's code (store/fingerprint.py). CropDraw, the rule's fast form for a page drawn from again and
+this module's code (build/fingerprint.py). CropDraw, the rule's fast form for a page drawn from again and
 again, and crop_rng only draw by it at read time: the fingerprint leaves them out (READ_ONLY there), so
 making them faster rebuilds no cache; tests/test_crop_draw.py checks that CropDraw draws what draw_crop
 draws. CropDraw computes once per page what no draw changes: the cut counts at every origin (unless there

@@ -26,6 +26,7 @@ import numpy as np
 
 from east_cache.augment import Augment
 from east_cache.config import BuildConfig
+from east_cache.sample.clip import clip_polygons
 from east_cache.sample.crop_draw import crop_rng, draw_crop, grid_step
 from east_cache.sample.geometry import transform_points
 
@@ -155,26 +156,6 @@ def cross2(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
 
 
-def clip_convex(polygon: np.ndarray, clip: np.ndarray) -> np.ndarray:
-    """float64 (K', 2): polygon (K, 2) clipped to the convex polygon clip (M, 2), both in one orientation
-    (Sutherland-Hodgman); (0, 2) where they do not meet."""
-    out = np.asarray(polygon, np.float64)
-    sign = np.sign(cross2(clip[1] - clip[0], clip[2] - clip[1]))   # the clip's orientation
-    for a, b in zip(clip, np.roll(clip, -1, axis=0)):
-        if not len(out):
-            break
-        side = sign * cross2(b - a, out - a)   # >= 0: on the clip's side of edge a -> b
-        nxt, nside = np.roll(out, -1, axis=0), np.roll(side, -1)
-        kept = []
-        for p, q, sp, sq in zip(out, nxt, side, nside):
-            if sp >= 0:
-                kept.append(p)
-            if (sp >= 0) != (sq >= 0):
-                kept.append(p + (q - p) * (sp / (sp - sq)))
-        out = np.array(kept).reshape(-1, 2)
-    return out
-
-
 def shifted(matrix: np.ndarray, by) -> np.ndarray:
     """matrix (2, 3) or (3, 3) followed by a shift of `by` px (x, y), a new matrix: compose(translation, matrix)
     without its 3 x 3 products (an affine matrix's last row is 0, 0, 1: its shift column alone moves)."""
@@ -250,7 +231,7 @@ def tilted_cuts(matrix: np.ndarray, quads: np.ndarray, size: int) -> np.ndarray:
     cut = np.all((hi > 0) & (lo < size), axis=1) & ~np.all((lo >= 0) & (hi <= size), axis=1)
     if far.any():
         inside = crop_preimage(matrix, size, 0)
-        cut[far] = [len(clip_convex(quad, inside)) > 0 for quad in q[far]]
+        cut[far] = clip_polygons(q[far], np.broadcast_to(inside, (int(far.sum()), *inside.shape)))[1] > 0
     return cut
 
 

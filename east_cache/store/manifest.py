@@ -17,7 +17,7 @@ from pathlib import Path
 from east_cache.config import IMAGE_CODECS, STRATEGIES, BuildConfig
 from east_cache.errors import CacheError, cache_command
 from east_cache.ingest.files import open_regular
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.store.fingerprint import ImageSource
 from east_cache.store.format import (
     DATA_DIR,
@@ -181,7 +181,7 @@ class Manifest:
 
     def build_command(self, out) -> str:
         """The command that brings this cache up to date: its recorded --data, split, file format and config, the
-        config as flags wherever it differs from the defaults (buildrequest.config_from_args inverted)."""
+        config as flags wherever it differs from the defaults (build/request.py's config_from_args inverted)."""
         src, cfg, d = self.source, self.config, BuildConfig()
         words = [cache_command("build"), *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
         if src.split != "train":

@@ -1,4 +1,5 @@
-"""The build side's user tools: info, verify, coverage, the drawing of a sample (show), the built-in sample
-data set, cross-validation folds (split) and pseudo-labels (pseudo). Tools import ingest, sample and store (and
-convert's writer, of their layer) only; the commands that read a cache (bench, show CACHE) are the
-reader's (east_cache/reader/)."""
+"""The commands that read files without torch, beside `build`: info, verify, coverage, the built-in sample data set,
+cross-validation folds (split), pseudo-labels (pseudo), the data set check (check: duplicates, anomalies, the
+train/val warning), and training runs compared from their folders (runs, with run_recipe: a run's recipe as
+log.jsonl's header holds it). Tools import ingest, sample, store and build (and convert's writer, of their layer)
+only, never torch; the commands that look at a cache through the reader (bench, show) are east_cache/inspect/'s."""

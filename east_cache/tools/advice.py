@@ -1,12 +1,12 @@
 """Warnings about a build that wastes training or adds nothing: mostly text-free crops (from the coverage replay), a
 --data root whose split lists no image (a pseudo-label root that `pseudo` left empty). The build plan's own
-warning, mostly upscaled images, is store/announce.py's upscale_warning."""
+warning, mostly upscaled images, is build/announce.py's upscale_warning."""
 from __future__ import annotations
 
 from east_cache.config import BuildConfig
 from east_cache.ingest.pseudolabels import PROVENANCE, file_head
 from east_cache.ingest.ufo import find_split
-from east_cache.store.announce import MOST
+from east_cache.build.announce import MOST
 from east_cache.tools.coverage import Coverage
 
 

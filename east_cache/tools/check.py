@@ -23,7 +23,7 @@ from east_cache.config import BuildConfig
 from east_cache.errors import UsageError, check_output, refuse_overwrite
 from east_cache.ingest.objects import is_url
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo, read_images
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.tools.anomalies import KINDS, Found, WordShapes, entry_anomalies, frame_problem
 from east_cache.tools.leak import validation_split
 from east_cache.tools.phash import HASH_BITS, NEAR_DISTANCE, HashStore, ImageHash, near_pairs

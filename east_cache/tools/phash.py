@@ -23,7 +23,7 @@ import numpy as np
 from east_cache.ingest.files import open_regular
 from east_cache.ingest.imageio import decode_image, oriented_size
 from east_cache.progress import Progress
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.store.fingerprint import file_fingerprint
 from east_cache.store.format import IMAGE_HASHES
 

@@ -10,9 +10,9 @@ import sys
 
 from east_cache.location import Location
 from east_cache.retry import DEFAULT_RETRY
-from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.remote.local_cache import LocalCache, LocalCacheSettings, StoredDamage
-from east_cache.store.remote.publish import ADVICE
+from east_cache.build.publish import ADVICE
 from east_cache.store.remote.transfer import put_bytes
 from east_cache.tools.coverage import TRAIN_EPOCHS
 from east_cache.tools.info import describe

@@ -31,7 +31,7 @@ from east_cache.ingest import ufo
 from east_cache.ingest.ufofile import entry_text, file_text, read_entries
 from east_cache.location import flag_location, is_remote
 from east_cache.progress import Progress
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 DEFAULT_FOLDS = 5
 DEFAULT_SEED = 0

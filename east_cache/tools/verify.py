@@ -14,11 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 from east_cache.store.integrity import file_problem
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
 from east_cache.store.page_jpeg import tiles_problem
-from east_cache.store.plan import CORRUPT_MARKER
+from east_cache.build.plan import CORRUPT_MARKER
 from east_cache.store.sidecar import quads_checksum, quads_path
 
 

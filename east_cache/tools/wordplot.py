@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from east_cache.store.atomic import write_atomic
+from east_cache.atomic import write_atomic
 
 HEIGHT_EDGES = [0.0] + [2.0 ** k for k in range(1, 11)] + [float("inf")]   # px: <2, 2-4, ..., 512-1024, >=1024
 ANGLE_STEP = 15                                                          # degrees per angle bin

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from east_cache.atomic import fsync_tree
+from east_cache.budget import available_ram
 from east_cache.errors import REPAIR, BuildError, CacheError
-from east_cache.store.atomic import fsync_tree
 from east_cache.store.fingerprint import file_fingerprint
 from east_cache.store.format import RecordSpec
 from east_cache.store.formats.base import FileFormat, RecordWriter
-from east_cache.store.strategy import available_ram
 
 # The field table names codecs "zstd:LEVEL". Level 1 for the maps, which are mostly zeros: they shrink many
 # times over and decode in a small share of a sample's read; higher levels and blosc's codecs shrink them

@@ -25,7 +25,7 @@ from pathlib import Path
 from east_cache.errors import CacheError, RemoteError, UsageError, cache_command
 from east_cache.location import Location, listing
 from east_cache.retry import RetryPolicy
-from east_cache.store.atomic import fsync_path, made_folders, write_atomic
+from east_cache.atomic import fsync_path, made_folders, write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
 from east_cache.store.remote.locks import LOCKS_DIR, FolderLocks
