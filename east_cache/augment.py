@@ -108,14 +108,16 @@ class Augment:
         return cls(**{k: (tuple(v) if k == "scale" else v) for k, v in d.items() if k in known})
 
     def describe(self) -> str:
-        """One line: what each crop draws."""
-        parts = [f"height x U[{1 - self.height_jitter:g}, {1 + self.height_jitter:g}]",
-                 f"rotation U[-{self.max_rotation:g}, {self.max_rotation:g}] deg"]
+        """One line: what each crop draws (a field not resolved yet: "the cache's")."""
+        h, r = self.height_jitter, self.max_rotation
+        parts = ["height x the cache's" if h is None else f"height x U[{1 - h:g}, {1 + h:g}]",
+                 "rotation the cache's" if r is None else f"rotation U[-{r:g}, {r:g}] deg"]
         if self.scales:
             parts.append(f"scale U[{self.scale[0]:g}, {self.scale[1]:g}]" + p_text(self.scale_p))
         if self.tilts:
             parts.append(f"perspective {self.perspective:g}" + p_text(self.perspective_p))
-        return ", ".join(parts) + f", {self.input_size} px crop"
+        return ", ".join(parts) + (", the cache's crop side" if self.input_size is None else
+                                   f", {self.input_size} px crop")
 
     def check_frozen(self, cfg: BuildConfig, where: str) -> None:
         """A cache whose pages are stored warped (--geometry build, --crop build) froze height, rotation and crop

@@ -402,3 +402,14 @@ def test_which_way_an_angle_turns_is_said_where_each_matrix_is_made():
     saying = sorted(str(f.relative_to(package)) for f in package.rglob("*.py")
                     if "positive angle" in " ".join(f.read_text().split()))
     assert saying == ["sample/epoch_geometry.py", "sample/geometry.py"], saying
+
+
+def test_an_augment_not_yet_resolved_describes_its_defaults_as_the_caches():
+    """Augment()'s height jitter, rotation and crop side mean the cache's until a reader resolves them: its one-line
+    description says so, where it used to fail on the None it holds; resolved, it gives the figures."""
+    from east_cache.config import BuildConfig
+    from east_cache import Augment
+    loose = Augment(scale=(0.5, 1))
+    assert loose.describe() == "height x the cache's, rotation the cache's, scale U[0.5, 1], the cache's crop side"
+    fixed = loose.resolve(BuildConfig(input_size=512, height_jitter=0.1, max_rotation=5))
+    assert fixed.describe() == "height x U[0.9, 1.1], rotation U[-5, 5] deg, scale U[0.5, 1], 512 px crop"
