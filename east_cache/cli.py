@@ -62,6 +62,9 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
                         "(s3://bucket/set, read through fsspec: pip install \"east-cache[remote]\"); repeatable. "
                         "Default: the built-in synthetic sample set, generated into ./sample_data")
     p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
+    p.add_argument("--name", action="append", dest="names", metavar="NAME",
+                   help="the source name of each --data root, once per --data in order: what east-train --split and "
+                        "--repeat call it (default: the root's folder name; an update keeps the names recorded)")
     p.add_argument("--out", type=flag_location, default=Path("cache"),
                    help="cache directory, or a URL (s3://bucket/prefix: built in --staging, each file uploaded when "
                         "finished, the manifest last); an existing cache there is updated with its own options, "
@@ -193,14 +196,17 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
         r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
-                        file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file)
+                        file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file,
+                        names=a.names)
     if not a.quiet:   # a validation split that shares images with the training data; a root that adds nothing
         warn_build(data, req.split, a.out, say)
         from east_cache.tools.advice import empty_root_warning
         for warning in filter(None, (empty_root_warning(root, req.split) for root in data)):
             say(f"warning: {warning}")
     if r.up_to_date:   # pages stored resized only do not depend on what only a reader uses: computed 0
-        done = f"computed 0, readers' defaults now {r.reader_defaults}" if r.reader_defaults else "nothing to do"
+        recorded = [f"readers' defaults now {r.reader_defaults}"] * bool(r.reader_defaults) + \
+            [f"splits recorded: {r.splits_recorded}"] * bool(r.splits_recorded)   # new folds: memberships only
+        done = f"computed 0, {'; '.join(recorded)}" if recorded else "nothing to do"
         say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); {done} "
             f"[{r.seconds:.2f} s]")
         return 0

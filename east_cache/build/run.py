@@ -34,6 +34,7 @@ from east_cache.store.fingerprint import rows_checksum
 from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
 from east_cache.store.formats import FileFormat, format_of, get_format
 from east_cache.build.journal import append_rows, journaled, resume
+from east_cache.build.members import memberships, same_splits, source_names, splits_change
 from east_cache.store.manifest import BuildStats, FileEntry, Manifest, Source, data_path
 from east_cache.build.outdir import (
     build_lock,  # noqa: F401  (the lock is part of the build's API)
@@ -72,6 +73,7 @@ class BuildReport:
     changes: Staleness = field(default_factory=Staleness)
     cleanup_error: str = ""     # old files the committed build could not delete (the next build does)
     reader_defaults: str = ""   # options only a reader uses whose new values were recorded, the pages kept
+    splits_recorded: str = ""   # the sources' splits recorded anew (members.splits_change), nothing computed for them
 
 
 def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
@@ -88,13 +90,14 @@ def build_cache(cfg: BuildConfig, data_dirs, out, **kw) -> BuildReport:
 
 def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: int = -1, quiet: bool = False,
            check_content: bool = False, skip_bad: bool = False, backend: str | None = None, log=None,
-           file_format: str | None = None, on_plan=None, on_file=None) -> BuildReport:
+           file_format: str | None = None, on_plan=None, on_file=None, names: list[str] | None = None) -> BuildReport:
     log = log or (lambda msg: None if quiet else print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     old = _old_manifest(out, log)
     fmt = _pick_format(file_format, old, cfg)
     source = Source([source_root(d) for d in data_dirs], split, skip_bad, check_content)
-    if old is not None and _nothing_to_do(old, cfg, source, out, fmt):
+    names = source_names(source.data_dirs, names, old)
+    if old is not None and _nothing_to_do(old, cfg, source, out, fmt) and same_splits(old, names, source):
         n = len(old.images)
         return BuildReport(out, old.config.strategy, old.strategy_reason, images=n, samples=n * cfg.variants,
                            files_reused=len(old.files), up_to_date=True, first_build=False,
@@ -108,6 +111,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     report = BuildReport(out, cfg.strategy, reason, images=len(records), samples=len(records) * cfg.variants,
                          first_build=old is None)
     sources = source_fingerprints(records, check_content)
+    data_sources, members = memberships(source.data_dirs, names, split, sources, check_content, old, log)
     build_fp = build_fingerprint(cfg)
     corrupt = corrupt_files(out)
     plan = make_plan(cfg, build_fp, records, sources, old, out, corrupt, fmt.name)
@@ -117,10 +121,13 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     if old is not None and not plan.to_write and not corrupt and _same_files(old, plan):
         report.up_to_date, report.files_reused = True, len(plan.files)
         report.reader_defaults = _reader_change(old.config, cfg)
-        if (old.source, old.images, old.build_fingerprint, old.config) != (source, sources, build_fp, cfg):
+        report.splits_recorded = splits_change(old.sources, data_sources)   # new folds, say: nothing computed
+        if ((old.source, old.images, old.build_fingerprint, old.config, old.sources, old.members)
+                != (source, sources, build_fp, cfg, data_sources, members)):
             # e.g. a UFO file saved again unchanged: record it, so that the quick test passes next time. (The files'
             # names carry the build fingerprint: files found under them were made by a build with this config.)
-            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp, config=cfg).save(out)
+            dataclasses.replace(old, source=source, images=sources, build_fingerprint=build_fp, config=cfg,
+                                sources=data_sources, members=members).save(out)
         report.seconds = time.perf_counter() - t0
         return report
     spec = record_spec(cfg)
@@ -149,7 +156,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
                        report.copied, report.files_reused)
     _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, ingest, notes,
-                          sorted(exif), stats, codec_reason=codec_reason))
+                          sorted(exif), stats, codec_reason=codec_reason, sources=data_sources, members=members))
     report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
                                                          if v.startswith(SKIPPED_NOTE)]
     try:

@@ -106,6 +106,16 @@ def listed(root: Path | ObjectPath) -> Path | ObjectPath:
     return root
 
 
+def listed_names(folder: ObjectPath) -> list[str]:
+    """The names of the objects right in a folder of a listed data set (listed), sorted."""
+    found = _listed_under(folder.loc.url)
+    if found is None:
+        return []
+    root, objects = found
+    prefix = folder.loc.url[len(root) + 1:] + "/" if folder.loc.url != root else ""
+    return sorted(k[len(prefix):] for k in objects if k.startswith(prefix) and "/" not in k[len(prefix):])
+
+
 def _listed_under(url: str) -> tuple[str, dict[str, dict]] | None:
     """(root, objects) of the listed data set that holds url, or None."""
     with _listings_lock:

@@ -44,6 +44,28 @@ class Source:
 
 
 @dataclass
+class DataSource:
+    """A --data root as a run's selection names it (store/selection.py): its name and the UFO files found in its ufo/
+    at the build. Bookkeeping, not sample content: no fingerprint that decides what a build recomputes covers it."""
+    name: str                     # the root's folder name, or its --name
+    root: str                     # as Source.data_dirs records it
+    files: dict[str, str]         # split -> fingerprint of ufo/{split}.json, every such file found
+    unread: dict[str, str] = field(default_factory=dict)   # split -> why its file could not be read (warned at the build)
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits whose images the manifest's members record: the files found and read."""
+        return sorted(s for s in self.files if s not in self.unread)
+
+
+@dataclass
+class Member:
+    """An image's place among the sources: the root it came from and every split of that root listing it."""
+    source: str                   # DataSource.name
+    splits: list[str]             # sorted
+
+
+@dataclass
 class FileEntry:
     name: str                     # file name in CACHE/data
     rows: int                     # records
@@ -78,6 +100,9 @@ class Manifest:
     build: BuildStats = field(default_factory=BuildStats)
     format_version: int = FORMAT_VERSION
     codec_reason: str = ""        # why config.image_codec (resolved, never "auto") was picked
+    # the roots as sources and each image's source and splits; None in a manifest written before they were recorded
+    sources: list[DataSource] | None = None
+    members: dict[str, Member] | None = None
 
     @property
     def spec(self) -> RecordSpec:
@@ -102,6 +127,9 @@ class Manifest:
         d["files"] = [{k: v for k, v in f.items() if v is not None} for f in d["files"]]
         if self.source.json_files is None:
             del d["source"]["json_files"]
+        for key in ("sources", "members"):
+            if d[key] is None:
+                del d[key]
         return d
 
     def save(self, cache_dir) -> None:
@@ -148,10 +176,16 @@ class Manifest:
             b = _get(d, "build", dict)
             build = BuildStats(_get(b, "seconds", (int, float)), _get(b, "finished_at", str), _get(b, "computed", int),
                                _get(b, "copied", int), _get(b, "files_reused", int))
+            sources = members = None
+            if "sources" in d:   # recorded since the build records memberships (optional: the format is the same)
+                sources = [DataSource(_get(x, "name", str), _get(x, "root", str), _strings(_get(x, "files", dict)),
+                                      _strings(_get(x, "unread", dict))) for x in _get(d, "sources", list)]
+                members = {n: Member(_get(v, "source", str), [str(s) for s in _get(v, "splits", list)])
+                           for n, v in _get(d, "members", dict).items()}
             return cls(_get(d, "build_fingerprint", str), cfg, source, images, files,
                        _get(d, "file_format", str), _get(d, "strategy_reason", str), _get(d, "ingest", dict),
                        _get(d, "notes", dict), _get(d, "exif_applied", list), build, _get(d, "format_version", int),
-                       _get(d, "codec_reason", str) if "codec_reason" in d else "")
+                       _get(d, "codec_reason", str) if "codec_reason" in d else "", sources, members)
         except (KeyError, TypeError, ValueError) as e:
             raise CacheError(f"{where}: damaged manifest ({e}). {repair_hint(Path(where).parent, None)}") from None
 
@@ -178,12 +212,19 @@ class Manifest:
             for p in (src.path, src.json):
                 if not os.path.normpath(p).startswith(tuple(roots)):
                     fail(f"image {name!r}: {p} lies outside the data dirs the cache was built from")
+        if self.sources is not None:
+            named = {s.name for s in self.sources}
+            if ([s.root for s in self.sources] != self.source.data_dirs or len(named) != len(self.sources)
+                    or set(self.members) != set(self.images) or any(m.source not in named for m in self.members.values())):
+                fail("its sources and their images' memberships do not describe its images and data dirs")
 
     def build_command(self, out) -> str:
         """The command that brings this cache up to date: its recorded --data, split, file format and config, the
         config as flags wherever it differs from the defaults (build/request.py's config_from_args inverted)."""
         src, cfg, d = self.source, self.config, BuildConfig()
         words = [cache_command("build"), *(f"--data {shlex.quote(x)}" for x in src.data_dirs)]
+        if self.sources is not None and any(s.name != source_name(s.root) for s in self.sources):
+            words += [f"--name {shlex.quote(s.name)}" for s in self.sources]
         if src.split != "train":
             words.append(f"--split {shlex.quote(src.split)}")
         words += [f"--out {shlex.quote(str(out))}", f"--strategy {cfg.strategy}"]
@@ -200,6 +241,12 @@ class Manifest:
                 words.append(f"{flag} {shlex.quote(','.join(value) if isinstance(value, tuple) else str(value))}")
         words += [flag for flag, on in (("--check-content", src.check_content), ("--skip-bad", src.skip_bad)) if on]
         return " ".join(words)
+
+
+def source_name(root: str) -> str:
+    """The name a --data root goes by as a source (--split and --repeat of east-train name it) unless given --name:
+    its folder's name (a URL's last part)."""
+    return root.rstrip("/").rsplit("/", 1)[-1] if "://" in root else Path(root).name
 
 
 def data_path(cache_dir, name: str) -> Path:
@@ -224,6 +271,13 @@ def _lenient_command(d, cache_dir) -> str:
         return update_command(Manifest.from_dict(d, Path(cache_dir) / MANIFEST), cache_dir)
     except (CacheError, AttributeError):
         return update_command(None, cache_dir)
+
+
+def _strings(d: dict) -> dict[str, str]:
+    """A JSON object of strings, checked."""
+    if not all(isinstance(v, str) for v in d.values()):
+        raise TypeError("expected an object of strings")
+    return dict(d)
 
 
 def _get(d: dict, key: str, kind):
