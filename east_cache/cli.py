@@ -183,7 +183,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     """The build into the local folder a.out; messages name the cache `shown` (its URL, building for one)."""
-    from east_cache.build.request import print_plan, resolve
+    from east_cache.build.request import print_plan, resolve, result_line
     from east_cache.build.run import build_cache
     from east_cache.build.cluster import dask_client
     from east_cache.tools.leak import warn_build
@@ -198,22 +198,14 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
                         file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file,
                         names=a.names)
-    if not a.quiet:   # a validation split that shares images with the training data; a root that adds nothing
-        warn_build(data, req.split, a.out, say)
+    warn_build(data, req.split, a.out, say, a.quiet)   # every image hashed into the cache, for a run's leak check
+    if not a.quiet:   # a root that adds nothing
         from east_cache.tools.advice import empty_root_warning
         for warning in filter(None, (empty_root_warning(root, req.split) for root in data)):
             say(f"warning: {warning}")
-    if r.up_to_date:   # pages stored resized only do not depend on what only a reader uses: computed 0
-        recorded = [f"readers' defaults now {r.reader_defaults}"] * bool(r.reader_defaults) + \
-            [f"splits recorded: {r.splits_recorded}"] * bool(r.splits_recorded)   # new folds: memberships only
-        done = f"computed 0, {'; '.join(recorded)}" if recorded else "nothing to do"
-        say(f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); {done} "
-            f"[{r.seconds:.2f} s]")
+    say(result_line(r, shown))
+    if r.up_to_date:
         return 0
-    resumed = f", kept {r.resumed} from the interrupted build" if r.resumed else ""
-    say(f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from the "
-        f"previous cache{resumed}; files written {r.files_written}, kept {r.files_reused}, removed {r.files_removed} "
-        f"[{r.seconds:.1f} s]")
     if r.cleanup_error:
         print(f"warning: the new cache is complete, but removing the previous build's files failed ({r.cleanup_error});"
               f" the next build removes them", file=sys.stderr)

@@ -51,8 +51,9 @@ def source_names(data_dirs: list[str], names: list[str] | None, old: Manifest | 
     picked = list(names) if names is not None else [kept.get(d) or source_name(d) for d in data_dirs]
     for name, root in zip(picked, data_dirs):
         if not PLAIN_NAME.fullmatch(name):
-            raise BuildError(f"source name {name!r} ({root}): a source's name is letters, digits and _ . + - (east-train "
-                             f"--repeat NAME=R says it); give the roots names with --name, once per --data in order")
+            raise BuildError(f"source name {name!r} ({root}): a source's name is letters, digits and _ . + - "
+                             f"(east-train --repeat NAME=R says it); name the roots with --name, once per --data in "
+                             f"order")
     seen: dict[str, str] = {}
     for name, root in zip(picked, data_dirs):
         if name in seen:

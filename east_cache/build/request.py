@@ -129,3 +129,18 @@ def plan_lines(p: BuildPlan) -> list[str]:
 
 def print_plan(p: BuildPlan) -> None:
     print("\n".join(plan_lines(p)), file=sys.stderr, flush=True)
+
+
+def result_line(r, shown: str) -> str:
+    """The line a build (its BuildReport r) ends with, the cache named `shown`: up to date, and what it recorded
+    (readers' defaults, new splits: computed 0), or what it computed, copied, wrote and kept."""
+    if r.up_to_date:   # pages stored resized only do not depend on what only a reader uses; splits are bookkeeping
+        recorded = [f"readers' defaults now {r.reader_defaults}"] * bool(r.reader_defaults) + \
+            [f"splits recorded: {r.splits_recorded}"] * bool(r.splits_recorded)
+        done = f"computed 0, {'; '.join(recorded)}" if recorded else "nothing to do"
+        return (f"cache {shown}: up to date ({r.images} images, {r.samples} samples, strategy {r.strategy}); {done} "
+                f"[{r.seconds:.2f} s]")
+    resumed = f", kept {r.resumed} from the interrupted build" if r.resumed else ""
+    return (f"cache {shown}: {r.images} images, {r.samples} samples: computed {r.computed}, copied {r.copied} from "
+            f"the previous cache{resumed}; files written {r.files_written}, kept {r.files_reused}, removed "
+            f"{r.files_removed} [{r.seconds:.1f} s]")

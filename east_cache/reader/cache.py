@@ -3,7 +3,7 @@
 
 Item i at epoch e is variant (e + offsets[i]) mod K of image i (images in name order; offsets drawn per image
 from the seed by the store's layout), so every epoch sees each image once and the K cached augmentations
-rotate. A crop-mode cache's item is that record (RecordReader, east_cache/reader/records.py); a page-mode
+rotate; a selection (select: a split, repeats per source) makes item i an image of the epoch's list instead. A crop-mode cache's item is that record (RecordReader, east_cache/reader/records.py); a page-mode
 cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/reader/pages.py).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from east_cache.augment import Augment
-from east_cache.bounds import COUNT_OR_ZERO, Bound, check_number
+from east_cache.bounds import COUNT_OR_ZERO, SEED, Bound, check_number
 from east_cache.errors import UsageError, cache_command
 from east_cache.reader.collate import collate
 from east_cache.reader.pages import PageCropper
@@ -28,6 +28,7 @@ from east_cache.reader.recipe import as_transform
 from east_cache.reader.transform import CropTransform
 from east_cache.store.format import CROP, record_spec
 from east_cache.store.page_jpeg import JPEG_TILE_PX
+from east_cache.store.selection import Selection
 from east_cache.store.page_record import (
     CROP_IN_BLOCK,
     CROP_MAPS,
@@ -105,11 +106,13 @@ class CacheDataset(RecordReader, Dataset):
     transform: a transform of your own run on each augmented crop, uint8 (S, S, 3) RGB, before its targets are made
     (an albumentations pipeline, whose transforms that move pixels move the words too; a torchvision v2 transform; a
     callable image -> image; or a recipe file: east_cache/reader/transform.py says how). Only for a cache whose
-    pages are stored resized only (--geometry read, the default), and only while augment is on."""
+    pages are stored resized only (--geometry read, the default), and only while augment is on.
+
+    split, repeat, seed: the images read and how often an epoch (select); default every image once, item i image i."""
 
     def __init__(self, cache_dir, in_memory: bool = False, check_stale: bool = True, compact: bool = False,
                  local_cache=None, local_cache_limit: str | int = 0, augment: bool | Augment = True,
-                 transform=None):
+                 transform=None, split: str | None = None, repeat: dict | None = None, seed: int | None = None):
         super().__init__(cache_dir, in_memory, check_stale, local_settings(local_cache, local_cache_limit))
         self.pages = self.spec.kind.packed   # --crop read: records are pages, items crops of them
         self.jpeg = self.spec.kind.page_codec == "jpeg"
@@ -117,13 +120,26 @@ class CacheDataset(RecordReader, Dataset):
         self.cropper = PageCropper(self, self.compact) if self.pages else None
         self.augment = augment
         self._epoch, self._epoch_shared = shared_int(), True   # a pickled copy's is its own (see set_epoch)
-        # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
-        # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
-        self._reads = shared_cells(READ_SEEN + len(self.names))
         self._warn_lock = multiprocessing.Lock()   # forked processes share it: one of them warns
         self._warned = False
         self.offsets = self.layout.variant_offsets(self.names, self.config.seed)
         self.transform = transform
+        self.selection: Selection | None = None   # None: every image once an epoch, item i image i
+        self.select(split, repeat, seed)
+
+    def select(self, split: str | None = None, repeat: dict | None = None, seed: int | None = None) -> None:
+        """Read split's images (a split name: per source its ufo/NAME.json, or all of a source without one; a UFO
+        file's names; None: all), each of a source R = repeat[source] times an epoch on average, drawn from (seed,
+        default the cache's, epoch, source): store/selection.py. len() is then an epoch's items, item i an image
+        (image_name) and its copy: copy 0 the whole cache's crop, each further one another. UsageError for a split or
+        source the cache lacks."""
+        sel = Selection(self.manifest, split, repeat, self.where)
+        self.selection = None if sel.whole else sel
+        self.selection_seed = self.config.seed if seed is None else check_number("seed", seed, SEED)
+        self._epoch_items = None
+        # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
+        # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
+        self._reads = shared_cells(READ_SEEN + len(self))
 
     @property
     def transform(self) -> CropTransform | None:
@@ -150,7 +166,33 @@ class CacheDataset(RecordReader, Dataset):
             self.cropper.transform_seed = seed
 
     def __len__(self) -> int:
-        return len(self.names)
+        """Items an epoch: the images (of the selection, with their repeats)."""
+        return len(self.selection) if self.selection is not None else len(self.names)
+
+    def epoch_items(self, epoch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(image index, copy) arrays of an epoch's items (default epoch: the current), the same in every process."""
+        epoch = self.epoch if epoch is None else epoch
+        if self.selection is None:
+            return np.arange(len(self.names)), np.zeros(len(self.names), np.int64)
+        kept = self._epoch_items
+        if kept is None or kept[0] != epoch:
+            kept = self._epoch_items = (epoch, *self.selection.epoch(self.selection_seed, epoch))
+        return kept[1], kept[2]
+
+    def _item(self, epoch: int, i: int) -> tuple[int, int]:
+        """(image index, copy) of item i at an epoch."""
+        if self.selection is None:
+            return i, 0
+        images, copies = self.epoch_items(epoch)
+        return int(images[i]), int(copies[i])
+
+    def image_of(self, key) -> int:
+        """The image index of a key (item i at the current epoch, or (epoch, i)): which page a loader worker keeps."""
+        return self._item(*(key if isinstance(key, tuple) else (self.epoch, self._index(key))))[0]
+
+    def image_name(self, i: int) -> str:
+        """The name of the image of item i at the current epoch."""
+        return self.names[self._item(self.epoch, self._index(i))[0]]
 
     @property
     def epoch(self) -> int:
@@ -221,19 +263,21 @@ class CacheDataset(RecordReader, Dataset):
             self.item_bytes = (3 * (n * JPEG_TILE_PX) ** 2 + MAPS_DTYPE().itemsize * m * m if self.jpeg
                                else block_bytes(reading))
 
-    def variant(self, i: int, epoch: int | None = None) -> int:
-        """The variant item i reads at an epoch (default: the current one)."""
-        return ((self.epoch if epoch is None else epoch) + int(self.offsets[i])) % self.config.variants
+    def variant(self, i: int, epoch: int | None = None, copy: int = 0) -> int:
+        """The variant image i reads at an epoch (default: the current one); a further copy of it in one epoch (a
+        repeat) reads the next variants, where there are several."""
+        return ((self.epoch if epoch is None else epoch) + int(self.offsets[i]) + copy) % self.config.variants
 
     def __getitem__(self, key) -> dict[str, np.ndarray]:
         """Item i (0 <= i < len(self), images in name order) at the current epoch, or for a key (epoch, i) at that
         epoch (EpochSampler's keys: the epoch travels with the item to whichever process reads it): the dict of
         arrays the class docstring lists (image, score, geo, roi; or tiles, at, maps, patch, table with
         compact=True)."""
-        epoch, i = self._epoch_and_index(key)
-        v = self.variant(i, epoch)
+        epoch, item = self._epoch_and_index(key)
+        i, copy = self._item(epoch, item)
+        v = self.variant(i, epoch, copy)
         if self.pages:
-            return self.cropper.crop(i, v, epoch)
+            return self.cropper.crop(i, v, epoch, copy)
         rec = self.record(i, v)
         return {k: rec[k] for k in self.fields}
 
@@ -244,7 +288,7 @@ class CacheDataset(RecordReader, Dataset):
         if self.pages:   # every crop is computed anew: no rows to copy in one read
             return [self[k] for k in keys]
         keys = [self._epoch_and_index(k) for k in keys]   # each plain index noted once (_note_read)
-        where = [self.locate(i, self.variant(i, epoch)) for epoch, i in keys]
+        where = [self.locate(i, self.variant(i, e, c)) for e, i, c in ((e, *self._item(e, k)) for e, k in keys)]
         f0, r0 = where[0]
         if all(f == f0 and r == r0 + k for k, (f, r) in enumerate(where)):
             rows = self.file_records(f0)[r0:r0 + len(keys)]
@@ -293,11 +337,11 @@ class CacheDataset(RecordReader, Dataset):
     def quads(self, i: int, variant: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32, offsets (N + 1,) int64, care (N,) uint8) of item i's words (of variant, default
         the current epoch's), in crop px: word k is points[offsets[k]:offsets[k + 1]], care 1 legible, 0 don't-care."""
-        i = self._index(i)
+        i, copy = self._item(self.epoch, self._index(i))
         bound = Bound(least=0, below=self.config.variants, note="the cache's variants")
-        variant = self.variant(i) if variant is None else check_number("variant", variant, bound)
+        variant = self.variant(i, copy=copy) if variant is None else check_number("variant", variant, bound)
         if self.pages:   # the words of this epoch's crop
-            return self.cropper.crop_words(i, variant, self.epoch)
+            return self.cropper.crop_words(i, variant, self.epoch, copy)
         return self.stored_quads(i, variant)
 
     def _warn_unshared(self) -> None:

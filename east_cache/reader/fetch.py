@@ -17,12 +17,15 @@ from east_cache.reader.ahead import Ahead, file_order
 
 
 def files_of_items(ds, keys) -> np.ndarray:
-    """The file index that holds each (epoch, image) key's variant of that epoch."""
+    """The file index that holds each (epoch, item) key's image at its variant of that epoch."""
     if not keys:
         return np.zeros(0, np.int64)
-    epochs, images = np.asarray(keys, dtype=np.int64).T
-    variants = (epochs + ds.offsets[images]) % ds.config.variants
-    return np.array([ds.locate(int(i), int(v))[0] for i, v in zip(images, variants)], dtype=np.int64)
+    found = []
+    for epoch, item in keys:   # a selection's item: its image and copy at that epoch
+        images, copies = ds.epoch_items(int(epoch))
+        i = int(images[item])
+        found.append(ds.locate(i, ds.variant(i, int(epoch), int(copies[item])))[0])
+    return np.array(found, dtype=np.int64)
 
 
 class FetchingLoader:

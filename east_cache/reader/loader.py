@@ -107,6 +107,11 @@ def order(ds: CacheDataset, batch_size: int, train: bool, seed: int, rank: int, 
     if train and (shared or limit):
         sizes = file_bytes(ds)
         if shared or limit < sum(sizes):
+            if ds.selection is not None:
+                why = "--node-share gives each machine" if shared else "a local cache limit below the cache reads"
+                raise UsageError(f"{why} whole files in turn, which a selection of images (--split, --repeat) does "
+                                 f"not keep: train without --node-share, with a --local-cache-limit above the cache's "
+                                 f"{sum(sizes) / 2**30:.2f} GiB, or on a cache built of the selection's images")
             sampler = ShareSampler(ds, share if shared else NodeShare(1, 0, rank, world), sizes, seed,
                                    limit_bytes=limit)
             ds.reading = sampler.files.tolist()
@@ -288,13 +293,17 @@ class Loader:
     transform: your own transform of each training crop, run by the workers on uint8 (S, S, 3) RGB before the
     jitter and the normalisation: an albumentations pipeline (the words move with its geometric transforms), a
     torchvision v2 transform, a callable image -> image, or a recipe file (CacheDataset's transform; its draws
-    seeded by (seed, epoch, image, variant)); only while augment is on, so never in a validation loader."""
+    seeded by (seed, epoch, image, variant)); only while augment is on, so never in a validation loader.
+    split, repeat: the images read and how often an epoch (CacheDataset.select, drawn from this seed): split="train0"
+    takes each source's ufo/train0.json images (all of a source without one), repeat={"cord": 0.5} half of a source's
+    images, another half each epoch; len() counts the selection's batches."""
 
     def __init__(self, cache, batch_size: int, *, device="cpu", workers: int | None = None, seed: int = 0,
                  train: bool = True, shuffle: bool | None = None, rank: int | None = None, world: int | None = None,
                  normalize: str | None = "imagenet", jitter: float | None = None, augment: bool | Augment | None = None,
                  rebuild: bool = False, share: NodeShare | None = None, local_cache=None,
-                 local_cache_limit: str | int = 0, nvjpeg_decode: bool = False, transform=None):
+                 local_cache_limit: str | int = 0, nvjpeg_decode: bool = False, transform=None,
+                 split: str | None = None, repeat: dict | None = None):
         shuffle = train if shuffle is None else shuffle
         jitter = (BASELINE_JITTER if train else 0.0) if jitter is None else jitter
         augment = train if augment is None else augment
@@ -314,6 +323,8 @@ class Loader:
         self.dataset = (cache if isinstance(cache, CacheDataset) else
                         open_cache(cache, rebuild, self.rank, self.world, local_cache, local_cache_limit))
         self.dataset.augment = augment   # before make_loader: its workers fork with it
+        if split is not None or repeat is not None:
+            self.dataset.select(split, repeat, seed)
         if transform is not None:
             self.dataset.set_transform(transform, seed)
         self.normalize, self.jitter = normalize, jitter

@@ -74,19 +74,20 @@ class PageCropper:
         self._patches_budget = ByteBudget(ByteBudget.MAPS_PATCHES)
         self._best_budget = ByteBudget(ByteBudget.BEST_ORIGINS)
 
-    def crop(self, i: int, variant: int, epoch: int) -> dict[str, np.ndarray]:
-        """The item of image i's page at a variant, at an epoch (CacheDataset.__getitem__ says what it holds)."""
+    def crop(self, i: int, variant: int, epoch: int, copy: int = 0) -> dict[str, np.ndarray]:
+        """The item of image i's page at a variant, at an epoch (CacheDataset.__getitem__ says what it holds); copy k
+        >= 1: the image's k-th extra item of the epoch (a run's repeat), another crop (crop_draw.crop_rng)."""
         page = self.page(i, variant)
         if self.warps:
-            return warped_crop(page, self.geometry(i, variant, epoch, page), self.size, self.map_scale, self.compact,
-                               self.crop_transform(i, variant, epoch))
+            return warped_crop(page, self.geometry(i, variant, epoch, page, copy), self.size, self.map_scale,
+                               self.compact, self.crop_transform(i, variant, epoch, copy))
         words = self.page_words(i, variant, page)
-        origin, cut = self.crop_origin(i, variant, epoch, page, words)
+        origin, cut = self.crop_origin(i, variant, epoch, page, words, copy)
         if self.compact:
             return crop_page_compact(page, origin, cut, self.size, self.map_scale, words, self.streams)
         return crop_page(page, origin, cut, self.size, self.map_scale, words)
 
-    def crop_transform(self, i: int, variant: int, epoch: int):
+    def crop_transform(self, i: int, variant: int, epoch: int, copy: int = 0):
         """The user's transform (self.transform) of image i's crop at an epoch, seeded by (seed, epoch, image name,
         variant): a function of the crop (S, S, 3), its words (points, offsets, care) and optionally a list for the
         names of the transforms that fired (CropTransform); None where there is none or the crops are not augmented
@@ -94,7 +95,8 @@ class PageCropper:
         if self.transform is None or not self.augment:
             return None
         name = self.records.names[i]
-        seed, where = crop_seed(self.transform_seed, epoch, name, variant), f"image {name} (variant {variant}, epoch {epoch})"
+        seed = crop_seed(self.transform_seed, epoch, name, variant, copy)
+        where = f"image {name} (variant {variant}, epoch {epoch})"
         return lambda image, words, applied=None: self.transform(image, CropWords(*words), seed, where, applied)
 
     def decode_on_device(self, on: bool) -> None:
@@ -107,21 +109,22 @@ class PageCropper:
                     for f in range(len(self.records.files))), default=0)
         self.streams = streams_capacity(block_tiles(self.size, JPEG_TILE_PX), most)
 
-    def crop_words(self, i: int, variant: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def crop_words(self, i: int, variant: int, epoch: int, copy: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(points (P, 2) float32 crop px, offsets (N + 1,) int64, care (N,) uint8) of that crop's words: those
         whose box overlaps it, cut legible words as don't-care."""
         page = self.page(i, variant)
         if self.warps:
-            return warped_words(page, self.geometry(i, variant, epoch, page), self.size)
-        origin, cut = self.crop_origin(i, variant, epoch, page)
+            return warped_words(page, self.geometry(i, variant, epoch, page, copy), self.size)
+        origin, cut = self.crop_origin(i, variant, epoch, page, copy=copy)
         return crop_words(page, origin, cut, self.size)
 
-    def geometry(self, i: int, variant: int, epoch: int, page: Page | None = None) -> EpochGeometry:
+    def geometry(self, i: int, variant: int, epoch: int, page: Page | None = None, copy: int = 0) -> EpochGeometry:
         """The warp and crop of image i's page at an epoch (--geometry read): drawn from (seed, epoch, image name,
         variant) alone, whoever reads it; without augment, the unwarped crop of epoch 0, every epoch."""
         page = self.page(i, variant) if page is None else page
         return epoch_geometry(self.records.config, epoch if self.augment else 0, self.records.names[i], variant,
-                              page.legible_quads(), page.size, self.weights(i, variant, page), self.augment, self.aug)
+                              page.legible_quads(), page.size, self.weights(i, variant, page), self.augment, self.aug,
+                              copy if self.augment else 0)
 
     def weights(self, i: int, variant: int, page: Page) -> np.ndarray:
         """The draw weights of image i's page's legible words for this reader's crop side and mean scale
@@ -143,13 +146,13 @@ class PageCropper:
         return kept
 
     def crop_origin(self, i: int, variant: int, epoch: int, page: Page | None = None,
-                    words: PageWords | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    words: PageWords | None = None, copy: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """(origin (x, y) page px, legible words cut (L,) bool) of image i's crop at an epoch: drawn from (seed,
         epoch, image name, variant) alone, whoever reads it."""
         page = self.page(i, variant) if page is None else page
         words = self.page_words(i, variant, page) if words is None else words
         return epoch_crop(self.seed, epoch, self.records.names[i], variant, words.boxes, page.size, self.size,
-                          self.step, page.weight, words.draw)
+                          self.step, page.weight, words.draw, copy)
 
     def page(self, i: int, variant: int) -> Page:
         """Image i's page at a variant: views of its record (a packed file's: formats/packed.py), its words from the

@@ -53,9 +53,10 @@ class BlockSampler(Sampler[int]):
 def make_sampler(ds, batch_size: int, shuffle: bool, seed: int, rank: int = 0, world: int = 1) -> Sampler:
     """A seeded (seed, epoch) order of ds split over `world` ranks. A batch-strategy cache read in batches of
     its files' size keeps each file whole (BlockSampler), so that a batch is one read per field; anything else
-    is shuffled per sample (DistributedSampler, which with one replica is a plain seeded shuffle)."""
+    is shuffled per sample (DistributedSampler, which with one replica is a plain seeded shuffle), a selection of
+    images (CacheDataset.select) too: its items are no blocks of a file."""
     c = ds.config
-    if c.strategy == "batch" and batch_size == c.batch_size:
+    if c.strategy == "batch" and batch_size == c.batch_size and getattr(ds, "selection", None) is None:
         return BlockSampler(len(ds), batch_size, shuffle=shuffle, seed=seed, rank=rank, world=world)
     return DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=shuffle, seed=seed)
 

@@ -55,10 +55,10 @@ class CropWords(NamedTuple):
     care: np.ndarray
 
 
-def crop_seed(seed: int, epoch: int, name: str, variant: int) -> int:
+def crop_seed(seed: int, epoch: int, name: str, variant: int, copy: int = 0) -> int:
     """A 32-bit seed of the transform of (image name, variant) at an epoch under a run's seed (numpy's global
-    generator takes at most 32 bits)."""
-    key = f"{seed}\0{epoch}\0{variant}\0{name}".encode("utf-8", "surrogatepass")
+    generator takes at most 32 bits); copy k >= 1, an image's extra item of the epoch (crop_draw.crop_rng's)."""
+    key = (f"{seed}\0{epoch}\0{variant}\0{name}" + (f"\0{copy}" if copy else "")).encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.blake2b(key, digest_size=4, person=SEED_SALT).digest(), "little")
 
 

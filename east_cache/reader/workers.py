@@ -316,8 +316,10 @@ class WorkerLoader:
         """A batch into slot s, each item to its worker (worker_of), in one part per worker that has items in it; the
         workers it went to."""
         parts: dict[int, tuple[list, list]] = {}
-        for row, key in enumerate(batch):
-            rows, keys = parts.setdefault(worker_of(key, self.num_workers), ([], []))
+        image_of = getattr(self.dataset, "image_of", None) if getattr(self.dataset, "selection", None) else None
+        for row, key in enumerate(batch):   # a selection's item: by its image, which a worker keeps every epoch
+            at = worker_of(image_of(key) if image_of else key, self.num_workers)
+            rows, keys = parts.setdefault(at, ([], []))
             rows.append(row)
             keys.append(key)
         self._slots[s].busy, self._slots[s].pending = len(parts), True

@@ -308,11 +308,12 @@ def draw_crop(rng: np.random.Generator, boxes: np.ndarray, page_size: tuple[int,
 
 # --- --crop read: the rule's fast form, for a reader (not in the build fingerprint)
 
-def crop_rng(seed: int, epoch: int, name: str, variant: int) -> np.random.Generator:
+def crop_rng(seed: int, epoch: int, name: str, variant: int, copy: int = 0) -> np.random.Generator:
     """The generator of the crop of (image name, variant) at an epoch: the same numbers in every process and
     thread. It is this thread's one PCG64 generator with its state set from a blake2b digest of the key (cheaper
-    than a SeedSequence per crop), so it is valid until the next call in the thread."""
-    key = f"{seed}\0{epoch}\0{variant}\0{name}".encode("utf-8", "surrogatepass")
+    than a SeedSequence per crop), so it is valid until the next call in the thread. copy k >= 1: the image's k-th
+    extra item of the epoch (a run's --repeat, store/selection.py), another crop; copy 0 is the key without it."""
+    key = (f"{seed}\0{epoch}\0{variant}\0{name}" + (f"\0{copy}" if copy else "")).encode("utf-8", "surrogatepass")
     digest = hashlib.blake2b(key, digest_size=32, person=CROP_RNG_SALT).digest()
     rng = getattr(_thread, "rng", None)
     if rng is None:
@@ -376,8 +377,8 @@ class CropDraw:
 
 def epoch_crop(seed: int, epoch: int, name: str, variant: int, boxes: np.ndarray, page_size: tuple[int, int],
                size: int, step: int, weights: np.ndarray | None = None,
-               draw: CropDraw | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(origin, cut) of the crop of page (image name, variant) at an epoch: draw_crop with crop_rng's generator for
-    that key; the same crop from the page's CropDraw (`draw`) where the reader keeps one."""
-    rng = crop_rng(seed, epoch, name, variant)
+               draw: CropDraw | None = None, copy: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, cut) of the crop of page (image name, variant) at an epoch (its copy: crop_rng's): draw_crop with
+    crop_rng's generator for that key; the same crop from the page's CropDraw (`draw`) where the reader keeps one."""
+    rng = crop_rng(seed, epoch, name, variant, copy)
     return draw_crop(rng, boxes, page_size, size, step, weights) if draw is None else draw(rng)

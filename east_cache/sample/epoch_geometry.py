@@ -237,12 +237,12 @@ def tilted_cuts(matrix: np.ndarray, quads: np.ndarray, size: int) -> np.ndarray:
 
 def epoch_geometry(cfg: BuildConfig, epoch: int, name: str, variant: int, quads: np.ndarray,
                    page_size: tuple[int, int], weights: np.ndarray, augment: bool = True,
-                   aug: Augment | None = None) -> EpochGeometry:
+                   aug: Augment | None = None, copy: int = 0) -> EpochGeometry:
     """The draw of page (image name, variant) at an epoch under aug (default: the cache's build values,
-    Augment.of_cache): from crop_rng's generator for that key, so the same in every process, worker, batch order and
-    rank, and again on an exact resume."""
+    Augment.of_cache): from crop_rng's generator for that key (and copy, an image's extra item of the epoch), so the
+    same in every process, worker, batch order and rank, and again on an exact resume."""
     aug = Augment.of_cache(cfg) if aug is None else aug.resolve(cfg)
-    return draw_geometry(crop_rng(cfg.seed, epoch, name, variant), quads, page_size, weights, aug,
+    return draw_geometry(crop_rng(cfg.seed, epoch, name, variant, copy), quads, page_size, weights, aug,
                          grid_step(cfg.map_scale), augment)
 
 

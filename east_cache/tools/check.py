@@ -25,7 +25,7 @@ from east_cache.ingest.objects import is_url
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo, read_images
 from east_cache.atomic import write_atomic
 from east_cache.tools.anomalies import KINDS, Found, WordShapes, entry_anomalies, frame_problem
-from east_cache.tools.leak import validation_split
+from east_cache.tools.leak import TRAIN, validation_split
 from east_cache.tools.phash import HASH_BITS, NEAR_DISTANCE, HashStore, ImageHash, near_pairs
 from east_cache.tools.wordplot import draw_histograms, histograms
 
@@ -39,7 +39,8 @@ EPILOG = f"""examples:
 
 Duplicates: the same bytes (exact), or a 64-bit DCT perceptual hash within --distance bits (near; default
 {NEAR_DISTANCE}: resized, re-encoded, slightly cropped or brightened copies). A pair with one image in train{{X}}
-and the other in val{{X}} (train/val, train0/val0, ...) is a LEAK: validation scores on it overstate the model.
+and the other in val{{X}} (train/val, train0/val0, ...) is a LEAK: validation scores on it overstate the model. A
+root without train{{X}}.json (pseudo-labels, an external set) trains on fold X with every image of its train.json.
 Anomalies: {", ".join(KINDS)}.
 Exit status: 0 when nothing was found, 1 when duplicates or anomalies were, 2 for a user mistake."""
 
@@ -52,6 +53,7 @@ class ImageFile:
     path: str
     splits: list[str] = field(default_factory=list)
     entries: dict = field(default_factory=dict)   # annotation fingerprint -> (entry, frame, [splits])
+    trains: set[str] = field(default_factory=set)   # folds train{X} it trains in from a root without that file
 
 
 def register(sub) -> None:
@@ -119,12 +121,12 @@ def gather(roots: list[Path], splits: list[str] | None) -> list[ImageFile]:
     as an ImageFile without a path, its reason in place of the entry."""
     cfg, by_path = BuildConfig(), {}
     wanted = list(dict.fromkeys(splits)) if splits else None
+    folds = {s for r in roots for s in split_names(r) if s != TRAIN and validation_split(s)}
     for split in wanted or []:
         if not any((r / "ufo" / f"{split}.json").is_file() for r in roots):
             find_split(roots[0], split)   # raises, naming the splits there
     for root in roots:
-        names = [s for s in wanted if (root / "ufo" / f"{s}.json").is_file()] if wanted else \
-            sorted(p.stem for p in (root / "ufo").glob("*.json"))
+        names = [s for s in wanted if (root / "ufo" / f"{s}.json").is_file()] if wanted else split_names(root)
         for split in names:
             json_path, image_dir = find_split(root, split)
             records, ingest = load_ufo(json_path, image_dir, cfg, skip_bad=True)
@@ -135,6 +137,8 @@ def gather(roots: list[Path], splits: list[str] | None) -> list[ImageFile]:
                     continue
                 f = by_path.setdefault(os.path.realpath(rec.path), ImageFile(str(root), name, rec.path))
                 f.splits.append(split)
+                if split == TRAIN:   # a root without a fold's train{X}.json gives a run on that fold all its images
+                    f.trains |= {t for t in folds if not (root / "ufo" / f"{t}.json").is_file()}
                 f.entries.setdefault(rec.fingerprint, (entry, (rec.width, rec.height), []))[2].append(split)
             for name, why in ingest.bad:
                 bad = ImageFile(str(root), name, "", [split])
@@ -146,7 +150,7 @@ def gather(roots: list[Path], splits: list[str] | None) -> list[ImageFile]:
 def find_duplicates(files: list[ImageFile], hashed: list, limit: int) -> list[dict]:
     """Pairs of files of the same bytes or look, and files listed on both sides of a train/val fold; leaks first."""
     ok = [(f, h) for f, h in zip(files, hashed) if isinstance(h, ImageHash)]
-    pairs = [pair("same file", 0, f, f) for f, _ in ok if leak(f.splits, f.splits)]
+    pairs = [pair("same file", 0, f, f) for f, _ in ok if leak(training(f), training(f))]
     for i, j, d in near_pairs([h.pixels for _, h in ok], limit):
         (a, ha), (b, hb) = ok[i], ok[j]
         pairs.append(pair("exact" if ha.content == hb.content else "near", d, a, b))
@@ -155,7 +159,17 @@ def find_duplicates(files: list[ImageFile], hashed: list, limit: int) -> list[di
 
 def pair(kind: str, d: int, a: ImageFile, b: ImageFile) -> dict:
     side = lambda f: {"root": f.root, "name": f.name, "path": f.path, "splits": sorted(set(f.splits))}  # noqa: E731
-    return {"kind": kind, "distance": d, "leak": leak(a.splits, b.splits), "a": side(a), "b": side(b)}
+    return {"kind": kind, "distance": d, "leak": leak(training(a), training(b)), "a": side(a), "b": side(b)}
+
+
+def training(f: ImageFile) -> list[str]:
+    """The splits a file is listed in, and the folds it trains in from a root without their own training split (a
+    pseudo-label or external root: a run's --split train{X} takes all of its images)."""
+    return [*f.splits, *sorted(f.trains)]
+
+
+def split_names(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / "ufo").glob("*.json"))
 
 
 LEAK_JOIN = ", "   # between the folds of one pair that leaks in several

@@ -77,29 +77,32 @@ def leak_line(train_split: str, val_split: str, shared: list[tuple[str, str, str
     shown = [f"{v} ({how})" if v == t else f"{v} = {t} ({how})" for v, t, how in shared[:SHOWN]]
     more = f" and {len(shared) - SHOWN} more" if len(shared) > SHOWN else ""
     data = " ".join(f"--data {shlex.quote(str(r))}" for r in roots)
+    splits = f" --split {train_split} --split {val_split}" if train_split.isidentifier() and len(roots) == 1 else ""
     return (f"validation split {val_split} shares {len(shared)} image(s) with training split {train_split}, so its "
-            f"scores overstate the model: {', '.join(shown)}{more}; `east-cache check {data} --split {train_split} "
-            f"--split {val_split}` lists them")
+            f"scores overstate the model: {', '.join(shown)}{more}; `east-cache check {data}{splits}` lists them")
 
 
 def build_warning(data_dirs, split: str, train: dict[str, str], cache_dir, quiet: bool = False) -> str | None:
     """The warning of a build of split from data_dirs whose images are train ({name: path}), or None: the roots'
-    val{X} split against it. Hashes are kept in cache_dir; data at URLs are compared by name only."""
+    val{X} split against it. Every image of train is hashed into cache_dir (only those new or changed since: a run's
+    leak check then reads them, decoding nothing); data at URLs are compared by name only."""
     val_split = validation_split(split)
-    if val_split is None:
-        return None
-    val = {n: p for d in data_dirs for n, p in split_images(d, val_split).items()}
-    if not val:
-        return None
-    remote = any(is_url(d) for d in data_dirs)
-    shared = shared_images(train, val, None if remote else HashStore(cache_dir), quiet)
+    val = {n: p for d in data_dirs for n, p in split_images(d, val_split).items()} if val_split else {}
+    if any(is_url(d) for d in data_dirs):
+        store = None
+    else:
+        store = HashStore(cache_dir)
+        store.hashes(list(train.values()) + list(val.values()), quiet, "hashing images (leak check)")
+        store.save()
+    shared = shared_images(train, val, store, quiet) if val else []
     return leak_line(split, val_split, shared, data_dirs) if shared else None
 
 
 def run_warning(train: dict[str, str], train_split: str, roots, val_root, val_split: str, cache_dir,
                 quiet: bool = False) -> str | None:
-    """east-train --val-data val_root --val-split val_split against its cache's images train, built from roots:
-    the hashes the build kept in cache_dir are read, never written."""
+    """east-train --val-data val_root --val-split val_split against its training images train (the cache's, or the
+    run's selection of them), built from roots: the hashes the build kept in cache_dir are read, never written (a
+    validation image outside the cache is hashed for this run)."""
     val = split_images(val_root, val_split)
     remote = is_url(val_root) or any(is_url(p) for p in train.values())
     shared = shared_images(train, val, None if remote else HashStore(cache_dir, writable=False), quiet)
@@ -107,22 +110,28 @@ def run_warning(train: dict[str, str], train_split: str, roots, val_root, val_sp
     return leak_line(train_split, val_split, shared, named) if shared else None
 
 
-def warn_build(data_dirs, split: str, cache_dir, say) -> None:
-    """`build`'s warning line (say), where the built cache's training images share some with the val split."""
+def warn_build(data_dirs, split: str, cache_dir, say, quiet: bool = False) -> None:
+    """The built cache's images hashed into its folder, and `build`'s warning line (say, unless quiet), where they
+    share some with the val split."""
     train = {n: s.path for n, s in Manifest.load(cache_dir).images.items()}
     try:
-        line = build_warning(data_dirs, split, train, cache_dir)
+        line = build_warning(data_dirs, split, train, cache_dir, quiet)
     except UserError as e:   # e.g. a val split's UFO file that does not parse: the cache is built all the same
         line = f"the train/val check was skipped: {e}"
-    if line:
+    if line and not quiet:
         say(f"warning: {line}")
 
 
-def warn_run(manifest: Manifest, cache_dir, val_root, val_split: str, say) -> None:
-    """east-train's warning line (say), where --val-data's --val-split shares images with the cache's."""
-    train = {n: s.path for n, s in manifest.images.items()}
+def warn_run(manifest: Manifest, cache_dir, val_root, val_split: str, say, train: dict[str, str] | None = None,
+             label: str | None = None) -> None:
+    """east-train's warning line (say), where --val-data's --val-split shares images with the run's training images
+    (train {name: path}, labelled `label`; default: every image of the cache, its build split), by name, bytes or
+    look."""
+    if train is None:
+        train = {n: s.path for n, s in manifest.images.items()}
     try:
-        line = run_warning(train, manifest.source.split, manifest.source.data_dirs, val_root, val_split, cache_dir)
+        line = run_warning(train, label or manifest.source.split, manifest.source.data_dirs, val_root, val_split,
+                           cache_dir)
     except UserError as e:   # the validation itself reports a bad val split, with its own message
         line = f"the train/val check was skipped: {e}"
     if line:
