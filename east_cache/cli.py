@@ -38,6 +38,7 @@ from east_cache.errors import MODULE_COMMAND, CommandParser, cache_command_named
 from east_cache.location import Location, flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args, local_settings
 from east_cache.store.formats import FILE_FORMATS
+from east_cache.store.selection import add_flags as add_selection_flags
 from east_cache.tools import check, pseudo, split
 from east_cache.tools.coverage import TRAIN_EPOCHS
 
@@ -253,7 +254,7 @@ def cmd_info(a: argparse.Namespace) -> int:
         from east_cache.tools.remote import describe_at
         print(describe_at(Location.parse(a.cache), a.json, a.epochs, local_settings(a.local_cache)))
         return 0
-    print(describe(a.cache, as_json=a.json, epochs=a.epochs, augment=given(a)))
+    print(describe(a.cache, as_json=a.json, epochs=a.epochs, augment=given(a), split=a.split, repeat=a.repeat))
     return 0
 
 
@@ -325,6 +326,7 @@ def get_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     i.add_argument("--epochs", type=flag_number(COUNT), default=TRAIN_EPOCHS,
                    help=f"epochs to report word coverage for (default {TRAIN_EPOCHS}, train.py's default)")
     add_augment_flags(i, "coverage of crops that draw")
+    add_selection_flags(i, "the per-source table of a run that")
     i.set_defaults(func=cmd_info)
     v = sub.add_parser("verify", help="recompute checksums; exit 1 when a file is corrupt or missing")
     v.add_argument("cache", type=flag_location, help="cache directory or URL (whose files are downloaded to check)")

@@ -311,7 +311,7 @@ def test_plan_warnings_come_after_the_plan():
 
 def accepted(action: argparse.Action) -> str:
     """A value the option's type takes (a number in its range)."""
-    for text in ("1", "64", "0.5", "0", "a"):
+    for text in ("1", "64", "0.5", "0", "a", "a=1"):   # a=1: --repeat's SOURCE=R
         try:
             (action.type or str)(text)
         except (argparse.ArgumentTypeError, ValueError, TypeError):

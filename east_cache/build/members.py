@@ -20,7 +20,7 @@ from east_cache.ingest.ufo import find_split, read_images
 from east_cache.store.fingerprint import ImageSource, file_fingerprint
 from east_cache.store.manifest import DataSource, Manifest, Member, Source, source_name
 
-PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")   # a source name: what --repeat NAME=R can say
+NAME = re.compile(r"[^=,\s](?:[^=,\x00-\x1f]*[^=,\s])?")   # a source name: what --repeat NAME=R,... can say
 
 
 def split_files(root) -> dict[str, object]:
@@ -50,10 +50,10 @@ def source_names(data_dirs: list[str], names: list[str] | None, old: Manifest | 
     kept = {s.root: s.name for s in old.sources} if old is not None and old.sources is not None else {}
     picked = list(names) if names is not None else [kept.get(d) or source_name(d) for d in data_dirs]
     for name, root in zip(picked, data_dirs):
-        if not PLAIN_NAME.fullmatch(name):
-            raise BuildError(f"source name {name!r} ({root}): a source's name is letters, digits and _ . + - "
-                             f"(east-train --repeat NAME=R says it); name the roots with --name, once per --data in "
-                             f"order")
+        if not NAME.fullmatch(name):
+            raise BuildError(f"source name {name!r} ({root}): a source's name holds no '=' or ',' and starts and ends "
+                             f"with neither a space nor a line break (east-train --repeat NAME=R,... says it); name "
+                             f"the roots with --name, once per --data in order")
     seen: dict[str, str] = {}
     for name, root in zip(picked, data_dirs):
         if name in seen:

@@ -133,10 +133,9 @@ class CacheDataset(RecordReader, Dataset):
         default the cache's, epoch, source): store/selection.py. len() is then an epoch's items, item i an image
         (image_name) and its copy: copy 0 the whole cache's crop, each further one another. UsageError for a split or
         source the cache lacks."""
-        sel = Selection(self.manifest, split, repeat, self.where)
-        self.selection = None if sel.whole else sel
+        sel = self.chosen = Selection(self.manifest, split, repeat, self.where)   # chosen: as asked, whole or not
+        self.selection, self._epoch_items = None if sel.whole else sel, None
         self.selection_seed = self.config.seed if seed is None else check_number("seed", seed, SEED)
-        self._epoch_items = None
         # shared like the epoch: whether set_epoch was ever called, whether the repeat was warned of, and which items
         # were read by a plain index since (a second read of one at an epoch that never moves is the same crop)
         self._reads = shared_cells(READ_SEEN + len(self))

@@ -11,6 +11,7 @@ from east_cache.errors import skipped_reason
 from east_cache.ingest.pseudolabels import pseudo_line
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.page_jpeg import JPEG_TILE_PX, jpeg_settings_words
+from east_cache.store.selection import Selection, given_repeat
 from east_cache.store.sidecar import quads_path
 from east_cache.tools.coverage import TRAIN_EPOCHS, cache_coverage
 
@@ -41,16 +42,31 @@ def codec_line(s: dict) -> str:
                                            "(a build with --levels stores it, and reads them faster)")
 
 
+def source_lines(s: dict) -> list[str]:
+    """Per source, its images and the splits recorded (what east-train --split can name); with a selection (--split,
+    --repeat) instead what a run that chose it takes of each source."""
+    if s["selection"] is not None:
+        return ([f"run        {line}" for line in s["selection"]["lines"]]
+                + [f"warning    {note}" for note in s["selection"]["notes"]])
+    if not s["sources"]:
+        return ["sources    not recorded (an earlier build): `build --out CACHE` records them, computing nothing"]
+    return [f"{'sources' if k == 0 else '':11}{x['name']}: {x['images']} images ({x['root']}), splits "
+            f"{', '.join(x['splits']) or '-'}" + (f"; unreadable: {', '.join(x['unread'])}" if x["unread"] else "")
+            for k, x in enumerate(s["sources"])]
+
+
 def disk_bytes(path: Path) -> int:
     """Bytes a file takes on disk: its blocks (a file's holes take none), else its size."""
     st = path.stat()
     return st.st_blocks * BLOCK if hasattr(st, "st_blocks") else st.st_size
 
 
-def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None, augment: dict | None = None) -> dict:
+def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None, augment: dict | None = None,
+            split: str | None = None, repeat: list[dict] | dict | None = None) -> dict:
     """stored: of a cache at a URL ({"cache": URL, "data_bytes", "quads_bytes"} as listed), whose files are not read;
-    augment: as describe's."""
+    augment, split, repeat: as describe's."""
     m = Manifest.load(cache_dir)
+    chosen = Selection(m, split, given_repeat(repeat) if isinstance(repeat, list) else repeat, str(cache_dir))
     cfg = m.config
     aug = Augment.of_cache(cfg, **(augment or {}))
     paths = [data_path(Path(cache_dir), f.name) for f in m.files]
@@ -68,15 +84,20 @@ def summary(cache_dir, epochs: int = TRAIN_EPOCHS, stored: dict | None = None, a
         "config": cfg.to_dict(), "ingest": m.ingest, "notes": m.notes,
         "coverage": {**asdict(cov), "images_replayed": replayed, "images": len(m.images)} if cov else None,
         "augment": aug.to_dict(), "augment_text": aug.describe() if cfg.warps_at_read else None,
+        "sources": [{"name": s.name, "root": s.root, "images": sum(x.source == s.name for x in m.members.values()),
+                     "splits": s.splits, "unread": s.unread} for s in m.sources or []],
+        "selection": {**chosen.to_dict(), "lines": chosen.lines(), "notes": chosen.notes}
+        if split is not None or repeat else None,
         **(stored or {}),
     }
 
 
 def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, stored: dict | None = None,
-             augment: dict | None = None) -> str:
+             augment: dict | None = None, split: str | None = None, repeat: list[dict] | dict | None = None) -> str:
     """augment: Augment fields to change of the cache's build values (east-train's flags of the same names): the
-    coverage of crops drawn by them."""
-    s = summary(cache_dir, epochs, stored, augment)
+    coverage of crops drawn by them. split, repeat (east-train's --split and --repeat): the images per source of a run
+    that chose them, in place of the sources' list."""
+    s = summary(cache_dir, epochs, stored, augment, split, repeat)
     if as_json:
         return json.dumps(s, indent=1, sort_keys=True)
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
@@ -97,6 +118,7 @@ def describe(cache_dir, as_json: bool = False, epochs: int = TRAIN_EPOCHS, store
         f"built      {s['build']['finished_at']} in {s['build']['seconds']:.1f} s "
         f"(computed {s['build']['computed']}, copied {s['build']['copied']}, files kept {s['build']['files_reused']})",
         f"source     {', '.join(s['source']['data_dirs'])} (split {s['source']['split']})",
+        *source_lines(s),
         *([f"pseudo     {pseudo}"] if pseudo else []),
         "config     " + ", ".join(f"{k}={v}" for k, v in sorted(s["config"].items())),
         "ingest     " + ", ".join(f"{k}={v}" for k, v in ingest.items()),

@@ -129,15 +129,16 @@ class HashStore:
     def hashes(self, paths: list, quiet: bool = False, desc: str = "hashing images") -> list[ImageHash | Exception]:
         """One ImageHash per path, or the DataError of a file that cannot be hashed, in the order of paths."""
         prints = [self._fingerprint(p) for p in paths]
-        self.asked.update(map(str, paths))
-        out: list = [self._cached(str(p), fp) for p, fp in zip(paths, prints)]
+        keys = [file_key(p) for p in paths]   # a file by its absolute path: the same whichever folder named it
+        self.asked.update(keys)
+        out: list = [self._cached(k, fp) for k, fp in zip(keys, prints)]
         todo = [k for k, h in enumerate(out) if h is None]
         with Progress(len(todo), "images", quiet or len(todo) < 2, desc) as bar, ThreadPoolExecutor(THREADS) as pool:
             for k, h in zip(todo, pool.map(_hash_or_error, [paths[k] for k in todo])):
                 out[k] = h
                 bar.update()
                 if isinstance(h, ImageHash) and prints[k] is not None:
-                    self.known[str(paths[k])] = [prints[k], h.content, f"{h.pixels:016x}", list(h.size),
+                    self.known[keys[k]] = [prints[k], h.content, f"{h.pixels:016x}", list(h.size),
                                                  list(h.stored)]
                     self.changed = True
         return out
@@ -168,6 +169,12 @@ class HashStore:
             return file_fingerprint(path)
         except (OSError, ValueError):
             return None
+
+
+def file_key(path) -> str:
+    """How the store names a file: its absolute path (a URL as it is)."""
+    text = str(path)
+    return text if "://" in text else os.path.abspath(text)
 
 
 def _hash_or_error(path) -> ImageHash | Exception:

@@ -17,6 +17,7 @@ import shlex
 
 from east_cache.augment import FLAGS as AUGMENT_FLAGS
 from east_cache.config import READER_ONLY
+from east_cache.store.selection import repeat_text
 
 # What a back-end records of a step and of an epoch record, under which prefix. Every other number of an epoch
 # record (samples_per_s, data_wait, seconds, eval_seconds, bad_steps...) goes under `epoch/`.
@@ -45,12 +46,16 @@ def recipe_of(header: dict) -> dict:
     """Every option of a run (a `run` record of log.jsonl), flat, in a fixed order: the flags, the cache's build
     options and fingerprint, the code version, the process count and the command line."""
     config = {k: v for k, v in (header.get("config") or {}).items() if k not in NOT_RECIPE}
-    found = flatten(config)
+    found = flatten({**config, "repeat": repeat_text(config.get("repeat")) or None} if "repeat" in config else config)
     found.update(flatten(header.get("cache_config") or {}, "cache"))
     found["cache.fingerprint"] = header.get("cache_fingerprint")
     found["val_cache.fingerprint"] = header.get("val_cache_fingerprint")
     found.update(flatten(header.get("augment") or {}, "augment"))   # the crops' geometric draw (Augment's fields)
     found.update(flatten(header.get("transform") or {}, "augment_recipe"))   # --augment's recipe as it was read
+    selection = header.get("selection")
+    if selection is not None:   # the images it read: the split and repeats asked, the items an epoch per source
+        found["split"], found["repeat"] = selection.get("split"), repeat_text(selection.get("repeat")) or None
+        found.update({f"items.{k}": v.get("items") for k, v in (selection.get("sources") or {}).items()})
     found.update(flatten(header.get("code_version") or {}, "code"))
     found["world"] = header.get("world")
     return found

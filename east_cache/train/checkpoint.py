@@ -152,7 +152,8 @@ def checkpoint_state(model, optimizer, scheduler, ctx: Context, ds: CacheDataset
             "bad_steps": [int(s.bad_run), int(s.bad_total)], "rng": rng, "world": ctx.rt.world,
             "train_config": ctx.cfg.to_dict(), "fingerprint": ds.fingerprint, "config": ds.config.to_dict(),
             "trained_on": sample_set(ds), "best": s.best, "augment": ds.aug.to_dict(),
-            "transform": ds.transform.record if ds.transform is not None else None}
+            "transform": ds.transform.record if ds.transform is not None else None,
+            "selection": ds.chosen.to_dict()}   # the images it trains on (--split, --repeat): --resume keeps them
 
 
 def check_fits_cache(ck: dict, path: Path, ds: CacheDataset) -> None:

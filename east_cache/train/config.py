@@ -24,6 +24,7 @@ from east_cache.reader.images import BASELINE_JITTER, IMAGENET_MEAN, IMAGENET_ST
 from east_cache.errors import CommandParser, UsageError, cache_command
 from east_cache.location import flag_location, is_remote
 from east_cache.store.remote.local_cache import add_local_cache_args
+from east_cache.store.selection import add_flags as add_selection_flags, given_repeat
 
 EPOCHS = 50                  # epochs when --epochs is not given
 BATCH_SIZE = 8               # samples per micro-batch per process on a GPU (training and --eval-only)
@@ -43,6 +44,8 @@ class TrainConfig:
     val_cache: Path | str | None = None    # validation cache: loss every epoch, detection metrics per eval_every
     val_data: Path | None = None           # dataset root: full val_split images predicted, rect DetEval per eval_every
     val_split: str = "val"                 # val_data's split: ROOT/ufo/{val_split}.json
+    split: str | None = None               # the cache's images trained on (store/selection.py); None: all
+    repeat: dict | None = None             # {source: R}: its images R times an epoch on average; None: 1 each
     out: Path = OUT                        # checkpoints, log.jsonl, eval.jsonl, profile trace
     epochs: int = EPOCHS                   # epochs in all, counting those a resumed checkpoint has done
     max_steps: int | None = None           # optimiser steps in all (over resumes); None: no cap
@@ -146,6 +149,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     if args.eval_every is None:
         given["eval_every"] = 1 if args.val_cache or getattr(args, "val_data", None) else 0
     given["report_to"] = chosen(getattr(args, "report_to", None))
+    given["repeat"] = given_repeat(getattr(args, "repeat", None))
     if args.out is None:
         checkpoint = getattr(args, "checkpoint", None)
         given["out"] = checkpoint.parent if getattr(args, "eval_only", False) and checkpoint else OUT
@@ -158,6 +162,8 @@ EXAMPLES = """examples:
   {train} --cache cache/train --val-data /data/set     train; full-image rect hmean of its val split per epoch
   {train} --cache cache/train --scale 0.5,1 --perspective 0.05 --max-rotation 15
                                                   choose the crops' geometry: no rebuild (--geometry read caches)
+  {train} --cache cache/train --split train0 --val-data /data/set --val-split val0 --repeat cord=0.5
+                                                  fold 0 of one cache, half of the cord source's images an epoch
   {train} --cache cache/train --resume runs/east/latest.pt
                                                   go on where a run stopped (Ctrl-C saves, and prints this line)
   torchrun --nproc_per_node=4 train.py --cache cache/train      several GPUs; --batch-size is per process
@@ -247,6 +253,7 @@ def get_args_parser() -> argparse.ArgumentParser:
                           "which --resume reuses; never on validation (default: none; needs pip install -e "
                           "\".[augment]\")")
     add_augment_flags(p)
+    add_selection_flags(p)
     opt.add_argument("--seed", type=flag_number(SEED),
                      help=f"seed of shuffling, jitter and initialisation (default: {d.seed})")
     opt.add_argument("--backbone-weights", metavar="imagenet|random|FILE",

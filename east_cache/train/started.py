@@ -1,5 +1,6 @@
 """The lines east-train prints first: the device and the batch, the cache and how its crops get their geometry
-(the run's Augment) and transforms, the weights, the run's length and what it writes."""
+(the run's Augment) and transforms, the images it takes per source (--split, --repeat), the weights, the run's
+length and what it writes."""
 from __future__ import annotations
 
 from east_cache.predict.weights import BEST, LATEST
@@ -7,6 +8,7 @@ from east_cache.train.config import RunState, TrainConfig
 from east_cache.predict.device import Runtime
 from east_cache.reader import CacheDataset
 from east_cache.reader.loader import describe_reading, loader_workers
+from east_cache.train.selection import selection_lines
 
 
 def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, state: RunState,
@@ -24,11 +26,13 @@ def started_lines(cfg: TrainConfig, rt: Runtime, ds: CacheDataset, origin: str, 
     kept = f"the newest {cfg.keep_last}" if cfg.keep_last else "every one"
     best = f" and {BEST}" if cfg.eval_every or cfg.val_cache else ""   # what validation_score judges by
     saves = f"a checkpoint every {cfg.save_every} epoch(s){steps}, keeping {kept}, {LATEST}{best}; {disk}"
+    images = f"{len(ds)} images" if ds.selection is None else f"{len(ds)} items an epoch of {len(ds.names)} images"
     return [(f"device {rt.device} ({procs}); batch {cfg.batch_size} per process, {cfg.accum_steps} per step; "
              f"input {ds.size} px, maps at x{c.map_scale}; amp {cfg.amp}"),
-            (f"cache {cfg.cache}: {len(ds)} images, {describe_geometry(ds, cfg.nvjpeg)}, "
+            (f"cache {cfg.cache}: {images}, {describe_geometry(ds, cfg.nvjpeg)}, "
              f"{describe_reading(loader_workers(ds, rt.device, rt.world, cfg.workers))}; {val}"
              + (f"; each training crop through --augment {ds.transform.recipe}" if ds.transform else "")),
+            *selection_lines(ds),
             f"weights: {origin}",
             describe_length(cfg, state, steps_per_epoch),
             f"output: {cfg.out} (log.jsonl, {saves})"]

@@ -56,7 +56,9 @@ from east_cache.reader.recipe import load_recipe, run_recipe
 from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
 from east_cache.reader.share import NodeShare
-from east_cache.tools.leak import warn_run
+from east_cache.train.selection import check_flags as check_selection_flags, choose_images, warn_leaks
+from east_cache.train.selection import refuse_validating_on_training
+from east_cache.train.selection import record as selection_record
 
 INTERRUPTED = EXIT_INTERRUPTED   # a run stopped by SIGINT / SIGTERM (saved), or by a second Ctrl-C (unsaved)
 UNSAVED = "error: interrupted; nothing saved since the last checkpoint"   # what the second Ctrl-C prints
@@ -89,6 +91,7 @@ def run(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = get_args_parser().parse_args(argv)
     check_flags(args)
+    check_selection_flags(args)
     setup_threads(args.threads)
     check_report_flags(args)
     if args.export_onnx:
@@ -135,6 +138,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     if cfg.augment and not cfg.resume:   # a recipe that does not load stops the run before the caches open
         load_recipe(cfg.augment)
     ds = open_run_cache(cfg, rt, cfg.cache)
+    refuse_validating_on_training(cfg, ds, cfg.split)   # before the model: --split X --val-split X
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
     given = augment_given(cfg)   # the Augment flags this run was given
@@ -149,12 +153,13 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     ctx = new_context(cfg, rt)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=ctx.fused)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, [max(1, cfg.epochs // 2)], gamma=0.1)
-    recorded = None
+    recorded = ck = None
     if cfg.resume:
         ck = resume(cfg.resume, model, optimizer, scheduler, ctx, ds)
         read_by(ds, val, run_augment(given, ds, ck, cfg.resume))
         recorded = ck.get("transform")
         origin = f"resumed from {cfg.resume}"
+    choose_images(cfg, ds, ck, cfg.resume)   # --split, --repeat; a resume's recorded ones
     recipe = run_recipe(cfg.augment, recorded, cfg.resume and str(cfg.resume), rt.say,
                         warning_line if rt.rank == 0 else rt.say)
     ds.set_transform(recipe, cfg.seed)
@@ -170,15 +175,15 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     steps = len(loaders[0]) // cfg.accum_steps
     for line in started_lines(cfg, rt, ds, origin, ctx.state, steps, disk_use(cfg.out, model)):
         rt.say(line)
-    if cfg.val_data and rt.rank == 0:   # a validation split that shares images with the training data
-        warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
+    if rt.rank == 0:   # a validation split that shares images with the run's training images
+        warn_leaks(cfg, ds, rt.say)
     pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     cfg.out.mkdir(parents=True, exist_ok=True)
     report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
         ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.aug.to_dict(),
-                 "transform": ds.transform and ds.transform.record})
+                 "transform": ds.transform and ds.transform.record, "selection": selection_record(ds)})
     if not cfg.profile:  # a profiling run saves nothing
         ctx.save = lambda: save(model, optimizer, scheduler, ctx, ds, complete=False)
     ctx.state.deadline = time.perf_counter() + cfg.time_limit if cfg.time_limit else None
