@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,16 +114,6 @@ def make_data(here: Path) -> None:
         (here / "ic15_gt" / f"gt_{Path(name).stem}.txt").write_text("\n".join(lines) + "\n")
 
 
-def each_fold(command: str, here: Path) -> list[str]:
-    """The loop's line run for each fold k (its `# each fold k`), for folds 0 and 1: the test trains fold 0 only,
-    so fold 1's checkpoints are a copy of fold 0's (a reader trains each fold)."""
-    if "--out val_fold0.json" not in command:
-        return [command]
-    if not (here / "runs" / "fold1").exists():
-        shutil.copytree(here / "runs" / "fold0", here / "runs" / "fold1")
-    return [command, command.replace("fold0", "fold1")]
-
-
 def bash_blocks_with(word: str) -> list[str]:
     return [b for b in blocks("bash") if word in b]
 
@@ -142,17 +131,12 @@ def test_the_set_up_and_every_quick_start_command_runs(tmp_path):
     make_data(here)
     (recipe,) = blocks("yaml")   # the own-transforms section's aug.yaml
     (here / "aug.yaml").write_text(recipe)
-    quick = [c for b in blocks("bash") if "pip install" not in b and "s3://" not in b for c in commands(b)]
+    quick = [c for b in blocks("bash") if not any(w in b for w in ("pip install", "s3://", LOOP))
+             for c in commands(b)]
     assert any("convert --from icdar2015" in c for c in quick) and any(c.startswith("east-predict") for c in quick)
     for command in quick:
-        for each in each_fold(command, here):
-            run(each, here)
+        run(command, here)
     assert json.loads((here / "predictions.json").read_text())["images"]
-    assert json.loads((here / "val_fused.json").read_text())["predicted_by"]["program"] == "east-cache ensemble"
-    assert (here / "data" / "receipts" / "ufo" / f"val{FOLDS - 1}.json").is_file()   # the loop's folds
-    assert "pseudo_labels" in json.loads((here / "data" / "pseudo" / "ufo" / "train0.json").read_text())
-    assert json.loads((here / "check" / "report.json").read_text())["images"]
-    assert (here / "review" / "index.html").is_file()   # the loop's review of fold 0's validation images
     assert (here / "sheet.png").is_file() and (here / "runs" / "augment" / "latest.pt").is_file()
     inline = sorted(set(re.findall(r"`(east-cache (?:info|show|verify|bench) CACHE[^`]*)`", README)))
     assert len(inline) == 4, inline
@@ -196,6 +180,40 @@ def test_the_bucket_commands_run_against_a_local_s3_server(s3, tmp_path):
     for command in commands(block):
         run(command, here, bucket=s3.url())
     assert s3.fs().exists(s3.url("cache", "receipts", "manifest.json"))
+
+
+LOOP = "for k in 0 1 2 3 4; do"   # the data-centric loop's block: run by bash as pasted
+
+
+@pytest.mark.slow
+def test_the_data_centric_loop_pastes_end_to_end_under_set_e(tmp_path):
+    """The README's loop as pasted, under `set -e`, by bash (its for loop over the folds, brace expansions), on a
+    root with ufo/train.json and ufo/val.json and a folder of unlabelled images: each command through its main() in
+    a process of its own (tests/readme_entry.py: FAST's flags in place of the README's), the block's text as it is.
+    One build serves the five folds' runs and the mixed one; `split` then the build computes nothing."""
+    here = tmp_path / "user"
+    here.mkdir()
+    make_data(here)
+    (block,) = bash_blocks_with(LOOP)
+    entry = REPO / "tests" / "readme_entry.py"
+    shims = "".join(f'{name}() {{ "{sys.executable}" "{entry}" {name} "$@"; }}\n'
+                    for name in ("east-cache", "east-train", "east-predict"))
+    done = subprocess.run(["bash", "-c", "set -e\n" + shims + block], cwd=here, capture_output=True, text=True,
+                          timeout=1800, env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}",
+                                             "EAST_README_FAST": json.dumps(FAST)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for k in range(FOLDS):
+        assert (here / "runs" / f"fold{k}" / "best.pt").is_file() and (here / f"val_fold{k}.json").is_file()
+        header = json.loads((here / "runs" / f"fold{k}" / "log.jsonl").read_text().splitlines()[0])
+        assert header["selection"]["split"] == f"train{k}"
+    mixed = json.loads((here / "runs" / "mix" / "log.jsonl").read_text().splitlines()[0])["selection"]
+    assert mixed["repeat"] == {"pseudo": 0.5} and set(mixed["sources"]) == {"receipts", "pseudo"}   # (a model of
+    # one step labels no word: the root's images are left out, and the build says so)
+    assert json.loads((here / "val_fused.json").read_text())["predicted_by"]["program"] == "east-cache ensemble"
+    assert json.loads((here / "val_models.json").read_text())["images"]
+    assert "pseudo_labels" in json.loads((here / "data" / "pseudo" / "ufo" / "train.json").read_text())
+    assert json.loads((here / "check" / "report.json").read_text())["images"]
+    assert (here / "review" / "index.html").is_file()   # the loop's review of fold 0's validation images
 
 
 @pytest.mark.slow

@@ -44,8 +44,9 @@ DESCRIPTION = ("Turn a predictions file into a UFO training root of pseudo-label
                "and its images marked as pseudo-labels, which the build and `info` report.")
 EPILOG = """example:
   east-predict --checkpoint runs/fold0/best.pt --images data/unlabelled --out unlabelled.json
-  east-cache pseudo --pred unlabelled.json --images data/unlabelled --out data/pseudo --split train0
-  east-cache build --data data/receipts --data data/pseudo --split train0 --out cache/fold0"""
+  east-cache pseudo --pred unlabelled.json --images data/unlabelled --out data/pseudo
+  east-cache build --data data/receipts --data data/pseudo --out cache/receipts
+  east-train --cache cache/receipts --split train0 --repeat pseudo=0.5 --val-data data/receipts --val-split val0"""
 
 
 def register(sub) -> None:

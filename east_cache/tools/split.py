@@ -1,7 +1,8 @@
 """`east-cache split`: K cross-validation folds of a UFO split, as UFO files beside it.
 
 Every image of ROOT/ufo/SPLIT.json lies in exactly one validation fold, ROOT/ufo/val{k}.json; ROOT/ufo/train{k}.json
-holds all the others, so `build --split train0` and `east-train --val-split val0` take a fold as any split. The
+holds all the others, so `east-train --split train0 --val-split val0` (of one cache of SPLIT) takes a fold as any
+split. The
 folds are balanced by legible words (the build's default rules, ingest/ufo.py) as far as whole images allow:
 groups of images, largest first, each into the fold with the fewest words so far (fewest images among equals,
 then an order drawn from --seed); groups without legible words go into the fold with the fewest images. This
@@ -199,7 +200,8 @@ def run(a: argparse.Namespace) -> int:
             print(f"{len(groups)} groups by --group-by {a.group_by!r}; {unmatched} image(s) it does not match are "
                   f"a group each")
         print(f"wrote {paths[0][0].name} .. {paths[-1][0].name} and {paths[0][1].name} .. {paths[-1][1].name} into "
-              f"{json_path.parent}: build --split {TRAIN.format(0)}, train with --val-split {VAL.format(0)}",
+              f"{json_path.parent}: one cache of split {a.split} holds every fold (`build --out CACHE` records them, "
+              f"computing nothing); train with --split {TRAIN.format(0)} --val-split {VAL.format(0)}",
               file=sys.stderr)
         if per_split:
             folder = Path(image_dir).parent
