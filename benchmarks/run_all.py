@@ -61,6 +61,7 @@ QUICK = {
     "remote": ["--mib", "16", "--files", "4", "--file-mib", "2", "--compute-ms", "20", "--images", "12",
                "--epochs", "3", "--timed-epochs", "5"],
     "check": ["--images", "40", "--copies", "12", "--photos", "2", "--build-photos", "4"],
+    "selection": ["--photos", "6", "--folds", "3", "--epochs", "1", "--rounds", "1"],
     "ensemble": ["--images", "40", "--steps", "20", "--pages", "8", "--speed-images", "200"],
     "compare": ["--rounds", "1", "--pages", "4", "--photos", "4", "--small", "2", "--streets", "3", "--cpu-seconds",
                 "0.3", "--baseline-photos", "1"],
