@@ -12,8 +12,8 @@ CPU second of a selection and of a repeated mix against the whole cache. Prints 
 - Reads: the one cache, its photos split over two sources (--data A with folds, --data B without), read as train.py
   reads it (in this process, a batch at a time, shuffled): whole; --split train0 (A's fold, all of B); a repeated mix
   (A x 0.5, B x 2: other photos in other shares, each with its own cost); every photo twice (A x 2, B x 2: the whole
-  cache's photos, so the selection's own cost). Items per CPU second of this process over --epochs epochs, rounds alternating the arms, median
-  [min-max] over rounds.
+  cache's photos, so the selection's own cost). Items per CPU second of this process over --epochs epochs, rounds
+  alternating the arms, median [min-max] over rounds.
 
     python benchmarks/bench_selection.py [--photos 24] [--folds 5] [--epochs 2] [--rounds 3]
 """
@@ -78,14 +78,16 @@ def cli_build(*args) -> tuple[float, float, str]:
 
 def builds_table(photos: Path, folds: int, tmp: Path) -> tuple[str, str]:
     names = sorted(json.loads((photos / "ufo" / "train.json").read_text())["images"])
-    root = folded_root(photos, names, folds, tmp / "root")
+    root = folded_root(photos, names, folds, tmp / "root")   # the per-fold way's: folds before its builds
     rows, per_fold = [], [0.0, 0.0, 0]
     for k in range(folds):
         wall, cpu, _ = cli_build("--data", root, "--split", f"train{k}", "--out", tmp / f"fold{k}")
         per_fold = [per_fold[0] + wall, per_fold[1] + cpu, per_fold[2] + du(tmp / f"fold{k}")]
-    wall, cpu, _ = cli_build("--data", root, "--out", tmp / "one")
+    fresh = folded_root(photos, names, 0, tmp / "fresh")   # the one cache's: train.json alone, then `split`
+    wall, cpu, _ = cli_build("--data", fresh, "--out", tmp / "one")
+    folded_root(photos, names, folds, fresh)
     again, again_cpu, said = cli_build("--out", tmp / "one")
-    computed = "computed 0" if "computed 0" in said or "nothing to do" in said else said.strip().splitlines()[-1]
+    computed = "computed 0" if "computed 0, splits recorded" in said else said.strip().splitlines()[-1]
     one = du(tmp / "one")
     rows.append([f"per fold: `build --split train{{k}}`, k < {folds}", str(folds), f"{per_fold[0]:.1f}",
                  f"{per_fold[1]:.1f}", f"{per_fold[2] / 2**20:,.1f}", f"{per_fold[2] / one:.2f}"])

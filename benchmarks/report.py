@@ -17,9 +17,8 @@ from plot import load, number
 START, END = "<!-- headline:start -->", "<!-- headline:end -->"
 # The order of the benchmarks, run and in docs/performance.md; benchmarks not listed follow, by name.
 ORDER = ("targets", "sample", "codec", "crops", "geometry", "augment", "compare", "gpu_augment", "gpu",
-         "time_to_accuracy", "fusion", "loader", "peers", "remote", "rebuild", "selection", "build_memory", "zarr", "eval",
-         "check",
-         "review", "ensemble")
+         "time_to_accuracy", "fusion", "loader", "peers", "remote", "rebuild", "selection", "build_memory", "zarr",
+         "eval", "check", "review", "ensemble")
 # bench_codec's table of the page image codecs' goals (issue 25), rows of (what, goal, measured)
 CODEC_GOALS = ("codec", 3)
 # bench_geometry's: the read-time geometry's (issue 32), and its draws and read-speed tables

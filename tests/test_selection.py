@@ -111,7 +111,8 @@ def test_unknown_sources_splits_and_empty_selections_are_refused(two_roots):
     with pytest.raises(UsageError, match="no source of .* has ufo/train9.json; the splits its sources have: train, "
                                          "train0"):
         CacheDataset(cache, split="train9")
-    with pytest.raises(UsageError, match="--split val0 selects no image of .*receipts: 3 of 7 .* x 0 -> 0 .*cord: 4 of 4"):
+    with pytest.raises(UsageError, match="--split val0 selects no image of .*receipts: 3 of 7 .* x 0 -> 0 .*cord: "
+                                         "4 of 4"):
         CacheDataset(cache, split="val0", repeat={"receipts": 0, "cord": 0})
     with pytest.raises(UsageError, match="R must be a finite number in"):
         CacheDataset(cache, repeat={"cord": -1})

@@ -3,8 +3,9 @@
 
 Item i at epoch e is variant (e + offsets[i]) mod K of image i (images in name order; offsets drawn per image
 from the seed by the store's layout), so every epoch sees each image once and the K cached augmentations
-rotate; a selection (select: a split, repeats per source) makes item i an image of the epoch's list instead. A crop-mode cache's item is that record (RecordReader, east_cache/reader/records.py); a page-mode
-cache's is a crop of that page drawn anew every epoch (PageCropper, east_cache/reader/pages.py).
+rotate; a selection (select: a split, repeats per source) makes item i an image of the epoch's list instead. A
+crop-mode cache's item is that record (RecordReader, east_cache/reader/records.py); a page-mode cache's is a crop of
+that page drawn anew every epoch (PageCropper, east_cache/reader/pages.py).
 """
 from __future__ import annotations
 

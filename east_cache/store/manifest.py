@@ -50,7 +50,7 @@ class DataSource:
     name: str                     # the root's folder name, or its --name
     root: str                     # as Source.data_dirs records it
     files: dict[str, str]         # split -> fingerprint of ufo/{split}.json, every such file found
-    unread: dict[str, str] = field(default_factory=dict)   # split -> why its file could not be read (warned at the build)
+    unread: dict[str, str] = field(default_factory=dict)   # split -> why its file could not be read (a build warning)
 
     @property
     def splits(self) -> list[str]:
@@ -214,8 +214,9 @@ class Manifest:
                     fail(f"image {name!r}: {p} lies outside the data dirs the cache was built from")
         if self.sources is not None:
             named = {s.name for s in self.sources}
+            members = self.members or {}
             if ([s.root for s in self.sources] != self.source.data_dirs or len(named) != len(self.sources)
-                    or set(self.members) != set(self.images) or any(m.source not in named for m in self.members.values())):
+                    or set(members) != set(self.images) or any(m.source not in named for m in members.values())):
                 fail("its sources and their images' memberships do not describe its images and data dirs")
 
     def build_command(self, out) -> str:
