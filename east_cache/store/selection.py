@@ -59,6 +59,7 @@ class Selection:
 
     def __init__(self, manifest: Manifest, split: str | None = None, repeat: dict | None = None,
                  where: str = "the cache"):
+        split = str(Path(split).resolve()) if split is not None and is_file(split) else split   # as recorded
         self.split, self.where, self.notes, self.total = split, where, [], len(manifest.images)
         repeat = dict(repeat or {})
         if manifest.sources is None:

@@ -27,6 +27,7 @@ def choose_images(cfg: TrainConfig, ds: CacheDataset, ck: dict | None = None, pa
     checkpoint at path) the recorded selection; a flag that asks for another one, or a cache whose splits now give
     other counts, is refused (an exact resume reads the items the run would have read)."""
     split, repeat = cfg.split, cfg.repeat
+    split = str(Path(split).resolve()) if split is not None and is_file(split) else split   # as Selection records it
     recorded = ck.get("selection") if ck is not None else None
     if recorded is not None:
         asked = {k: v for k, v in (("split", split), ("repeat", repeat)) if v is not None}

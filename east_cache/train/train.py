@@ -170,8 +170,8 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     net = torch.compile(net) if cfg.compile else net
     loaders = (run_loader(cfg, rt, ds, True, share), run_loader(cfg, rt, val, False) if val is not None else None)
     if len(loaders[0]) < cfg.accum_steps:
-        raise UsageError(f"{cfg.cache}: {len(ds)} images make {len(loaders[0])} batches per process, fewer than "
-                         f"--accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
+        raise UsageError(f"{cfg.cache}: {len(ds)} items an epoch make {len(loaders[0])} batches per process, fewer "
+                         f"than --accum-steps {cfg.accum_steps}; lower --batch-size or --accum-steps")
     steps = len(loaders[0]) // cfg.accum_steps
     for line in started_lines(cfg, rt, ds, origin, ctx.state, steps, disk_use(cfg.out, model)):
         rt.say(line)
