@@ -227,7 +227,7 @@ def parse_repeat(text: str) -> dict[str, float]:
 
 def add_flags(parser, what: str = "the run") -> None:
     """--split and --repeat on an argparse parser (east-train's, `info`'s), default None: every image once."""
-    g = parser.add_argument_group("images (default: every image of the cache, once an epoch)")
+    g = parser.add_argument_group("images: which of the cache's, how many times an epoch")
     g.add_argument("--split", metavar="NAME|FILE.json",
                    help=f"{what} takes the images of split NAME (train0): per source, those its ufo/NAME.json lists, "
                         f"or all of a source's images where it has no such file (an external set, pseudo-labels); "
