@@ -5,10 +5,11 @@ CPU second of a selection and of a repeated mix against the whole cache. Prints 
 - Builds: camera photos (common.bench_photos: 12 MP and A4 300 dpi JPEGs, a page on a table), split into --folds
   folds by hand (image j in val{j % folds}); each build `python -m preprocess build --jobs 1` (the defaults
   otherwise) as a process of its own, a fresh --out each, wall and CPU seconds (the process's start and the leak
-  check's image hashes included, as a user waits for them), cache bytes (blocks on disk, as `du`). The one-cache way
-  also builds again after `split` (the memberships recorded, computed 0). Beside them, the one cache's build in
-  this process without its hashes (build_cache) and the hashes alone (leak.warn_build, a fresh hash file): what the
-  hashes cost a first build.
+  check's image hashes included where the root has folds, as a user waits for them), cache bytes (blocks on disk, as
+  `du`). The one-cache way builds train.json alone (nothing to check: no hashes), then again after `split` (the
+  memberships recorded, computed 0, every image hashed once). Beside them, a build of the folded root in this process
+  without its hashes (build_cache) and the hashes alone (leak.warn_build, a fresh hash file): what the hashes cost the
+  build that first records the folds.
 - Reads: the one cache, its photos split over two sources (--data A with folds, --data B without), read as train.py
   reads it (in this process, a batch at a time, shuffled): whole; --split train0 (A's fold, all of B); a repeated mix
   (A x 0.5, B x 2: other photos in other shares, each with its own cost); every photo twice (A x 2, B x 2: the whole
@@ -92,10 +93,10 @@ def builds_table(photos: Path, folds: int, tmp: Path) -> tuple[str, str]:
     rows.append([f"per fold: `build --split train{{k}}`, k < {folds}", str(folds), f"{per_fold[0]:.1f}",
                  f"{per_fold[1]:.1f}", f"{per_fold[2] / 2**20:,.1f}", f"{per_fold[2] / one:.2f}"])
     rows.append(["one cache: `build` of train", "1", f"{wall:.1f}", f"{cpu:.1f}", f"{one / 2**20:,.1f}", "1.00"])
-    rows.append(["one cache, built again after `split` (memberships only)", f"1 ({computed})", f"{again:.1f}",
+    rows.append(["one cache, built again after `split` (memberships, hashes)", f"1 ({computed})", f"{again:.1f}",
                  f"{again_cpu:.1f}", "+0", "-"])
     builds = table(["how", "builds", "wall s", "CPU s", "cache MiB", "x one cache's bytes"], rows)
-    # what the leak check's hashes cost a first build: the build alone, then the hashes alone (a fresh hash file)
+    # what the leak check's hashes cost the build that records the folds: the build alone, then the hashes alone
     plain = tmp / "plain"
     t0, c0 = time.perf_counter(), time.process_time()
     build_cache(BuildConfig(), [root], plain, jobs=1, quiet=True)
@@ -107,7 +108,7 @@ def builds_table(photos: Path, folds: int, tmp: Path) -> tuple[str, str]:
     t0 = time.perf_counter()
     warn_build([root], "train", plain, lambda line: None, quiet=True)
     read_s = time.perf_counter() - t0
-    hashes = table(["part of a first build of the one cache", "wall s", "CPU s", "x the build's wall s"],
+    hashes = table(["part of a build of a root with folds", "wall s", "CPU s", "x the build's wall s"],
                    [["the build (build_cache, 1 job)", f"{build_s:.1f}", f"{build_cpu:.1f}", "1.00"],
                     [f"every image's hashes (leak check, {len(names)} photos)", f"{hash_s:.2f}", f"{hash_cpu:.2f}",
                      f"{hash_s / build_s:.2f}"],

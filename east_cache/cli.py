@@ -199,7 +199,7 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,
                         file_format=req.file_format, on_plan=None if a.quiet else print_plan, on_file=on_file,
                         names=a.names)
-    warn_build(data, req.split, a.out, say, a.quiet)   # every image hashed into the cache, for a run's leak check
+    warn_build(data, req.split, a.out, say, a.quiet)   # images hashed into the cache where a run could leak (folds, val)
     if not a.quiet:   # a root that adds nothing
         from east_cache.tools.advice import empty_root_warning
         for warning in filter(None, (empty_root_warning(root, req.split) for root in data)):

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from east_cache.reader.loader import EpochSampler, order
 from east_cache.reader.share import NodeShare
 from east_cache.store.manifest import Manifest, data_path
 from east_cache.store.selection import Selection, parse_repeat
+from east_cache.tools.phash import CACHE_FILE
 from east_cache.tools.run_recipe import recipe_of
 from east_cache.tools.sampledata import write_sample_dataset
 from east_cache.train import train
@@ -202,11 +204,14 @@ def test_a_rebuild_after_split_computes_nothing_and_touches_no_data_file(tmp_pat
     status, _, err = cli_run(capsys, "build", "--data", root, "--out", cache, "--image-size", "96", "--input-size",
                              "64", "--jobs", "1")
     assert status == 0 and Manifest.load(cache).sources[0].splits == ["train"]
+    assert not (cache / CACHE_FILE).exists()   # train.json alone: nothing a run could leak, no image decoded twice
     files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (cache / "data").iterdir()}
     assert cli_run(capsys, "split", "--data", root, "--split", "train", "--folds", "2")[0] == 0
     status, _, err = cli_run(capsys, "build", "--out", cache)
     assert status == 0 and "up to date" in err and "computed 0, splits recorded: set: + train0, train1, val0, val1" \
         in err, err
+    hashed = json.loads((cache / CACHE_FILE).read_text())["files"]   # folds: a run's leak check reads these
+    assert sorted(Path(k).name for k in hashed) == sorted(Manifest.load(cache).images)
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (cache / "data").iterdir()} == files
     m = Manifest.load(cache)
     val0 = json.loads((root / "ufo" / "val0.json").read_text())["images"]

@@ -82,13 +82,17 @@ def leak_line(train_split: str, val_split: str, shared: list[tuple[str, str, str
             f"scores overstate the model: {', '.join(shown)}{more}; `east-cache check {data}{splits}` lists them")
 
 
-def build_warning(data_dirs, split: str, train: dict[str, str], cache_dir, quiet: bool = False) -> str | None:
+def build_warning(data_dirs, split: str, train: dict[str, str], cache_dir, quiet: bool = False,
+                  other_splits: bool = True) -> str | None:
     """The warning of a build of split from data_dirs whose images are train ({name: path}), or None: the roots'
-    val{X} split against it. Every image of train is hashed into cache_dir (only those new or changed since: a run's
-    leak check then reads them, decoding nothing); data at URLs are compared by name only."""
+    val{X} split against it. Where there is something to check (a val{X} split, or other_splits: a root of the cache
+    lists its images in splits other than split, so that a run can train on some and validate on others), every
+    image of train is hashed into cache_dir (only those new or changed since: a run's leak check then reads them,
+    decoding nothing); a root of train.json alone hashes nothing (a run with --val-data elsewhere hashes the cache's
+    images itself). Data at URLs are compared by name only."""
     val_split = validation_split(split)
     val = {n: p for d in data_dirs for n, p in split_images(d, val_split).items()} if val_split else {}
-    if any(is_url(d) for d in data_dirs):
+    if any(is_url(d) for d in data_dirs) or not (val or other_splits):
         store = None
     else:
         store = HashStore(cache_dir)
@@ -111,11 +115,13 @@ def run_warning(train: dict[str, str], train_split: str, roots, val_root, val_sp
 
 
 def warn_build(data_dirs, split: str, cache_dir, say, quiet: bool = False) -> None:
-    """The built cache's images hashed into its folder, and `build`'s warning line (say, unless quiet), where they
-    share some with the val split."""
-    train = {n: s.path for n, s in Manifest.load(cache_dir).images.items()}
+    """The built cache's images hashed into its folder where a run could validate on some of its roots' images
+    (build_warning), and `build`'s warning line (say, unless quiet), where they share some with the val split."""
+    manifest = Manifest.load(cache_dir)
+    train = {n: s.path for n, s in manifest.images.items()}
+    other = manifest.sources is None or any(set(s.files) - {split} for s in manifest.sources)
     try:
-        line = build_warning(data_dirs, split, train, cache_dir, quiet)
+        line = build_warning(data_dirs, split, train, cache_dir, quiet, other)
     except UserError as e:   # e.g. a val split's UFO file that does not parse: the cache is built all the same
         line = f"the train/val check was skipped: {e}"
     if line and not quiet:
