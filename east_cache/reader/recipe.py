@@ -13,7 +13,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from east_cache.errors import UsageError
+from east_cache.errors import Input, UsageError
 from east_cache.reader.transform import CropTransform, kind_of
 
 RECIPE_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}   # albumentations' own file formats
@@ -31,6 +31,20 @@ def albumentations_record(transform, recipe: str) -> dict | None:
     except Exception:   # noqa: BLE001 - NotImplementedError, a value json cannot write: not recorded
         return None
     return {"recipe": recipe, "format": "json", "text": text, "name": None}
+
+
+def recipe_path(spec) -> Path:
+    """The file a recipe names: PATH itself, or the Python file of PATH.py:NAME."""
+    spec = str(spec)
+    return Path(spec.rpartition(":")[0] if ".py:" in spec else spec)
+
+
+def recipe_inputs(spec, flag: str = "--augment") -> list[Input]:
+    """A recipe as a command's input (errors.Input), which no output may be or replace: its file (a Python file's
+    too); none for a transform object or no recipe."""
+    if not isinstance(spec, (str, Path)):
+        return []
+    return [Input(f"the recipe {flag} {spec}", recipe_path(spec))]
 
 
 def load_recipe(spec) -> CropTransform:

@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from east_cache.atomic import writing
 from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
 from east_cache.tools.run_recipe import effective, recipe_of, text_of
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"
+RUN_FILES = (LOG, EVAL_LOG, "*.pt", "report.json")   # what a run folder holds of its own, which --plot never replaces
 RECENT_S = 1800.0    # s: a run started on another host whose log was written to this recently counts as running
 CELL = 24            # characters of an option's value shown; longer ones keep their head and tail
 WIDTH = 100          # characters of the table; options that do not fit are folded under it as `option: value`
@@ -115,8 +117,8 @@ def run(a: argparse.Namespace) -> int:
     folders = list(dict.fromkeys(a.runs))
     if a.plot is not None:   # before any work: the plot is no input, and it can be written
         check_output(a.plot, "--plot", folder=False)
-        refuse_overwrite("--plot", a.plot, [Input(f"the log of run {f}", f / name) for f in folders
-                                            for name in (LOG, EVAL_LOG)])
+        refuse_overwrite("--plot", a.plot, [Input(f"a file of run {f} (its logs, checkpoints, report.json)", f,
+                                                  tree=True, reads=RUN_FILES) for f in folders])
         if a.plot.suffix.lower() not in PLOT_SUFFIXES:
             raise UsageError(f"--plot {a.plot}: name an image file ending in {', '.join(PLOT_SUFFIXES)}")
         plt = pyplot()
@@ -383,5 +385,6 @@ def draw(plt, runs: list[Run], names: list[str], columns: list[str], metric: str
     if left:
         table_ax.text(0, 0, f"they also differ in {', '.join(left)}: `east-cache runs` lists them", fontsize=9,
                       transform=table_ax.transAxes, va="bottom")
-    fig.savefig(path, dpi=100)
+    with writing(path, "wb", "--plot") as f:   # a link at path is replaced, never written through
+        fig.savefig(f, dpi=100, format=path.suffix.lower()[1:])
     plt.close(fig)

@@ -52,7 +52,7 @@ from east_cache.train.validate import detection_metrics, evaluate_checkpoint, fu
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, open_cache
-from east_cache.reader.recipe import load_recipe, run_recipe
+from east_cache.reader.recipe import load_recipe, recipe_inputs, run_recipe
 from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
 from east_cache.reader.share import NodeShare
@@ -119,12 +119,12 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def run_inputs(cfg: TrainConfig, checkpoint) -> list[Input]:
-    """What a run reads that its --out must never be nor replace: the caches, the validation set, the checkpoint
-    it starts from (--init-from, --eval-only's), the backbone's weights file. Not --resume's: the run it continues
-    writes into its own folder."""
+    """What a run reads that its --out must never be nor replace: the caches, the validation set, the --augment
+    recipe, the checkpoint it starts from (--init-from, --eval-only's), the backbone's weights file. Not --resume's:
+    the run it continues writes into its own folder."""
     files = (("--init-from", cfg.init_from), ("--checkpoint", checkpoint), ("--backbone-weights", cfg.backbone_weights))
     return [*cache_inputs(cfg.cache, "--cache"), *cache_inputs(cfg.val_cache, "--val-cache"),
-            *dataset_inputs(cfg.val_data, "--val-data"),
+            *dataset_inputs(cfg.val_data, "--val-data"), *recipe_inputs(cfg.augment),
             *(Input(f"the checkpoint {flag}" if flag != "--backbone-weights" else f"the weights {flag}", path)
               for flag, path in files if path is not None and path not in BACKBONES)]
 

@@ -19,6 +19,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from east_cache.atomic import write_atomic
 from east_cache.errors import UsageError
 from east_cache.tools.run_recipe import epoch_metrics, full_recipe, step_metrics
 
@@ -104,7 +105,7 @@ class Reporting:
         for name, b in self.backends.items():
             ids[name] = b.start(self.run_name, recipe, self.ids.get(name), self.resume_step)
         self.ids, self.started = ids, True
-        (self.out / IDS_FILE).write_text(json.dumps(ids, indent=1) + "\n")
+        write_atomic(self.out / IDS_FILE, json.dumps(ids, indent=1) + "\n")
         for line in self.where():
             self.say(line)
 
