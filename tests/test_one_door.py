@@ -61,7 +61,7 @@ ALLOW = {
      "a local cache's lock files, opened O_CREAT without O_TRUNC to be flock'd: no byte is written"),
     ("east_cache.store.remote.transfer", "download",
      "fills a download's temp file (r+b, made by LocalCache._reserve), published by atomic.publish once checked"),
-    ("east_cache.train.report.mlflow_log", "MLflow.start",
+    ("east_cache.train.report.mlflow_log", "MLflow.connect",
      "MLflow writes its own store where MLFLOW_TRACKING_URI points (its local default: mlflow.db and mlruns/ in the "
      "working folder); the run's files are its own"),
     ("east_cache.train.report.tensorboard_log", "TensorBoard.start",

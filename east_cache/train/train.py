@@ -43,7 +43,7 @@ from east_cache.train.config import (BACKBONES, CPU_BUDGET_SECONDS, CPU_BUDGET_S
                                      check_flags, get_args_parser, resolve_config)
 from east_cache.train.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.train.report import check_report_flags, records_to, start_reporting
+from east_cache.train.report import check_report_flags, connect_reporting, records_to, start_reporting
 from east_cache.train.started import started_lines
 from east_cache.train.runtime import failure_recorded, jsonl_writer, leave_group, now, profiler, run_header, stop_on_signals
 from east_cache.predict.device import Runtime, setup_device, setup_threads
@@ -134,6 +134,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
     if cfg.augment and not cfg.resume:   # a recipe that does not load stops the run before the caches open
         load_recipe(cfg.augment)
+    report = connect_reporting(cfg, rt)   # the trackers reached before the caches open, each within a bound
     ds = open_run_cache(cfg, rt, cfg.cache)
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
     share = NodeShare.from_env(cfg.nodes, cfg.node_rank) if cfg.node_share else None
@@ -174,7 +175,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
         warn_run(ds.manifest, ds.cache_dir, cfg.val_data, cfg.val_split, rt.say)
     pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     cfg.out.mkdir(parents=True, exist_ok=True)
-    report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
+    report = start_reporting(report, ctx)   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
         ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.aug.to_dict(),
