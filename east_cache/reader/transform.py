@@ -112,10 +112,30 @@ class CropTransform:
         except Exception as e:   # noqa: BLE001 - any failure of the user's code, named
             raise TransformError(f"{self.label}: transform {failing_transform(e, self.transform)} "
                                  f"failed on {where}: {type(e).__name__}: {e}") from e
-        result = self.check(result, image.shape, where)
+        result = self.check(result, image, where)
         if not self.moves:
             return result, words
         return result, moved_words(points, words, image.shape[0])
+
+    def culprit(self, image: np.ndarray) -> str:
+        """The name of the first transform of an albumentations pipeline that, applied alone to the crop (its
+        probability 1), changes its size, channels or dtype; else the transform's own name. Run only once the whole
+        pipeline gave such a result."""
+        if self.kind != "albumentations":
+            return describe(self.transform)
+        import copy
+        for t in leaf_objects(self.transform):
+            alone = copy.deepcopy(t)
+            alone.p = 1.0
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = np.asarray(alone(image=image.copy())["image"])
+            except Exception:   # noqa: BLE001 - one that fails alone says nothing of the size
+                continue
+            if out.dtype != image.dtype or out.shape != image.shape:
+                return type(t).__name__
+        return describe(self.transform)
 
     def recording(self):
         """The keypoint pipeline that also returns the transforms it applied ("applied_transforms")."""
@@ -123,11 +143,13 @@ class CropTransform:
             self._recording = keypoint_pipeline(self.transform, save_applied_params=True)
         return self._recording
 
-    def check(self, result, shape: tuple, where: str) -> np.ndarray:
-        """The transform's result as uint8 (S, S, 3), refused (TransformError) when it is anything else."""
+    def check(self, result, image: np.ndarray, where: str) -> np.ndarray:
+        """The transform's result as uint8 (S, S, 3) like the crop `image`, refused (TransformError) when it is
+        anything else, naming the transform of the pipeline that made it so (culprit)."""
         out = np.asarray(result) if not isinstance(result, np.ndarray) else result
+        shape = image.shape
         if out.dtype != np.uint8 or out.shape != shape:
-            raise TransformError(f"{self.label}: transform {describe(self.transform)} gave {out.dtype} "
+            raise TransformError(f"{self.label}: transform {self.culprit(image)} gave {out.dtype} "
                                  f"{tuple(out.shape)} for {where}, where the crop is uint8 {shape}: a crop transform "
                                  f"must keep the size, the 3 RGB channels and uint8 (the normalisation comes after "
                                  f"it, on the device)")
@@ -155,6 +177,14 @@ def moves_pixels(transform) -> bool:
     if isinstance(transform, A.BaseCompose):
         return any(moves_pixels(t) for t in transform.transforms)
     return isinstance(transform, A.DualTransform)
+
+
+def leaf_objects(transform) -> list:
+    """The transforms of an albumentations pipeline, depth first (the compositions' members)."""
+    inner = getattr(transform, "transforms", None)
+    if isinstance(inner, (list, tuple)):
+        return [leaf for t in inner for leaf in leaf_objects(t)]
+    return [transform]
 
 
 def keypoint_pipeline(transform, save_applied_params: bool = False):
