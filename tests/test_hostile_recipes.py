@@ -115,6 +115,21 @@ def test_a_transform_that_changes_the_crop_is_named_itself_not_its_compose(culpr
     assert "Compose" not in str(e.value)
 
 
+def test_transforms_of_one_probability_fire_independently():
+    """Two transforms at p = 0.5 over 600 crops: each fires about half the time, both together about a quarter (as
+    draws of their own give; albumentations' one seed for all made it a half)."""
+    t = CropTransform(A.Compose([A.GaussNoise(p=0.5), A.CLAHE(p=0.5)]))
+    image = np.full((32, 32, 3), 128, np.uint8)
+    fired = []
+    for k in range(600):
+        applied = []
+        t(image, words_none(), crop_seed(0, k % 3, f"img_{k}", 0), "x", applied)
+        fired.append(("GaussNoise" in applied, "CLAHE" in applied))
+    a, b = np.array(fired).T
+    assert abs(a.mean() - 0.5) < 0.07 and abs(b.mean() - 0.5) < 0.07, (a.mean(), b.mean())
+    assert abs((a & b).mean() - 0.25) < 0.06, (a & b).mean()
+
+
 class Draws:
     """A recipe that records the random number each crop's transform draws (from numpy's global generator, which
     the reader seeds per crop), and changes nothing."""

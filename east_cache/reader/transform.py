@@ -17,9 +17,12 @@ or a plain callable gets the image alone: its words stay where they were, so it 
 words through albumentations).
 
 Reproducible: before each crop every random source the transform can draw from is seeded from (seed, epoch, image
-name, variant) (crop_seed): the pipeline's own generators (albumentations 2's set_random_seed), numpy's and
-Python's global ones and, for a torch transform, torch's (inside fork_rng: the process's own stream is put back),
-so a crop is the same whichever process or thread makes it, and a resumed run reads the same crops.
+name, variant) (crop_seed): the pipeline's own generators, numpy's and Python's global ones and, for a torch
+transform, torch's (inside fork_rng: the process's own stream is put back), so a crop is the same whichever process
+or thread makes it, and a resumed run reads the same crops. Each transform of a pipeline draws from generators of
+its own, seeded from the crop's seed and its place in the pipeline (seed_pipeline): albumentations' own
+set_random_seed gives every transform the same seed, so that two transforms of the same probability would fire on
+the same crops, never apart.
 
 A recipe (`east-train --augment RECIPE`: a file albumentations writes, or `file.py:name`) is read by
 east_cache/reader/recipe.py; its text (CropTransform.record) goes into the checkpoint, from which --resume makes it
@@ -96,7 +99,7 @@ class CropTransform:
             with seeded(seed, torch_too=self.kind == "torch"):
                 if self._pipeline is not None:
                     pipeline = self._pipeline if applied is None else self.recording()
-                    pipeline.set_random_seed(seed)
+                    seed_pipeline(pipeline, seed)
                     if self.moves:
                         out = pipeline(image=image, keypoints=points.reshape(-1, 2))
                         points = np.asarray(out["keypoints"], np.float32)[:, :2]
@@ -185,6 +188,18 @@ def leaf_objects(transform) -> list:
     if isinstance(inner, (list, tuple)):
         return [leaf for t in inner for leaf in leaf_objects(t)]
     return [transform]
+
+
+def seed_pipeline(node, seed: int, place: tuple[int, ...] = ()) -> None:
+    """An albumentations transform or pipeline seeded for one crop: each node's generators from (seed, its place in
+    the tree), so that every transform draws on its own (albumentations' set_random_seed gives them all one seed,
+    and transforms of one probability would fire together)."""
+    own = seed if not place else int.from_bytes(hashlib.blake2b(
+        f"{seed}/{'.'.join(map(str, place))}".encode(), digest_size=8, person=SEED_SALT).digest(), "little")
+    node.set_random_seed(own)   # a composition passes it to its members: each is seeded again below
+    for k, t in enumerate(getattr(node, "transforms", None) or ()):
+        if hasattr(t, "set_random_seed"):
+            seed_pipeline(t, seed, (*place, k))
 
 
 def keypoint_pipeline(transform, save_applied_params: bool = False):
