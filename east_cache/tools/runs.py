@@ -132,7 +132,7 @@ def run(a: argparse.Namespace) -> int:
     runs = [read_run(f) for f in found]
     metric = next((m for m in METRICS if any(r.series(m) for r in runs)), METRICS[0])
     columns = differing(runs, a.all)
-    names = short_names([r.folder for r in runs])
+    names = [printable(n) for n in short_names([r.folder for r in runs])]
     print(table(runs, names, columns, metric))
     if a.plot is not None:
         draw(plt, runs, names, columns, metric, a.plot)
@@ -150,13 +150,19 @@ def pyplot():
     return plt
 
 
+def big_int(text: str) -> int | float:
+    """A JSON integer as json reads it, except one of more digits than a float holds exactly: a float (inf past its
+    range), so that no figure of a log (a 400-digit loss, a pid) overflows where it is formatted or compared."""
+    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
+
+
 def records(path: Path) -> list[dict]:
     """A JSONL log's records; a line that is no JSON object (a run killed while writing it) is left out."""
     found = []
     for line in path.read_text(errors="replace").splitlines():
         try:
-            r = json.loads(line)
-        except ValueError:
+            r = json.loads(line, parse_int=big_int)
+        except (ValueError, RecursionError):
             continue
         if isinstance(r, dict):
             found.append(r)
@@ -167,6 +173,10 @@ def read_run(folder: Path) -> Run:
     log = records(folder / LOG)
     starts = [i for i, r in enumerate(log) if r.get("event") == "run"] or [0]
     header = log[starts[-1]] if log and log[starts[-1]].get("event") == "run" else {}
+    damaged = [k for k in ("config", "cache_config", "augment", "transform", "code_version")
+               if k in header and not isinstance(header[k], (dict, type(None)))
+               or k == "config" and k in header and header[k] is None]
+    header = {**header, **{k: {} for k in damaged}}
     r = Run(folder, effective(recipe_of(header)) if header else {})
     for rec in log:
         if rec.get("event") == "epoch" and isinstance(rec.get("epoch"), int):
@@ -184,6 +194,8 @@ def read_run(folder: Path) -> Run:
     mtime = (folder / LOG).stat().st_mtime
     segments = [log[s:e] for s, e in zip(starts, [*starts[1:], len(log)])]
     r.state = state_of(segments[-1], header, mtime)
+    if damaged:   # the row says what it could not read
+        r.state += f"; log header's {', '.join(damaged)} unreadable"
     r.wall_s = sum(wall_seconds(seg, mtime if k == len(segments) - 1 else None) for k, seg in enumerate(segments))
     return r
 
@@ -213,7 +225,7 @@ def alive(pid) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):   # none, or no process id at all
         return False
     except PermissionError:
         return True
@@ -259,8 +271,13 @@ def short_names(folders: list[Path]) -> list[str]:
     return names
 
 
+def printable(text: str) -> str:
+    """text on one line: a newline, a tab or another character that is not printable shown escaped (\\n)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def cell(value, most: int = CELL) -> str:
-    text = text_of(value)
+    text = printable(text_of(value))
     return text if len(text) <= most else f"{text[:most // 3]}…{text[-(most - most // 3 - 1):]}"
 
 
@@ -292,7 +309,7 @@ def table(runs: list[Run], names: list[str], columns: list[str], metric: str, wi
         figures.append([f"{best[0]:.4f}" if best else "-", str(best[1]) if best else "-",
                         f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
                         f"{r.samples_per_s():.3g}" if r.samples_per_s() is not None else "-",
-                        duration(r.wall_s), r.state])
+                        duration(r.wall_s), printable(r.state)])
     head = [f"best {metric}", "epoch", "last loss", "samples/s", "wall", "state"]
     fixed = [max(len(names[i]) for i in order) if runs else 3, *(max([len(h)] + [len(f[j]) for f in figures])
                                                                   for j, h in enumerate(head))]
