@@ -36,7 +36,7 @@ from pathlib import Path
 
 from east_cache.atomic import writing
 from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
-from east_cache.tools.run_recipe import effective, recipe_of, text_of
+from east_cache.tools.run_recipe import effective, recipe_of, records, text_of
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"
 RUN_FILES = (LOG, EVAL_LOG, "*.pt", "report.json")   # what a run folder holds of its own, which --plot never replaces
@@ -148,25 +148,6 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
-
-
-def big_int(text: str) -> int | float:
-    """A JSON integer as json reads it, except one of more digits than a float holds exactly: a float (inf past its
-    range), so that no figure of a log (a 400-digit loss, a pid) overflows where it is formatted or compared."""
-    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
-
-
-def records(path: Path) -> list[dict]:
-    """A JSONL log's records; a line that is no JSON object (a run killed while writing it) is left out."""
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            r = json.loads(line, parse_int=big_int)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(r, dict):
-            found.append(r)
-    return found
 
 
 def read_run(folder: Path) -> Run:
