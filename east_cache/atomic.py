@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from east_cache.errors import CommandInputs, UsageError, clashes, stderr_line
+from east_cache.errors import CommandInputs, UsageError, stderr_line
 
 
 def fsync_path(path) -> None:
@@ -47,21 +47,27 @@ def fsync_tree(root) -> None:
 
 
 def refuse_input(path, flag: str = "") -> None:
-    """A UsageError where writing the file at path would replace or write through one of the running command's
-    declared inputs (its path, or its file by identity: a symbolic or a hard link to it); a file this command wrote
-    itself earlier is its own to replace. Outside a command, nothing is declared."""
+    """A UsageError where the door, replacing the name path, would replace one of the running command's declared
+    inputs: the input's own name, a file of an input folder, or the input's file under another name (a hard link).
+    A symbolic link at path is replaced, not followed (whatever it points to stays as it was; the command's first
+    check, refuse_overwrite, refused a link to an input already); a file this command wrote itself earlier is its
+    own to replace. Outside a command, nothing is declared."""
     scope = CommandInputs.current()
     if scope is None:
         return
     path = Path(path)
+    where = path.parent.resolve() / path.name   # the name itself, its last part not followed
     try:
-        st = os.stat(path)
-        if (st.st_dev, st.st_ino) in scope.wrote:
-            return
+        st = os.lstat(where)
     except OSError:
-        pass
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        st = None   # a link (replaced, not followed), or no file: no input's file is replaced
+    if st is not None and (st.st_dev, st.st_ino) in scope.wrote:
+        return
     for inp, real_in, files in scope.inputs:
-        if clashes(path, real_in, files):
+        every = files.tree and files.reads == ("**/*",)   # a folder all of whose files are read
+        if where == real_in or (st is not None and ((every and where.is_relative_to(real_in)) or files.holds(st))):
             raise UsageError(f"{flag + ' ' if flag else ''}{path}: that is {inp.what} ({inp.path}), or a link to it; "
                              f"writing it would destroy it: write elsewhere")
 

@@ -271,21 +271,25 @@ def test_an_appended_log_at_a_fifo_does_not_wait(tmp_path):
     assert log.is_file() and log.read_text() == "one\n"
 
 
-@pytest.mark.parametrize("kind", ["sym", "hard"])
-def test_inside_a_command_the_door_refuses_a_declared_input(tmp_path, kind):
+def test_inside_a_command_the_door_refuses_to_replace_a_declared_input(tmp_path):
+    """The input's own name, or its file under another name (a hard link): refused. A symbolic link to it is replaced,
+    not followed (the command's first check, refuse_overwrite, refuses one up front)."""
     gt = tmp_path / "gt.json"
     gt.write_text("{}")
-    out = tmp_path / "out.json"
-    make_link(kind, gt, out)
+    os.link(gt, tmp_path / "hard.json")
+    (tmp_path / "sym.json").symlink_to(gt)
     with CommandInputs():
         declare_inputs([Input("the ground truth --gt", gt)])
-        for write in (lambda: write_atomic(out, "x"), lambda: Appender(out)("x\n"),
-                      lambda: publish(tmp_path / "nothing", out)):
-            with pytest.raises(UsageError, match="the ground truth --gt"):
-                write()
-    assert gt.read_text() == "{}"
-    write_atomic(out, "x")   # outside a command nothing is declared: the link is replaced
-    assert gt.read_text() == "{}" and out.read_text() == "x"
+        for out in (gt, tmp_path / "hard.json"):
+            for write in (lambda: write_atomic(out, "x"), lambda: Appender(out)("x\n"),
+                          lambda: publish(tmp_path / "nothing", out)):
+                with pytest.raises(UsageError, match="the ground truth --gt"):
+                    write()
+        write_atomic(tmp_path / "sym.json", "x")
+    assert gt.read_text() == "{}" and (tmp_path / "hard.json").read_text() == "{}"
+    assert not (tmp_path / "sym.json").is_symlink() and (tmp_path / "sym.json").read_text() == "x"
+    write_atomic(tmp_path / "hard.json", "x")   # outside a command nothing is declared: the name is replaced
+    assert gt.read_text() == "{}" and (tmp_path / "hard.json").read_text() == "x"
 
 
 def test_a_file_the_command_wrote_in_an_input_folder_is_its_own_to_write_again(tmp_path):
