@@ -32,6 +32,7 @@ from common import arm_parser, machine, measured_device, parse_arms, repeated_pa
 from gpu_steady import Steady, after_start_up, steady_epochs
 
 from east_cache.augment import Augment
+from east_cache.config import BuildConfig
 from east_cache.errors import UsageError
 
 ARMS = ("baseline", "all-on", "recipe")
@@ -53,7 +54,7 @@ def arm_settings(arm: str, recipe: Path) -> tuple[tuple, str | None]:
 
 def describe_arm(arm: str, input_size: int) -> str:
     flags, _ = arm_settings(arm, RECIPE)
-    geometry = Augment(input_size=input_size, **dict(flags)).describe()
+    geometry = Augment.of_cache(BuildConfig(input_size=input_size), **dict(flags)).describe()   # the rest the cache's
     return geometry + (", then the recipe" if arm == "recipe" else "")
 
 
