@@ -102,6 +102,9 @@ WORKERS = Bound(least=0, most=MAX_PROCESSES)        # worker processes where 0 m
 NON_NEGATIVE = Bound(integer=False, least=0)        # a finite number >= 0
 THREADS = Bound(least=1, most=os.cpu_count() or 1, note="this machine's cores")   # torch's intra-op threads
 LIST_MOST = 64                                      # values a list flag takes at most (show --epochs: a sheet's crops)
+MAX_IMAGE_SIDE = 16384   # px: the longest side an image is resized to for a prediction (--image-size, --scales)
+MAX_COORDINATE = 1e6     # px: the largest |x| or |y| a predicted word may have (a predictions file's words)
+TRACKER_STARTUP_S = 30.0   # s: the longest a tracker's start-up call may take (east-train --report-to; every wait ends)
 
 
 def flag_numbers(bound: Bound, most: int = LIST_MOST) -> Callable[[str], list[int]]:

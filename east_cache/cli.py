@@ -272,7 +272,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from east_cache.inspect.bench_loops import loops_report
     from east_cache.inspect.bench_augment import augment_report   # --augment: what a recipe costs a worker core
     if a.augment is not None:
-        return print(augment_report(a.cache, a.augment)) or 0
+        return print(augment_report(a.cache, a.augment, augment=given(a))) or 0
     workers = a.workers or default_workers()
     print(run(a.cache, workers, a.batch_sizes, a.batches, given(a)), flush=True)
     print("\n" + loops_report(a.cache, workers, a.batch_sizes, a.batches, a.device,

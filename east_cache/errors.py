@@ -196,7 +196,8 @@ def run_command(body: Callable[[], int], argv: list[str] | None = None, interrup
     argv = sys.argv[1:] if argv is None else argv
     debug = DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "0") not in ("", "0")
     try:
-        status = body()
+        with CommandInputs():   # what the command declares it reads, for every file it writes (atomic.py)
+            status = body()
         sys.stdout.flush()   # here, not at exit: a closed pipe is then caught below
         return status
     except BrokenPipeError:
@@ -303,9 +304,11 @@ def refuse_overwrite(flag: str, out, inputs, writes: tuple[str, ...] | None = No
     resolved path, or the same file by (st_dev, st_ino), so a symbolic or a hard link to an input is refused.
     out: a file; or, with writes, a folder and the names (glob patterns, "data/*") the command writes there: no
     file it writes may be an input, nor may a folder it writes (whole) hold one. The folder itself may be or lie
-    in an input folder: a new file beside the inputs overwrites nothing."""
+    in an input folder: a new file beside the inputs overwrites nothing. The inputs become the command's declared
+    ones (declare_inputs), against which every file it writes is checked again as it is written."""
     out = Path(out)
     inputs = [i for i in inputs if i.path is not None and "://" not in str(i.path)]
+    declare_inputs(inputs)
     targets = [out] if writes is None else [t for name in writes for t in written(out, name)]
     for inp in inputs:
         real_in, files = Path(inp.path).resolve(), InputFiles(Path(inp.path), inp.tree, inp.reads)
@@ -361,3 +364,34 @@ def clashes(target: Path, real_in: Path, files: InputFiles) -> bool:
         return False   # a new file can be no input; a folder written into is checked by the files it gets
     every = files.tree and files.reads == ("**/*",)
     return (every and real_t.is_relative_to(real_in)) or files.holds(target.stat())
+
+
+
+class CommandInputs:
+    """What the running command declared it reads (Input, its resolved path, its InputFiles) and the files it wrote
+    (by identity): run_command opens one round each command (`with CommandInputs():`); the door (atomic.py) checks
+    every file written against `current().inputs`. Outside a command none is open: nothing is declared or checked."""
+    stack: list[CommandInputs] = []
+
+    def __init__(self):
+        self.inputs: list[tuple[Input, Path, InputFiles]] = []
+        self.wrote: set[tuple[int, int]] = set()
+
+    def __enter__(self) -> CommandInputs:
+        CommandInputs.stack.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        CommandInputs.stack.remove(self)
+
+    @classmethod
+    def current(cls) -> CommandInputs | None:
+        return cls.stack[-1] if cls.stack else None
+
+
+def declare_inputs(inputs) -> None:
+    """The running command reads these Inputs (refuse_overwrite declares those it checks): no file it writes may be
+    one of them or write through one."""
+    if (scope := CommandInputs.current()) is not None:
+        scope.inputs += [(i, Path(i.path).resolve(), InputFiles(Path(i.path), i.tree, i.reads)) for i in inputs
+                         if i.path is not None and "://" not in str(i.path)]

@@ -5,6 +5,7 @@ stay rotated; files over different images are refused, or counted as empty with 
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -208,3 +209,21 @@ def test_best_and_alone_count_images():
         return {"per_image": {f"{k}.jpg": ImageCounts(1, 1, h, h, ()) for k, h in enumerate(hmeans)}}
     rows = compare([result(1.0, 0.5, 0.2), result(1.0, 0.7, 0.1), result(0.0, 0.1, 0.2)])
     assert [(r["best"], r["alone"]) for r in rows] == [(2, 0), (2, 1), (1, 0)]
+
+
+def test_a_word_beyond_the_coordinate_bound_is_refused_naming_it(tmp_path, capsys):
+    """Two files that both hold a word at 1e200 px: its areas overflow, and the fusion dropped it with numpy's
+    RuntimeWarnings; refused instead, naming the file, the image and the word, as a prediction's other faults are."""
+    far = [[1e200, 1e200], [1e200 + 1e190, 1e200], [1e200 + 1e190, 1e200 + 1e190], [1e200, 1e200 + 1e190]]
+    near = [[10, 10], [50, 10], [50, 30], [10, 30]]
+    doc = {"predicted_by": {"program": "test"}, "images": {"a.jpg": {"words": {"1": {"points": near},
+                                                                                 "2": {"points": far}}}}}
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # no RuntimeWarning of an overflow
+        rc, err = ensemble(capsys, "--pred", tmp_path / "a.json", "--pred", tmp_path / "b.json", "--out",
+                           tmp_path / "out.json")
+    assert rc == EXIT_USER and err.count("\n") == 1 and err.startswith("error: "), err
+    assert "a.json" in err and "'a.jpg'" in err and "'2'" in err and "1e+06 px" in err, err
+    assert not (tmp_path / "out.json").exists()

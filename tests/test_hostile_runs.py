@@ -232,3 +232,33 @@ def test_evaluate_says_what_the_ground_truth_lacks(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("warning: --gt ") for line in err), err
     assert "1 of 2 images state no img_w / img_h" in err[0] and "no image has a word with an \"illegibility\"" in err[1]
+
+
+def test_predict_scales_are_bounded_before_any_allocation(tmp_path, capsys):
+    """--scales 1000000000 allocated 1.73 EiB (numpy's _ArrayMemoryError): the sizes are bounded where they are
+    parsed (bounds.MAX_IMAGE_SIDE), before a checkpoint or an image is read."""
+    from east_cache.bounds import MAX_IMAGE_SIDE
+    from east_cache.predict.predict import main as predict_main
+    for flags in (["--scales", "1000000000"], ["--scales", f"64,{MAX_IMAGE_SIDE + 32}"], ["--image-size", "10**9"],
+                  ["--image-size", str(2 * MAX_IMAGE_SIDE)]):
+        with pytest.raises(SystemExit) as e:   # a usage error: one line, exit status 2
+            predict_main(["--checkpoint", str(tmp_path / "none.pt"), "--images", str(tmp_path), "--out",
+                          str(tmp_path / "p.json"), *flags])
+        rc = e.value.code
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and flags[0] in err and str(MAX_IMAGE_SIDE) in err, err
+
+
+@pytest.mark.slow
+def test_a_checkpoint_recording_a_huge_image_size_is_named_before_any_image_is_sized(tmp_path, capsys):
+    from east_cache.model.model import EAST
+    from east_cache.predict.predict import main as predict_main
+    (tmp_path / "images").mkdir()
+    displayed_image(tmp_path / "images", "16-bit")
+    ck = tmp_path / "ck.pt"
+    torch.save({"model": EAST(0.5).state_dict(), "epoch": 1,
+                "config": {"image_size": 10**9, "input_size": 64, "map_scale": 0.5}}, ck)
+    rc = predict_main(["--checkpoint", str(ck), "--images", str(tmp_path / "images"), "--out", str(tmp_path / "p.json"),
+                       "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and str(ck) in err and "image_size 1000000000" in err, err

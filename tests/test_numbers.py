@@ -114,8 +114,8 @@ CACHE_CMD = [
 PREDICT = [
     (["--batch-size", "0"], "--batch-size: 0: must be an integer >= 1"),
     (["--batch-size", "x"], "--batch-size: 'x': must be an integer >= 1"),
-    (["--image-size", "16"], "--image-size: 16: must be an integer >= 32 (px)"),
-    (["--scales", "1024,16"], "--scales: 16: must be an integer >= 32 (px)"),
+    (["--image-size", "16"], "--image-size: 16: must be an integer in [32, 16384] (px)"),
+    (["--scales", "1024,16"], "--scales: 16: must be an integer in [32, 16384] (px)"),
     (["--votes", "0"], "--votes: 0: must be an integer >= 1"),
     (["--score-thresh", "1"], "--score-thresh: 1: must be a finite number in (0, 1)"),
     (["--score-thresh", "nan"], "--score-thresh: nan: must be a finite number in (0, 1)"),

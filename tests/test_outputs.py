@@ -8,6 +8,7 @@ input is read, so a command that got this far without it would fail on its input
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -143,7 +144,7 @@ CASES = {
     "train --export-onnx the checkpoint": ("train", ["--export-onnx", "{w}/ck.pt", "--checkpoint", "{w}/ck.pt"],
                                            ("--export-onnx", "the checkpoint --checkpoint")),
     "runs --plot a hard link to a run's log": ("cli", ["runs", "{w}/hard", "--plot", "{w}/cache/manifest.json"],
-                                               ("--plot", "the log of run")),
+                                               ("--plot", "a file of run")),
 }
 
 
@@ -183,3 +184,89 @@ def test_a_new_file_beside_the_inputs_is_fine_and_the_resumed_run_may_write_its_
     refuse_overwrite("--out", world / "root", dataset_inputs(world / "root", "--data"), BUILD_WRITES)
     with pytest.raises(UsageError, match="would write .*latest.pt, which is the checkpoint"):
         refuse_overwrite("--out", world / "run", [Input("the checkpoint", world / "run" / "latest.pt")], ("latest.pt",))
+
+
+# The newest outputs (issue 50), each with a symbolic and a hard link: refused where the linked file is an input the
+# command declares (the recipe, a run's checkpoint), else the link replaced by the door, never written through.
+RECIPE = "transform:\n  __class_fullname__: Compose\n  transforms:\n  - {__class_fullname__: GaussNoise, p: 0.5}\n"
+PY_RECIPE = "import albumentations as A\npipeline = A.Compose([A.GaussNoise(p=0.5)])\n"
+
+
+def link(kind: str, target: Path, at: Path) -> Path:
+    at.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "sym":
+        at.symlink_to(target)
+    else:
+        os.link(target, at)
+    return at
+
+
+@pytest.fixture
+def recipes(world) -> Path:
+    (world / "aug.yaml").write_text(RECIPE)
+    (world / "rec.py").write_text(PY_RECIPE)
+    return world
+
+
+@pytest.mark.parametrize("kind", ["sym", "hard"])
+def test_a_run_whose_log_is_a_link_to_its_recipe_is_refused(recipes, kind, capsys):
+    w = recipes
+    link(kind, w / "aug.yaml", w / "R" / "log.jsonl")
+    before = snapshot(w)
+    assert run("train", ["--cache", f"{w}/cache", "--out", f"{w}/R", "--augment", f"{w}/aug.yaml", *TRAIN]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--out" in err and "the recipe --augment" in err, err
+    assert snapshot(w) == before and (w / "aug.yaml").read_text() == RECIPE
+
+
+@pytest.mark.parametrize("kind", ["sym", "hard"])
+def test_a_run_whose_log_is_a_link_to_its_split_file_is_refused(recipes, kind, capsys):
+    """--split FILE.json (the images a run trains on) is an input of the run: its log never writes into it."""
+    w = recipes
+    pick = w / "pick.json"
+    pick.write_text(json.dumps({"images": {"img_0.jpg": {"words": {}}}}))
+    text = pick.read_text()
+    link(kind, pick, w / "R" / "log.jsonl")
+    before = snapshot(w)
+    assert run("train", ["--cache", f"{w}/cache", "--out", f"{w}/R", "--split", str(pick), *TRAIN]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--out" in err and "the split file --split" in err, err
+    assert snapshot(w) == before and pick.read_text() == text
+
+
+@pytest.mark.parametrize("kind", ["sym", "hard"])
+@pytest.mark.parametrize("recipe", ["aug.yaml", "rec.py:pipeline"])
+def test_a_sheet_over_its_recipe_is_refused(recipes, kind, recipe, capsys):
+    w = recipes
+    out = link(kind, w / recipe.partition(":")[0], w / "sheet.png")
+    before = snapshot(w)
+    assert run("cli", ["show", f"{w}/cache", "0", "--augment", f"{w}/{recipe}", "--epochs", "0-1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "-o" in err and "the recipe --augment" in err, err
+    assert snapshot(w) == before
+
+
+@pytest.mark.parametrize("kind", ["sym", "hard"])
+def test_a_plot_over_a_runs_checkpoint_is_refused(world, kind, capsys):
+    w = world
+    (w / "run" / "log.jsonl").write_text('{"event": "run", "config": {}}\n')
+    out = link(kind, w / "run" / "latest.pt", w / "ck.png")
+    before = snapshot(w)
+    assert run("cli", ["runs", f"{w}/run", "--plot", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--plot" in err and "a file of run" in err, err
+    assert snapshot(w) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sym", "hard"])
+def test_report_json_a_link_to_a_users_file_is_replaced_not_written_through(tiny_cache, tmp_path, kind):
+    pytest.importorskip("tensorboard")
+    from helpers import train_run
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    link(kind, notes, tmp_path / "R" / "report.json")
+    train_run(tiny_cache, tmp_path / "R", "--max-steps", "1", "--report-to", "tensorboard")
+    assert notes.read_text() == '{"mine": 1}\n'
+    ids = tmp_path / "R" / "report.json"
+    assert not ids.is_symlink() and ids.stat().st_nlink == 1 and '"tensorboard"' in ids.read_text()

@@ -118,6 +118,22 @@ def test_each_image_is_decoded_once_whatever_the_passes(pages_and_words, decodes
     same(fused, fuse(alone, votes=2))
 
 
+def test_models_of_different_map_scales_fused_as_quads_are_each_decoded_at_their_own(pages_and_words, sample_root):
+    """--fuse quads of a model at x0.5 and one at x0.25: the fused words are those of each model predicted alone at its
+    own map scale, fused (decoding the second at the first's scale would put its words at twice their size, and the
+    vote of two would keep none); both find every word."""
+    pages, words = pages_and_words
+    half, quarter = GroundTruthModel(pages, words, 256, 0.5), GroundTruthModel(pages, words, 256, 0.25)
+    cfg = PredictConfig(image_size=256, map_scale=0.5, batch_size=2)
+    fused, _ = predict_fused([(half, 0.5), (quarter, 0.25)], pages, cfg, [256], CPU, votes=2, progress=False)
+    alone = [predict.predict(m, pages, replace(cfg, map_scale=ms), CPU, progress=False)[0]
+             for m, ms in ((half, 0.5), (quarter, 0.25))]
+    gt = load_ground_truth(sample_root / "ufo" / "train.json", BuildConfig())
+    for result in (*alone, fused):
+        assert score(gt, {k: Words.from_quads(q) for k, (q, _) in result.items()})["hmean"] >= 0.9
+    same(fused, fuse(alone, votes=2))
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """Two checkpoints of one random EAST (maps at x0.5) and one of another map scale (x0.25)."""

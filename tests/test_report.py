@@ -246,6 +246,7 @@ def test_an_mlflow_run_ends_as_the_command_did(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     for status, state in ((0, "FINISHED"), (130, "KILLED"), (1, "FAILED")):   # done, a signal, an error
         backend = MLflow(tmp_path)
+        backend.connect("r", None, None)
         ids = backend.start("r", {"lr": 0.001, "cache.fingerprint": "f" * 32, "val_data": None}, None, None)
         backend.scalars({"train/loss": 2.5}, 7)
         backend.finish(status)
@@ -254,3 +255,83 @@ def test_an_mlflow_run_ends_as_the_command_did(tmp_path, monkeypatch):
                                                                 "val_data": "-"}
         history = MlflowClient().get_metric_history(ids["run_id"], "train/loss")
         assert [(m.step, m.value) for m in history] == [(7, 2.5)]
+
+
+# Every wait ends, and a tracker's failure or a damaged report.json is one `error:` line before the caches open (the
+# cache below does not exist: an error about it would mean the caches were opened first).
+
+def tracker_run(tmp_path, capsys, *flags) -> tuple[int, str, float]:
+    import time
+    t0 = time.perf_counter()
+    status = train.main(["--cache", str(tmp_path / "no-cache"), "--out", str(tmp_path / "run"), *QUIET_RUN,
+                         "--device", "cpu", *flags])
+    return status, capsys.readouterr().err, time.perf_counter() - t0
+
+
+def one_error(err: str) -> str:
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err and "no-cache" not in err, err
+    return lines[0]
+
+
+@needs("mlflow")
+def test_an_unreachable_mlflow_server_is_one_line_within_seconds(tmp_path, capsys, monkeypatch):
+    import socket
+    with socket.socket() as s:   # bound, never listening: a connection to it is refused
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{s.getsockname()[1]}")
+        for k in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
+            monkeypatch.delenv(k, raising=False)
+        status, err, took = tracker_run(tmp_path, capsys, "--report-to", "mlflow")
+    line = one_error(err)
+    assert status == 2 and "--report-to mlflow" in line and "MLFLOW_TRACKING_URI=http://127.0.0.1" in line, line
+    assert took < 20, took
+
+
+@needs("mlflow")
+def test_an_mlflow_server_that_never_answers_ends_at_the_bound(tmp_path, capsys, monkeypatch):
+    import socket
+    import threading
+    server, held = socket.create_server(("127.0.0.1", 0)), []
+
+    def accept() -> None:   # every connection accepted, never a byte sent
+        try:
+            while True:
+                held.append(server.accept()[0])
+        except OSError:
+            return
+    threading.Thread(target=accept, daemon=True).start()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")   # the tracker's own timeout would wait: ours ends it
+    monkeypatch.setattr(report, "STARTUP_S", 1.0)
+    try:
+        status, err, took = tracker_run(tmp_path, capsys, "--report-to", "mlflow")
+    finally:
+        server.close()
+        for c in held:
+            c.close()
+    line = one_error(err)
+    assert status == 2 and "did not answer within 1 s" in line and took < 15, (line, took)
+
+
+@needs("mlflow")
+def test_mlflows_file_store_is_one_line_before_the_caches_open(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    status, err, _ = tracker_run(tmp_path, capsys, "--report-to", "mlflow")
+    line = one_error(err)
+    assert status == 2 and "--report-to mlflow: MlflowException" in line and "file:" in line, line
+
+
+@pytest.mark.parametrize("ids, wrong", [({"mlflow": "x"}, "mlflow's entry is not an object"),
+                                        ({"mlflow": {"run_id": 5}}, "mlflow.run_id is not a text"),
+                                        ({"wandb": {"id": "../../x", "project": "p"}}, "is not a plain name"),
+                                        ([1, 2], "not a JSON object"), ("{", "not a report.json a run wrote")])
+def test_a_damaged_report_json_is_refused_on_resume(tmp_path, capsys, ids, wrong):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "epoch_1.pt").write_bytes(b"a checkpoint")
+    (tmp_path / "run" / report.IDS_FILE).write_text(ids if isinstance(ids, str) else json.dumps(ids))
+    status, err, _ = tracker_run(tmp_path, capsys, "--report-to", BACKENDS[0], "--resume",
+                                 str(tmp_path / "run" / "epoch_1.pt"))
+    line = one_error(err)
+    assert status == 2 and report.IDS_FILE in line and wrong in line and "delete it" in line, line

@@ -242,3 +242,63 @@ def test_the_plot_names_each_run_by_its_folder_and_tables_the_options(tmp_path, 
     for option in ("max_rotation", "scale", "perspective", "input_size", "lr"):
         assert f">{option}<" in text, option
     assert runs.read_run(runs.Path(folders[0])).losses == {2: 1.0, 4: 0.5, 6: 2 / 6, 8: 0.25}
+
+
+# Hostile and careless logs (issue 50): a damaged header, huge numbers, values holding newlines; and which epoch is
+# best when a run has only a validation loss.
+
+@pytest.mark.parametrize("config", ["x", None, 5, ["a"]])
+def test_a_header_whose_config_is_damaged_is_a_row_that_says_so(tmp_path, capsys, config):
+    t = "2026-01-01T10:{:02d}:00+00:00".format
+    write_log(tmp_path / "a", [{**header(0.001, 10, t(0), gone_pid()), "config": config},
+                               epoch(1, 0.5, 0.9, 10, t(1))])
+    assert cli.main(["runs", str(tmp_path / "a")]) == 0
+    out, err = capsys.readouterr()
+    assert not err and "config unreadable" in out and "0.5000" in out, out
+
+
+def test_huge_numbers_in_a_log_are_a_row_not_a_traceback(tmp_path, capsys):
+    t = "2026-01-01T10:{:02d}:00+00:00".format
+    big = "9" * 400
+    lines = [json.dumps(header(0.001, 10, t(0), gone_pid())).replace(f'"pid": ', f'"pid": {big}, "x": '),
+             json.dumps(epoch(1, 0.5, 0.9, 10, t(1))).replace('"loss": 0.9', f'"loss": {big}'),
+             json.dumps(epoch(2, 0.6, 0.8, 20, t(2))).replace('"hmean": 0.6', f'"hmean": {big}'),
+             json.dumps({"event": "step", "epoch": 3, "step": 22, "loss": 1.5}).replace('"loss": 1.5', f'"loss": -{big}')]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / runs.LOG).write_text("\n".join(lines) + "\n")
+    assert cli.main(["runs", str(tmp_path / "a")]) == 0
+    head, row = capsys.readouterr().out.splitlines()
+    assert row.split()[:4] == ["a", "0.5000", "1", "-inf"], row   # the huge hmean is no figure; the loss is -inf
+
+
+def test_a_value_holding_newlines_keeps_its_run_on_one_line(tmp_path, capsys):
+    t = "2026-01-01T10:{:02d}:00+00:00".format
+    recipe = {"recipe": "aug.yaml", "format": "yaml", "text": "transform:\n  a: 1\n", "name": None}
+    write_log(tmp_path / "a", [header(0.001, 10, t(0), gone_pid()), epoch(1, 0.5, 0.9, 10, t(1))])
+    write_log(tmp_path / "b", [{**header(0.001, 10, t(0), gone_pid()), "transform": recipe},
+                               epoch(1, 0.6, 0.9, 10, t(1)),
+                               {"event": "end", "reason": "failed", "error": "Bad\nError", "time": t(2)}])
+    assert cli.main(["runs", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert [x.split()[0] for x in lines[:3]] == ["run", "b", "a"] and "Bad\\nError" in lines[1], lines
+    assert "transform:\\n  a: 1\\n" in out and not any(x.startswith("  a: 1") for x in lines), out
+
+
+def test_best_is_the_lowest_validation_loss_and_the_highest_hmean(tmp_path, capsys):
+    t = "2026-01-01T10:{:02d}:00+00:00".format
+
+    def val_only(n: int, val_loss: float) -> dict:
+        return {"event": "epoch", "epoch": n, "complete": True, "step": 10 * n, "loss": 1.0, "val_loss": val_loss,
+                "time": t(n)}
+    write_log(tmp_path / "a", [header(0.001, 10, t(0), gone_pid()), val_only(1, 0.9), val_only(2, 0.4),
+                               val_only(3, 0.7)])
+    write_log(tmp_path / "b", [header(0.01, 10, t(0), gone_pid()), val_only(1, 0.5), val_only(2, 0.6)])
+    assert cli.main(["runs", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    head, *table = rows(capsys.readouterr().out)
+    assert head[2:5] == ["best", "val_loss", "epoch"]
+    assert [(r[0], r[2], r[3]) for r in table] == [("a", "0.4000", "2"), ("b", "0.5000", "1")], table
+    found = [runs.read_run(tmp_path / n) for n in "ab"]
+    assert [r.best("val_loss") for r in found] == [(0.4, 2), (0.5, 1)]
+    hmeans = runs.Run(tmp_path, {}, epochs={1: {"hmean": 0.3}, 2: {"hmean": 0.8}, 3: {"hmean": 0.5}})
+    assert hmeans.best("hmean") == (0.8, 2)

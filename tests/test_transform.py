@@ -14,7 +14,7 @@ from east_cache.errors import UsageError
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.loader import Loader
 from east_cache.reader.recipe import load_recipe
-from east_cache.reader.transform import CropTransform, CropWords, TransformError, crop_seed
+from east_cache.reader.transform import CropTransform, CropWords, TransformError, crop_seed, seed_pipeline
 from east_cache.sample.targets import make_targets
 from helpers import make_tiny_cache, train_run
 
@@ -91,7 +91,7 @@ def test_geometric_targets_are_make_targets_of_the_words_moved_by_the_same_matri
         for i in range(len(plain)):
             before, after = plain[i], moved[i]
             twin = A.Compose([user], keypoint_params=A.KeypointParams(**KEYPOINTS), save_applied_params=True)
-            twin.set_random_seed(crop_seed(seed, e, plain.names[i], plain.variant(i)))
+            seed_pipeline(twin, crop_seed(seed, e, plain.names[i], plain.variant(i)))   # as the reader seeds it
             out = twin(image=np.ascontiguousarray(before["image"].transpose(1, 2, 0)), keypoints=np.zeros((1, 2)))
             assert np.array_equal(out["image"].transpose(2, 0, 1), after["image"])   # the very same draw
             params = dict(out["applied_transforms"])[type(user.transforms[0]).__name__]
@@ -377,3 +377,21 @@ def test_the_sheet_names_the_transforms_that_fired_on_each_crop(cache, tmp_path)
         image = ds[(e, 0)]["image"].astype(int)
         grey = not np.abs(image[0] - image[1]).any() and not np.abs(image[1] - image[2]).any()
         assert grey == ("ToGray" in f), (e, f)
+
+
+def test_bench_augment_takes_the_runs_augment_flags(cache, tmp_path, capsys, monkeypatch):
+    """bench --augment with --input-size, --max-rotation and --scale times crops drawn by them (it returned before
+    reading them: the crops were the cache's)."""
+    from helpers import cli_run
+    from east_cache.inspect import bench_augment
+    recipe = tmp_path / "aug.yaml"
+    A.save(A.Compose([A.GaussNoise(p=1)]), str(recipe), data_format="yaml")
+    monkeypatch.setattr(bench_augment, "REPEAT_S", 0.05)
+    seen = []
+    real = bench_augment.worker_rate
+    monkeypatch.setattr(bench_augment, "worker_rate", lambda ds, keys, *a: seen.append(ds.aug) or real(ds, keys, *a))
+    status, out, err = cli_run(capsys, "bench", cache, "--augment", recipe, "--input-size", "96", "--max-rotation",
+                               "45", "--scale", "0.5,1")
+    assert status == 0, err
+    assert "16 crops of 96 px" in out and "rotation U[-45, 45] deg, scale U[0.5, 1]" in out, out
+    assert seen and all(a.input_size == 96 and a.max_rotation == 45 and a.scale == (0.5, 1.0) for a in seen), seen

@@ -28,7 +28,7 @@ from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
 from east_cache.progress import Progress
 from east_cache.build.announce import announce
-from east_cache.atomic import fsync_path
+from east_cache.atomic import fsync_path, publish
 from east_cache.build.fingerprint import build_fingerprint, json_fingerprints, source_fingerprints
 from east_cache.store.fingerprint import rows_checksum
 from east_cache.store.format import DATA_DIR, MANIFEST, record_spec, sample_bytes
@@ -378,7 +378,7 @@ def _finish_file(out: Path, f: FilePlan, rows: dict[int, RowResult], spec) -> Fi
     np.savez(tmp_quads, **sidecar_arrays(ordered, checksum))
     for p in (tmp_quads, tmp):
         fsync_path(p)
-    os.replace(tmp_quads, final_quads)
+    publish(tmp_quads, final_quads)
     fmt = format_of(final)
     fmt.install(tmp, final)
     for p in (stage, data_path(out, journal_name(f.name))):   # kept until now: a kill before leaves the rows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from east_cache.errors import DataError, UsageError
 from east_cache.ingest.ufofile import ufo_text
-from east_cache.atomic import write_atomic
+from east_cache.atomic import replacing, write_atomic
 
 IMAGES_DIR = "images"
 UFO_DIR = "ufo"
@@ -76,14 +76,8 @@ def _same_image(dst: Path, src: Path) -> bool:
 
 
 def _place(src: Path, dst: Path, copy: bool) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
+    with replacing(dst, hide=True, sync=False) as tmp:   # an image of a set: made again by converting again
         if copy:
             shutil.copy2(src, tmp)
         else:
             os.symlink(src.resolve(), tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -33,7 +33,7 @@ from east_cache.ingest.imageio import oriented_size
 from east_cache.evaluate import deteval_rect, review_draw as rd, scoring
 from east_cache.evaluate.review_page import write_page
 from east_cache.progress import Progress
-from east_cache.atomic import write_atomic
+from east_cache.atomic import write_atomic, writing
 
 EPILOG = """example:
   east-predict --checkpoint runs/east/best.pt --data data/receipts --split val --out val_pred.json
@@ -182,7 +182,8 @@ def draw_one(item: dict, a: argparse.Namespace, has_scores: bool) -> dict:
     head = f"{item['name']}: {frame[0]}x{frame[1]} px, drawn at {k:.2f}x" + (f"; {note}" if note else "")
     line = f"DetEval (rect): precision {item['p']:.3f}  recall {item['r']:.3f}  hmean {item['h']:.3f}"
     figure = rd.with_legend(drawn, head, line, rd.counts_of(pic))
-    figure.save(a.out / item["picture"], **(PNG_OPTIONS if a.format == "png" else JPEG_OPTIONS))
+    with writing(a.out / item["picture"], "wb", "--out", sync=False) as f:   # the page is made again by a review
+        figure.save(f, **({"format": "PNG", **PNG_OPTIONS} if a.format == "png" else {"format": "JPEG", **JPEG_OPTIONS}))
     item.update(size=[image.shape[1], image.shape[0]], tsize=[thumb.shape[1], thumb.shape[0]], note=note)
     return item
 

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from east_cache.atomic import writing
 from east_cache.ingest.imageio import decode_image
 
 # What each ground-truth word and each prediction is, once matched (review.classify).
@@ -173,4 +174,6 @@ def thumbnail(image: np.ndarray, pic: Picture, k: float, side: int) -> np.ndarra
 
 
 def save_jpeg(path, image: np.ndarray) -> None:
-    Image.fromarray(image).save(path, quality=THUMB_QUALITY)
+    """A thumbnail, through the door (made again by a review: not synced)."""
+    with writing(path, "wb", "--out", sync=False) as f:
+        Image.fromarray(image).save(f, format="JPEG", quality=THUMB_QUALITY)

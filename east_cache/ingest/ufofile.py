@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from east_cache.bounds import MAX_COORDINATE
 from east_cache.errors import DataError
 from east_cache.ingest import jsonstream, ufo
 from east_cache.ingest.files import open_regular
@@ -46,13 +47,17 @@ def word_score(word, where: str) -> float | None:
 
 def predicted_word(word, where: str) -> PredictedWord:
     """One word of a predictions file, checked as `evaluate`, `review` and `pseudo` all read it: "points" a list of
-    at least MIN_POINTS [x, y] pairs of finite numbers (a quad, or a polygon as models other than EAST predict and
-    the build takes), "score" (word_score) finite in [0, 1] where present; anything else is a DataError naming
+    at least MIN_POINTS [x, y] pairs of finite numbers within +-bounds.MAX_COORDINATE px (a quad, or a polygon as
+    models other than EAST predict and the build takes), "score" (word_score) finite in [0, 1] where present; anything else is a DataError naming
     `where` (the file, the image and the word)."""
     points = ufo.parse_points(word.get("points")) if isinstance(word, dict) else None
     if points is None or len(points) < MIN_POINTS:
         raise DataError(f"{where}: \"points\" must be a list of at least {MIN_POINTS} [x, y] pairs of finite "
                         f"numbers; fix the prediction")
+    far = next((v for p in points for v in p if abs(v) > MAX_COORDINATE), None)
+    if far is not None:   # areas of such quads overflow: the word would vanish from a fusion without a word
+        raise DataError(f"{where}: \"points\" holds {far:g}, beyond the {MAX_COORDINATE:g} px a prediction's "
+                        f"coordinates may reach; fix the prediction")
     return PredictedWord(points, word_score(word, where))
 
 

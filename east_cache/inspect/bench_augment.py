@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from east_cache.augment import Augment
 from east_cache.reader.cache import CacheDataset
 from east_cache.reader.collate import copy_item, field_layouts
 from east_cache.reader.recipe import as_transform
@@ -75,20 +76,24 @@ def part_seconds(ds: CacheDataset, keys: list[tuple[int, int]], parts, least_s: 
     return out
 
 
-def augment_report(cache, recipe, crops: int = 16, epoch: int = 0) -> str:
+def augment_report(cache, recipe, crops: int = 16, epoch: int = 0, augment: dict | None = None) -> str:
     """The table `bench --augment` prints: crops per CPU second of one worker core without and with the recipe
-    (compact items, as train.py reads them), then each transform's time per crop and share."""
+    (compact items, as train.py reads them), then each transform's time per crop and share. augment: the crops'
+    geometric draw as east-train's flags of the same names give it (Augment fields over the cache's build values)."""
     ds = CacheDataset(cache, compact=True)
+    ds.augment = Augment.of_cache(ds.config, **(augment or {}))
     transform = as_transform(recipe)
     keys = [(epoch + k // len(ds), k % len(ds)) for k in range(crops)]
     plain = worker_rate(ds, keys)
     ds.transform = transform   # refused here for a cache whose geometry was built
     augmented = worker_rate(ds, keys)
     parts = transform_parts(transform)
-    seconds = part_seconds(CacheDataset(cache), keys, parts)
+    whole = CacheDataset(cache)   # plain items: the warped crops each transform is timed on
+    whole.augment = ds.aug
+    seconds = part_seconds(whole, keys, parts)
     total = sum(seconds) or 1.0
-    lines = [f"one loader worker core, {len(keys)} crops of {ds.config.input_size} px from {cache} (cv2 on one thread, "
-             f"CPU time):",
+    lines = [f"one loader worker core, {len(keys)} crops of {ds.aug.input_size} px from {cache} (cv2 on one thread, "
+             f"CPU time), drawn by {ds.aug.describe()}:",
              f"  without --augment: {plain:8.1f} crops/s",
              f"  with {transform.recipe}: {augmented:8.1f} crops/s ({augmented / plain:.2f}x)"
              + ("; words moved as keypoints" if transform.moves else "; pixels only, targets unchanged"),

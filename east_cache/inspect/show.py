@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from east_cache.atomic import writing
 from east_cache.augment import Augment
 from east_cache.build.stale import check_stale
 from east_cache.errors import refuse_overwrite
@@ -56,7 +57,7 @@ def show_cached(cache, index: str, variant: int, out: Path, epoch: int = 0, loca
         drawn = f"epoch {epoch}: height x{g.height:.3f}, rotation {g.angle:+.1f} deg, scale x{g.scale:.3f}" + (
             f", perspective corners moved up to {abs(g.corners).max():.3f} of the crop" if g.corners.any() else "")
     caption = f"{ds.names[i]} (#{i}) {drawn}: {words_caption(care)}. Score red, ROI=0 dark + hatched."
-    render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption).save(out)
+    save_png(render_sample(item["image"], item["score"], item["geo"], item["roi"], points, offsets, care, caption), out)
 
 
 SHEET_COLUMNS = 4   # crops per row of a contact sheet
@@ -72,7 +73,8 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
     albumentations recipe, the transforms of it that fired on the crop (albumentations' applied transforms).
     Returns the captions, a list of lines per crop."""
     from east_cache.reader.cache import CacheDataset
-    refuse_overwrite("-o", out, cache_inputs(cache, "CACHE"))
+    from east_cache.reader.recipe import recipe_inputs
+    refuse_overwrite("-o", out, [*cache_inputs(cache, "CACHE"), *recipe_inputs(recipe)])
     ds = CacheDataset(cache, check_stale=False, local_cache=local_cache, local_cache_limit=local_cache_limit)
     if not (ds.pages and ds.config.warps_at_read):
         raise ValueError(f"{cache}: its crops' geometry was drawn at build time (--crop build or --geometry build): "
@@ -117,7 +119,7 @@ def show_epochs(cache, index: str, epochs: list[int], out: Path, recipe=None, va
         sheet.paste(panel, (x, y + label_h))
     for k, line in enumerate(caption):
         draw.text((2, rows * (s + label_h + GAP) + k * LABEL_H), line, fill="black", font=font)
-    sheet.save(out)
+    save_png(sheet, out)
     return labels
 
 
@@ -141,4 +143,10 @@ def show_source(data: Path, name: str, split: str, cfg, variant: int, out: Path)
     fig = Image.new("RGB", (page.width + GAP + sample.width, max(page.height, sample.height)), "white")
     fig.paste(page, (0, 0))
     fig.paste(sample, (page.width + GAP, 0))
-    fig.save(out)
+    save_png(fig, out)
+
+
+def save_png(image: Image.Image, out: Path) -> None:
+    """-o's picture, through the door: a link at out is replaced, never written through."""
+    with writing(out, "wb", "-o") as f:
+        image.save(f, format="PNG")

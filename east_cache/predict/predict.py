@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from east_cache.bounds import COUNT, THREADS, Bound, check_number, flag_number
+from east_cache.bounds import COUNT, MAX_IMAGE_SIDE, THREADS, Bound, check_number, flag_number
 from east_cache.location import flag_location
 from east_cache.reader.images import prepare_images
 from east_cache.model.decode import NMS_THRESH, SCORE_THRESH, decode_maps
@@ -37,7 +37,7 @@ from east_cache.progress import Progress
 
 SHOW_SKIPPED = 5              # skipped images named in the summary line
 SCRIPT = "predict.py"         # how usage names the command unless it was started otherwise (east-predict)
-IMAGE_SIZE = Bound(least=STRIDE, note="px")                  # --image-size: at least one stride of the backbone
+IMAGE_SIZE = Bound(least=STRIDE, most=MAX_IMAGE_SIDE, note="px")   # --image-size, --scales: a stride at least
 THRESHOLD = Bound(integer=False, above=0, below=1)           # --score-thresh, --nms-thresh
 
 
@@ -159,7 +159,8 @@ def get_parser(prog: str = SCRIPT) -> argparse.ArgumentParser:
 
 
 def scale_list(text: str) -> list[int]:
-    """--scales: comma-separated input sizes (px, the long side), each at least one backbone stride."""
+    """--scales: comma-separated input sizes (px, the long side), each at least one backbone stride and at most
+    bounds.MAX_IMAGE_SIDE: sized before any image is."""
     return [flag_number(IMAGE_SIZE)(t.strip()) for t in text.split(",")]
 
 
@@ -199,6 +200,9 @@ def run(argv: list[str] | None = None) -> None:
     models, cks = load_models(a.checkpoint, device, a.fuse)
     ck = cks[0]
     sizes = a.scales or [a.image_size or ck["config"]["image_size"]]
+    if any(IMAGE_SIZE.wrong_kind(s) or not IMAGE_SIZE.contains(s) for s in sizes):   # a checkpoint's own, before use
+        raise UsageError(f"{a.checkpoint[0]}: records image_size {ck['config']['image_size']!r}, not "
+                         f"{IMAGE_SIZE.accepted()}; pass --image-size")
     try:
         cfg = PredictConfig(image_size=sizes[0], map_scale=ck["config"]["map_scale"], batch_size=a.batch_size,
                             score_thresh=a.score_thresh, nms_thresh=a.nms_thresh, skip_bad=a.skip_bad)

@@ -5,7 +5,10 @@ A recipe is a file albumentations writes itself (A.save(pipeline, "aug.yaml", da
 `file.py:name`, a pipeline object or callable that a Python file defines. Its record ({"recipe": how it was named,
 "format": yaml | json | python, "text": the file's text, "name": the object's name}) is what a checkpoint keeps:
 --resume makes the transform again from that text, whatever the file holds by then. A recipe that does not load is
-one UsageError naming the recipe and the transform at fault (an unknown class, arguments it refuses).
+one UsageError naming the recipe and the transform at fault (an unknown class, arguments it refuses); so is a file
+that is not UTF-8 text, not YAML or JSON, larger than MAX_RECIPE_BYTES, or a YAML file holding an alias (*name: a
+"billion laughs" of a kilobyte expands to 10^12 transforms; albumentations' A.save writes none). A checkpoint's
+record that is not one (a damaged or hand-edited checkpoint) is refused naming the checkpoint.
 """
 from __future__ import annotations
 
@@ -13,10 +16,12 @@ import importlib.util
 import json
 from pathlib import Path
 
-from east_cache.errors import UsageError
+from east_cache.errors import Input, UsageError
 from east_cache.reader.transform import CropTransform, kind_of
 
 RECIPE_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}   # albumentations' own file formats
+RECORD_FORMATS = ("yaml", "json", "python")
+MAX_RECIPE_BYTES = 1 << 20   # a recipe file's largest size (a pipeline of thousands of transforms takes a few kB)
 INSTALL = 'pip install "east-cache[augment]"'
 
 
@@ -33,6 +38,20 @@ def albumentations_record(transform, recipe: str) -> dict | None:
     return {"recipe": recipe, "format": "json", "text": text, "name": None}
 
 
+def recipe_path(spec) -> Path:
+    """The file a recipe names: PATH itself, or the Python file of PATH.py:NAME."""
+    spec = str(spec)
+    return Path(spec.rpartition(":")[0] if ".py:" in spec else spec)
+
+
+def recipe_inputs(spec, flag: str = "--augment") -> list[Input]:
+    """A recipe as a command's input (errors.Input), which no output may be or replace: its file (a Python file's
+    too); none for a transform object or no recipe."""
+    if not isinstance(spec, (str, Path)):
+        return []
+    return [Input(f"the recipe {flag} {spec}", recipe_path(spec))]
+
+
 def load_recipe(spec) -> CropTransform:
     """The transform a recipe names: PATH.yaml / .yml / .json (albumentations' A.save format) or PATH.py:NAME (an
     object of a Python file). A recipe that does not load is a UsageError naming it and the transform at fault."""
@@ -42,7 +61,15 @@ def load_recipe(spec) -> CropTransform:
     if not path.is_file():
         raise UsageError(f"--augment {spec}: no such file; pass an albumentations pipeline file (A.save(pipeline, "
                          f"'aug.yaml', data_format='yaml'), or .json) or FILE.py:NAME")
-    text = path.read_text(encoding="utf-8")
+    if path.stat().st_size > MAX_RECIPE_BYTES:
+        raise UsageError(f"--augment {spec}: {path.stat().st_size} bytes, more than a recipe's {MAX_RECIPE_BYTES}; "
+                         f"pass an albumentations pipeline file")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"--augment {spec}: not a text file (byte {e.start} is not UTF-8); pass an albumentations "
+                         f"pipeline file (A.save(pipeline, 'aug.yaml', data_format='yaml'), or .json) or "
+                         f"FILE.py:NAME") from None
     fmt = "python" if name else RECIPE_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise UsageError(f"--augment {spec}: a recipe is a .yaml, .yml or .json file albumentations saved, or "
@@ -79,13 +106,11 @@ def albumentations_pipeline(spec: str, text: str, fmt: str):
     except ImportError:
         raise UsageError(f"--augment {spec}: albumentations is not installed: {INSTALL}") from None
     try:
-        if fmt == "yaml":
-            import yaml
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as e:   # noqa: BLE001 - yaml's and json's errors: named
-        raise UsageError(f"--augment {spec}: not a {fmt} file: {e}") from None
+        data = yaml_data(spec, text) if fmt == "yaml" else json.loads(text)
+    except UsageError:
+        raise
+    except Exception as e:   # noqa: BLE001 - yaml's and json's errors: named, on one line
+        raise UsageError(f"--augment {spec}: not a {fmt} file: {parse_error(e)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("transform"), dict):
         raise UsageError(f"--augment {spec}: not an albumentations pipeline (no 'transform' entry); write one with "
                          f"A.save(pipeline, '{Path(spec).name}', data_format='{fmt}')")
@@ -98,6 +123,40 @@ def albumentations_pipeline(spec: str, text: str, fmt: str):
     except Exception as e:   # noqa: BLE001 - a transform's arguments refused: say which
         raise UsageError(f"--augment {spec}: transform {bad_arguments(data['transform'])} does not load: "
                          f"{' '.join(str(e).split())}") from None
+
+
+def yaml_data(spec: str, text: str):
+    """The YAML text's data, read by yaml's safe loader refusing any alias (*name), which names the line."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise UsageError(f"--augment {spec}: line {event.start_mark.line + 1}: a YAML alias (*{event.anchor}) "
+                                 f"is refused (aliases can expand a small file without end); write the values out, as "
+                                 f"albumentations' A.save does")
+            return super().compose_node(parent, index)
+    return yaml.load(text, Loader=NoAliases)   # noqa: S506 - a safe loader, aliases refused
+
+
+def parse_error(e: Exception) -> str:
+    """A YAML or JSON parse error in one line: what is wrong and where (line and column)."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None:
+        return f"{getattr(e, 'problem', None) or 'cannot be read'} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(e).split())
+
+
+def check_record(record, checkpoint) -> dict:
+    """A checkpoint's recorded transform ({"recipe", "format", "text", "name"}: what recipe.py writes), else a
+    UsageError naming the checkpoint."""
+    if (isinstance(record, dict) and isinstance(record.get("recipe"), str) and record.get("format") in RECORD_FORMATS
+            and isinstance(record.get("text"), str) and isinstance(record.get("name"), (str, type(None)))
+            and (record["format"] != "python" or record["name"])):
+        return record
+    raise UsageError(f"--resume {checkpoint}: its recorded --augment recipe is not one (a {type(record).__name__}, "
+                     f"not the record a run writes); pass the recipe again with --augment RECIPE")
 
 
 def leaf_transforms(node: dict) -> list[dict]:
@@ -154,9 +213,16 @@ def run_recipe(spec: str | None, recorded: dict | None, resumed: str | None, say
     if spec is None:
         if recorded is None:
             return None
+        recorded = check_record(recorded, resumed)
         say(f"--augment {recorded['recipe']}: as recorded in {resumed}")
         return from_record(recorded)
     transform = load_recipe(spec)
+    if recorded is not None and resumed:
+        try:
+            check_record(recorded, resumed)
+        except UsageError:   # unreadable: the recipe given goes on, said
+            warn(f"{resumed}: its recorded --augment recipe cannot be read; going on with --augment {spec}")
+            return transform
     if resumed and (recorded or {}).get("text") != transform.record["text"]:
         was = f"--augment {recorded['recipe']}" if recorded else "no --augment"
         warn(f"{resumed} was trained with {was}; going on with --augment {spec}: its crops from here on "

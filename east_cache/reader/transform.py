@@ -17,9 +17,12 @@ or a plain callable gets the image alone: its words stay where they were, so it 
 words through albumentations).
 
 Reproducible: before each crop every random source the transform can draw from is seeded from (seed, epoch, image
-name, variant) (crop_seed): the pipeline's own generators (albumentations 2's set_random_seed), numpy's and
-Python's global ones and, for a torch transform, torch's (inside fork_rng: the process's own stream is put back),
-so a crop is the same whichever process or thread makes it, and a resumed run reads the same crops.
+name, variant) (crop_seed): the pipeline's own generators, numpy's and Python's global ones and, for a torch
+transform, torch's (inside fork_rng: the process's own stream is put back), so a crop is the same whichever process
+or thread makes it, and a resumed run reads the same crops. Each transform of a pipeline draws from generators of
+its own, seeded from the crop's seed and its place in the pipeline (seed_pipeline): albumentations' own
+set_random_seed gives every transform the same seed, so that two transforms of the same probability would fire on
+the same crops, never apart.
 
 A recipe (`east-train --augment RECIPE`: a file albumentations writes, or `file.py:name`) is read by
 east_cache/reader/recipe.py; its text (CropTransform.record) goes into the checkpoint, from which --resume makes it
@@ -96,7 +99,7 @@ class CropTransform:
             with seeded(seed, torch_too=self.kind == "torch"):
                 if self._pipeline is not None:
                     pipeline = self._pipeline if applied is None else self.recording()
-                    pipeline.set_random_seed(seed)
+                    seed_pipeline(pipeline, seed)
                     if self.moves:
                         out = pipeline(image=image, keypoints=points.reshape(-1, 2))
                         points = np.asarray(out["keypoints"], np.float32)[:, :2]
@@ -112,10 +115,30 @@ class CropTransform:
         except Exception as e:   # noqa: BLE001 - any failure of the user's code, named
             raise TransformError(f"{self.label}: transform {failing_transform(e, self.transform)} "
                                  f"failed on {where}: {type(e).__name__}: {e}") from e
-        result = self.check(result, image.shape, where)
+        result = self.check(result, image, where)
         if not self.moves:
             return result, words
         return result, moved_words(points, words, image.shape[0])
+
+    def culprit(self, image: np.ndarray) -> str:
+        """The name of the first transform of an albumentations pipeline that, applied alone to the crop (its
+        probability 1), changes its size, channels or dtype; else the transform's own name. Run only once the whole
+        pipeline gave such a result."""
+        if self.kind != "albumentations":
+            return describe(self.transform)
+        import copy
+        for t in leaf_objects(self.transform):
+            alone = copy.deepcopy(t)
+            alone.p = 1.0
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = np.asarray(alone(image=image.copy())["image"])
+            except Exception:   # noqa: BLE001 - one that fails alone says nothing of the size
+                continue
+            if out.dtype != image.dtype or out.shape != image.shape:
+                return type(t).__name__
+        return describe(self.transform)
 
     def recording(self):
         """The keypoint pipeline that also returns the transforms it applied ("applied_transforms")."""
@@ -123,11 +146,13 @@ class CropTransform:
             self._recording = keypoint_pipeline(self.transform, save_applied_params=True)
         return self._recording
 
-    def check(self, result, shape: tuple, where: str) -> np.ndarray:
-        """The transform's result as uint8 (S, S, 3), refused (TransformError) when it is anything else."""
+    def check(self, result, image: np.ndarray, where: str) -> np.ndarray:
+        """The transform's result as uint8 (S, S, 3) like the crop `image`, refused (TransformError) when it is
+        anything else, naming the transform of the pipeline that made it so (culprit)."""
         out = np.asarray(result) if not isinstance(result, np.ndarray) else result
+        shape = image.shape
         if out.dtype != np.uint8 or out.shape != shape:
-            raise TransformError(f"{self.label}: transform {describe(self.transform)} gave {out.dtype} "
+            raise TransformError(f"{self.label}: transform {self.culprit(image)} gave {out.dtype} "
                                  f"{tuple(out.shape)} for {where}, where the crop is uint8 {shape}: a crop transform "
                                  f"must keep the size, the 3 RGB channels and uint8 (the normalisation comes after "
                                  f"it, on the device)")
@@ -155,6 +180,26 @@ def moves_pixels(transform) -> bool:
     if isinstance(transform, A.BaseCompose):
         return any(moves_pixels(t) for t in transform.transforms)
     return isinstance(transform, A.DualTransform)
+
+
+def leaf_objects(transform) -> list:
+    """The transforms of an albumentations pipeline, depth first (the compositions' members)."""
+    inner = getattr(transform, "transforms", None)
+    if isinstance(inner, (list, tuple)):
+        return [leaf for t in inner for leaf in leaf_objects(t)]
+    return [transform]
+
+
+def seed_pipeline(node, seed: int, place: tuple[int, ...] = ()) -> None:
+    """An albumentations transform or pipeline seeded for one crop: each node's generators from (seed, its place in
+    the tree), so that every transform draws on its own (albumentations' set_random_seed gives them all one seed,
+    and transforms of one probability would fire together)."""
+    own = seed if not place else int.from_bytes(hashlib.blake2b(
+        f"{seed}/{'.'.join(map(str, place))}".encode(), digest_size=8, person=SEED_SALT).digest(), "little")
+    node.set_random_seed(own)   # a composition passes it to its members: each is seeded again below
+    for k, t in enumerate(getattr(node, "transforms", None) or ()):
+        if hasattr(t, "set_random_seed"):
+            seed_pipeline(t, seed, (*place, k))
 
 
 def keypoint_pipeline(transform, save_applied_params: bool = False):

@@ -1,6 +1,7 @@
-"""A run's recipe as flat `name: value` pairs, and what the tracking back-ends are handed: read from the header
-record that starts each run's lines in log.jsonl (east_cache.train.runtime.run_header), without torch, so that
-`east-cache runs` and every back-end see the same names.
+"""A run's log read (records: a damaged line left out, huge integers read as floats) and its recipe as flat `name:
+value` pairs, and what the tracking back-ends are handed: read from the header record that starts each run's lines in
+log.jsonl (east_cache.train.runtime.run_header), without torch, so that `east-cache runs` and every back-end see the
+same names.
 
 The names follow the records: every TrainConfig field as it is (a nested one, such as an augmentation object, as
 `field.sub`), the training cache's build options as `cache.NAME`, and `cache.fingerprint`, `val_cache.fingerprint`,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from pathlib import Path
 
 from east_cache.augment import FLAGS as AUGMENT_FLAGS
 from east_cache.config import READER_ONLY
@@ -40,6 +42,25 @@ def flatten(value, prefix: str = "") -> dict:
     if isinstance(value, (list, tuple)):
         return {prefix: json.dumps(value)}
     return {prefix: str(value)}
+
+
+def big_int(text: str) -> int | float:
+    """A JSON integer as json reads it, except one of more digits than a float holds exactly: a float (inf past its
+    range), so that no figure of a log (a 400-digit loss, a pid) overflows where it is formatted or compared."""
+    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
+
+
+def records(path: Path) -> list[dict]:
+    """A JSONL log's records; a line that is no JSON object (a run killed while writing it) is left out."""
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            r = json.loads(line, parse_int=big_int)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(r, dict):
+            found.append(r)
+    return found
 
 
 def recipe_of(header: dict) -> dict:

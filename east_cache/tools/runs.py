@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from east_cache.atomic import writing
 from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
-from east_cache.tools.run_recipe import effective, recipe_of, text_of
+from east_cache.tools.run_recipe import effective, recipe_of, records, text_of
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"
+RUN_FILES = (LOG, EVAL_LOG, "*.pt", "report.json")   # what a run folder holds of its own, which --plot never replaces
 RECENT_S = 1800.0    # s: a run started on another host whose log was written to this recently counts as running
 CELL = 24            # characters of an option's value shown; longer ones keep their head and tail
 WIDTH = 100          # characters of the table; options that do not fit are folded under it as `option: value`
@@ -115,8 +117,8 @@ def run(a: argparse.Namespace) -> int:
     folders = list(dict.fromkeys(a.runs))
     if a.plot is not None:   # before any work: the plot is no input, and it can be written
         check_output(a.plot, "--plot", folder=False)
-        refuse_overwrite("--plot", a.plot, [Input(f"the log of run {f}", f / name) for f in folders
-                                            for name in (LOG, EVAL_LOG)])
+        refuse_overwrite("--plot", a.plot, [Input(f"a file of run {f} (its logs, checkpoints, report.json)", f,
+                                                  tree=True, reads=RUN_FILES) for f in folders])
         if a.plot.suffix.lower() not in PLOT_SUFFIXES:
             raise UsageError(f"--plot {a.plot}: name an image file ending in {', '.join(PLOT_SUFFIXES)}")
         plt = pyplot()
@@ -130,7 +132,7 @@ def run(a: argparse.Namespace) -> int:
     runs = [read_run(f) for f in found]
     metric = next((m for m in METRICS if any(r.series(m) for r in runs)), METRICS[0])
     columns = differing(runs, a.all)
-    names = short_names([r.folder for r in runs])
+    names = [printable(n) for n in short_names([r.folder for r in runs])]
     print(table(runs, names, columns, metric))
     if a.plot is not None:
         draw(plt, runs, names, columns, metric, a.plot)
@@ -148,23 +150,14 @@ def pyplot():
     return plt
 
 
-def records(path: Path) -> list[dict]:
-    """A JSONL log's records; a line that is no JSON object (a run killed while writing it) is left out."""
-    found = []
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(r, dict):
-            found.append(r)
-    return found
-
-
 def read_run(folder: Path) -> Run:
     log = records(folder / LOG)
     starts = [i for i, r in enumerate(log) if r.get("event") == "run"] or [0]
     header = log[starts[-1]] if log and log[starts[-1]].get("event") == "run" else {}
+    damaged = [k for k in ("config", "cache_config", "augment", "transform", "code_version")
+               if k in header and not isinstance(header[k], (dict, type(None)))
+               or k == "config" and k in header and header[k] is None]
+    header = {**header, **{k: {} for k in damaged}}
     r = Run(folder, effective(recipe_of(header)) if header else {})
     for rec in log:
         if rec.get("event") == "epoch" and isinstance(rec.get("epoch"), int):
@@ -182,6 +175,8 @@ def read_run(folder: Path) -> Run:
     mtime = (folder / LOG).stat().st_mtime
     segments = [log[s:e] for s, e in zip(starts, [*starts[1:], len(log)])]
     r.state = state_of(segments[-1], header, mtime)
+    if damaged:   # the row says what it could not read
+        r.state += f"; log header's {', '.join(damaged)} unreadable"
     r.wall_s = sum(wall_seconds(seg, mtime if k == len(segments) - 1 else None) for k, seg in enumerate(segments))
     return r
 
@@ -211,7 +206,7 @@ def alive(pid) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):   # none, or no process id at all
         return False
     except PermissionError:
         return True
@@ -257,8 +252,13 @@ def short_names(folders: list[Path]) -> list[str]:
     return names
 
 
+def printable(text: str) -> str:
+    """text on one line: a newline, a tab or another character that is not printable shown escaped (\\n)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def cell(value, most: int = CELL) -> str:
-    text = text_of(value)
+    text = printable(text_of(value))
     return text if len(text) <= most else f"{text[:most // 3]}…{text[-(most - most // 3 - 1):]}"
 
 
@@ -290,7 +290,7 @@ def table(runs: list[Run], names: list[str], columns: list[str], metric: str, wi
         figures.append([f"{best[0]:.4f}" if best else "-", str(best[1]) if best else "-",
                         f"{r.last_loss:.4f}" if r.last_loss is not None else "-",
                         f"{r.samples_per_s():.3g}" if r.samples_per_s() is not None else "-",
-                        duration(r.wall_s), r.state])
+                        duration(r.wall_s), printable(r.state)])
     head = [f"best {metric}", "epoch", "last loss", "samples/s", "wall", "state"]
     fixed = [max(len(names[i]) for i in order) if runs else 3, *(max([len(h)] + [len(f[j]) for f in figures])
                                                                   for j, h in enumerate(head))]
@@ -383,5 +383,6 @@ def draw(plt, runs: list[Run], names: list[str], columns: list[str], metric: str
     if left:
         table_ax.text(0, 0, f"they also differ in {', '.join(left)}: `east-cache runs` lists them", fontsize=9,
                       transform=table_ax.transAxes, va="bottom")
-    fig.savefig(path, dpi=100)
+    with writing(path, "wb", "--plot") as f:   # a link at path is replaced, never written through
+        fig.savefig(f, dpi=100, format=path.suffix.lower()[1:])
     plt.close(fig)

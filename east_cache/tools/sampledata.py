@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from east_cache.atomic import write_atomic, writing
 from east_cache.config import DEFAULT_IGNORE_TAGS
 
 DEFAULT_SAMPLE_DIR = Path("sample_data")
@@ -195,22 +196,23 @@ def _make_page(rng, index: int, n_images: int, n_words: int, size: tuple) -> tup
 
 def _save(image: Image.Image, path: Path, index: int) -> str:
     """Page 0 is the EXIF-rotated JPEG, pages 1, 7, ... PNG, pages 2, 8, ... grayscale, the rest RGB JPEG."""
-    if index % 6 == 1:  # noisy pages barely compress: the fastest level saves time
-        image.save(path := path.with_suffix(".png"), compress_level=1)
-    elif index == 0:  # stored pixels are the upright page turned 90 degrees counter-clockwise
-        exif = Image.Exif()
-        exif[EXIF_ORIENTATION] = 6
-        image.transpose(Image.Transpose.ROTATE_90).save(path, quality=JPEG_QUALITY, exif=exif.tobytes())
-    else:
-        (image.convert("L") if index % 6 == 2 else image).save(path, quality=JPEG_QUALITY)
+    png = index % 6 == 1
+    with writing(path := path.with_suffix(".png") if png else path, "wb", sync=False) as f:
+        if png:  # noisy pages barely compress: the fastest level saves time
+            image.save(f, format="PNG", compress_level=1)
+        elif index == 0:  # stored pixels are the upright page turned 90 degrees counter-clockwise
+            exif = Image.Exif()
+            exif[EXIF_ORIENTATION] = 6
+            image.transpose(Image.Transpose.ROTATE_90).save(f, format="JPEG", quality=JPEG_QUALITY,
+                                                            exif=exif.tobytes())
+        else:
+            (image.convert("L") if index % 6 == 2 else image).save(f, format="JPEG", quality=JPEG_QUALITY)
     return path.name
 
 
 def _write_json(path: Path, obj) -> None:
-    """Through a temporary file and a rename, so that no reader ever sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    tmp.replace(path)
+    """Through the door: no reader ever sees half a file."""
+    write_atomic(path, json.dumps(obj, indent=1) + "\n")
 
 
 def write_sample_dataset(root, n_images: int = 12, words_per_page: int = 40, page_size=(1200, 1600),

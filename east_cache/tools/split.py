@@ -32,7 +32,7 @@ from east_cache.ingest import ufo
 from east_cache.ingest.ufofile import entry_text, file_text, read_entries
 from east_cache.location import flag_location, is_remote
 from east_cache.progress import Progress
-from east_cache.atomic import write_atomic
+from east_cache.atomic import replacing, write_atomic
 
 DEFAULT_FOLDS = 5
 DEFAULT_SEED = 0
@@ -161,10 +161,8 @@ def image_links(image_dir: Path, paths: list[tuple[Path, Path]], force: bool) ->
 
 def link_folder(link: Path, target: str) -> None:
     """link -> target (relative), in place of a link there, atomically."""
-    tmp = link.with_name(f".{link.name}.tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp, target_is_directory=True)
-    os.replace(tmp, link)
+    with replacing(link, hide=True, sync=False) as tmp:
+        os.symlink(target, tmp, target_is_directory=True)
 
 
 def run(a: argparse.Namespace) -> int:

@@ -65,15 +65,12 @@ def save_checkpoint(state: dict, path: Path) -> None:
 def link_as(path: Path, name: str) -> None:
     """name beside path (latest.pt, best.pt) becomes a hard link to it (no second write), atomically; a
     removed epoch file lives on in the links to it."""
-    out = path.parent
-    tmp = out / f"{name}.tmp"
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, tmp)
-    except OSError:  # file systems without hard links
-        shutil.copyfile(path, tmp)
-    os.replace(tmp, out / name)
-    fsync_path(out)
+    with replacing(path.parent / name, ".tmp", "--out", sync=False) as tmp:   # path's bytes are synced already
+        try:
+            os.link(path, tmp)
+        except OSError:  # file systems without hard links
+            shutil.copyfile(path, tmp)
+    fsync_path(path.parent)
 
 
 def prune(out: Path, keep_last: int) -> list[Path]:
@@ -321,12 +318,12 @@ def export_onnx(checkpoint: Path, onnx_path: Path) -> None:
     ck = load_checkpoint(checkpoint)
     model = inference_model(ck, checkpoint, torch.device("cpu"))
     maps = {0: "batch", 2: "map_height", 3: "map_width"}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), replacing(onnx_path, flag="--export-onnx") as tmp:
         warnings.simplefilter("ignore", DeprecationWarning)  # the exporter's own, see the docstring
-        torch.onnx.export(model, (torch.zeros(ONNX_TRACE_SHAPE),), str(onnx_path), dynamo=False,
+        torch.onnx.export(model, (torch.zeros(ONNX_TRACE_SHAPE),), str(tmp), dynamo=False,
                           opset_version=ONNX_OPSET, input_names=["image"], output_names=["score", "geo"],
                           dynamic_axes={"image": {0: "batch", 2: "height", 3: "width"}, "score": maps, "geo": maps})
-    diff = onnx_max_diff(onnx_path, model, torch.randn(ONNX_CHECK_SHAPE))
+        diff = onnx_max_diff(tmp, model, torch.randn(ONNX_CHECK_SHAPE))   # checked before it takes the name
     print(f"wrote {onnx_path} ({checkpoint}, epoch {ck['epoch']}, maps at x{ck['config']['map_scale']}): "
           f"input 'image' (B, 3, H, W) float32 ImageNet-normalised RGB, H and W multiples of 32; outputs 'score' "
           f"and 'geo'. onnxruntime matches PyTorch within {diff:.1e} at {ONNX_CHECK_SHAPE}", flush=True)

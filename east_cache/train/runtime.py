@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from east_cache.atomic import Appender, replacing
 from east_cache.reader import CacheDataset
 from east_cache.train.config import RunState, TrainConfig
 from east_cache.predict.device import Runtime
@@ -77,9 +78,12 @@ def failure_recorded(log, state: RunState, report=None):
 
 
 def jsonl_writer(path: Path):
+    """A writer of records appended to a log of the run's own (log.jsonl, eval.jsonl), one line each, through the
+    door's Appender: a link at path is replaced by a copy of its own before the first record, never written through."""
+    append = Appender(path, "--out")
+
     def write(record: dict) -> None:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append(json.dumps(record) + "\n")
     return write
 
 
@@ -121,7 +125,8 @@ def profiler(steps: int, out: Path, device: torch.device, say):
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
 
     def ready(p) -> None:
-        p.export_chrome_trace(str(out / "profile_trace.json"))
+        with replacing(out / "profile_trace.json", flag="--out") as tmp:
+            p.export_chrome_trace(str(tmp))
         say(p.key_averages().table(sort_by=sort, row_limit=15))
         say(f"trace: {out / 'profile_trace.json'}")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -43,7 +44,7 @@ from east_cache.train.config import (BACKBONES, CPU_BUDGET_SECONDS, CPU_BUDGET_S
                                      check_flags, get_args_parser, resolve_config)
 from east_cache.train.engine import Context, new_context, train_one_epoch, validation_loss
 from east_cache.model.model import EAST, init_backbone
-from east_cache.train.report import check_report_flags, records_to, start_reporting
+from east_cache.train.report import check_report_flags, connect_reporting, records_to, start_reporting
 from east_cache.train.started import started_lines
 from east_cache.train.runtime import failure_recorded, jsonl_writer, leave_group, now, profiler, run_header, stop_on_signals
 from east_cache.predict.device import Runtime, setup_device, setup_threads
@@ -52,9 +53,10 @@ from east_cache.train.validate import detection_metrics, evaluate_checkpoint, fu
 from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
 from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, open_cache
-from east_cache.reader.recipe import load_recipe, run_recipe
+from east_cache.reader.recipe import load_recipe, recipe_inputs, run_recipe
 from east_cache.reader.transform import TransformError
 from east_cache.store.format import cache_inputs
+from east_cache.store.selection import is_file as is_split_file
 from east_cache.reader.share import NodeShare
 from east_cache.train.selection import check_flags as check_selection_flags, choose_images, warn_leaks
 from east_cache.train.selection import refuse_validating_on_training
@@ -122,12 +124,13 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def run_inputs(cfg: TrainConfig, checkpoint) -> list[Input]:
-    """What a run reads that its --out must never be nor replace: the caches, the validation set, the checkpoint
-    it starts from (--init-from, --eval-only's), the backbone's weights file. Not --resume's: the run it continues
-    writes into its own folder."""
+    """What a run reads that its --out must never be nor replace: the caches, the validation set, the --augment
+    recipe, a --split FILE.json, the checkpoint it starts from (--init-from, --eval-only's), the backbone's weights
+    file. Not --resume's: the run it continues writes into its own folder."""
     files = (("--init-from", cfg.init_from), ("--checkpoint", checkpoint), ("--backbone-weights", cfg.backbone_weights))
+    split = [Input("the split file --split", Path(cfg.split))] if cfg.split and is_split_file(cfg.split) else []
     return [*cache_inputs(cfg.cache, "--cache"), *cache_inputs(cfg.val_cache, "--val-cache"),
-            *dataset_inputs(cfg.val_data, "--val-data"),
+            *dataset_inputs(cfg.val_data, "--val-data"), *recipe_inputs(cfg.augment), *split,
             *(Input(f"the checkpoint {flag}" if flag != "--backbone-weights" else f"the weights {flag}", path)
               for flag, path in files if path is not None and path not in BACKBONES)]
 
@@ -137,6 +140,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
     torch.manual_seed(cfg.seed + rt.rank)  # DDP broadcasts rank 0's initial weights; the jitter differs per rank
     if cfg.augment and not cfg.resume:   # a recipe that does not load stops the run before the caches open
         load_recipe(cfg.augment)
+    report = connect_reporting(cfg, rt)   # the trackers reached before the caches open, each within a bound
     ds = open_run_cache(cfg, rt, cfg.cache)
     refuse_validating_on_training(cfg, ds, cfg.split)   # before the model: --split X --val-split X
     val = open_run_cache(cfg, rt, cfg.val_cache) if cfg.val_cache else None
@@ -179,7 +183,7 @@ def train(cfg: TrainConfig, rt: Runtime, argv: list[str]) -> int:
         warn_leaks(cfg, ds, rt.say)
     pages = val_pages(cfg.val_data, cfg.val_split, ds.config, cfg.batch_size) if cfg.val_data else None
     cfg.out.mkdir(parents=True, exist_ok=True)
-    report = start_reporting(cfg, ctx) if cfg.report_to and rt.rank == 0 else None   # ctx.report too
+    report = start_reporting(report, ctx)   # ctx.report too
     ctx.log = records_to(jsonl_writer(cfg.out / "log.jsonl"), report) if rt.rank == 0 else None
     if ctx.log:
         ctx.log({**run_header(cfg, rt, argv, ds, val, origin), "augment": ds.aug.to_dict(),

@@ -9,10 +9,10 @@ array of records, each field by name.
 """
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from east_cache.atomic import publish
 from east_cache.store.fingerprint import record_crc, rows_checksum
 from east_cache.store.format import RecordSpec
 
@@ -93,8 +93,8 @@ class FileFormat(ABC):
         return None
 
     def install(self, tmp: Path, final: Path) -> None:
-        """Rename a finished temp file into place (the caller syncs the directory)."""
-        os.replace(tmp, final)
+        """Rename a finished temp file into place, through the door (atomic.publish)."""
+        publish(tmp, final)
 
     def remove(self, path: Path) -> None:
         Path(path).unlink()

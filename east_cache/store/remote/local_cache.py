@@ -25,7 +25,7 @@ from pathlib import Path
 from east_cache.errors import CacheError, RemoteError, UsageError, cache_command
 from east_cache.location import Location, listing
 from east_cache.retry import RetryPolicy
-from east_cache.atomic import fsync_path, made_folders, write_atomic
+from east_cache.atomic import fsync_path, made_folders, publish, write_atomic
 from east_cache.store.format import DATA_DIR, MANIFEST
 from east_cache.store.manifest import FileEntry, Manifest, data_path, update_command
 from east_cache.store.remote.locks import LOCKS_DIR, FolderLocks
@@ -378,7 +378,7 @@ class LocalCache:
         name, sidecar_object = unit.entry.name, self._sidecar_object(unit.entry)
         sidecar = quads_path(self.path(name))
         if sidecar_object in parts:
-            os.replace(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
+            publish(sidecar.with_name(sidecar.name + TEMP_SUFFIX), sidecar)
         if set(parts) != {sidecar_object}:
             self.manifest.format.install(self.path(name + TEMP_SUFFIX), self.path(name))
         fsync_path(self.folder / DATA_DIR)

@@ -11,14 +11,24 @@ targets, and with --val-data the worst validation images with their misses at ea
 
 Only rank 0 reports. The back-ends' run ids are kept in OUT/report.json, so that --resume (from a checkpoint of
 that folder) continues the same runs: TensorBoard drops the stopped run's events past the checkpoint's step, wandb
-and MLflow append to the run of that id.
+and MLflow append to the run of that id. A report.json that is not what a run wrote (a run id of another type, an
+id that is no plain name) is refused, naming the file.
+
+Every wait ends: each back-end is reached (`connect`: MLflow's store asked for the experiment, the resumed run's
+existence checked) before the caches open, and every tracker call at start-up must answer within STARTUP_S seconds
+(MLflow's HTTP requests are also given its own timeout and no retries, unless its variables say otherwise; wandb its
+init_timeout); an unreachable or refusing tracker is one `error:` line naming it, before any slow work.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import threading
 from pathlib import Path
 
+from east_cache.atomic import write_atomic
+from east_cache.bounds import TRACKER_STARTUP_S as STARTUP_S
 from east_cache.errors import UsageError
 from east_cache.tools.run_recipe import epoch_metrics, full_recipe, step_metrics
 
@@ -29,6 +39,7 @@ BACKENDS = {"tensorboard": (("tensorboard",), "tensorboard"), "wandb": (("wandb"
             "mlflow": (("mlflow", "sqlalchemy", "alembic"), "mlflow")}
 REPORT_TO = (*BACKENDS, NONE)   # --report-to's choices
 IDS_FILE = "report.json"        # in OUT: each back-end's run id, for --resume
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")   # what a stored run id may be: a plain name, never a path
 
 
 def chosen(names) -> tuple[str, ...]:
@@ -76,16 +87,25 @@ def backend(name: str, out: Path):
 class Reporting:
     """The chosen back-ends of one run (rank 0). record() takes log.jsonl's records; image() a picture."""
 
-    def __init__(self, names, out: Path, run_name: str | None, resume_from: Path | None, resume_step: int,
+    def __init__(self, names, out: Path, run_name: str | None, resume_from: Path | None, resume_step: int = 0,
                  say=print):
         """run_name: --run-name; None: the resumed run's name, else out's folder name. say: where the lines saying
-        where each back-end writes go, once they started."""
+        where each back-end writes go, once they started. resume_step: the step a resumed run goes on from (set_step
+        sets it once the checkpoint is read). Each tracker is reached here (connect), within STARTUP_S."""
         self.out, self.step, self.say = out, resume_step, say
         self.ids = read_ids(resume_from.parent / IDS_FILE) if resume_from is not None else {}
         self.run_name = run_name or self.ids.get("run_name") or out.resolve().name
         self.resume_step = resume_step if resume_from is not None else None
         self.backends = {n: backend(n, out) for n in names}
         self.started = False
+        for name, b in self.backends.items():   # each tracker reached now, before any slow work
+            bounded(name, b.connect, self.run_name, self.ids.get(name), self.resume_step)
+
+    def set_step(self, step: int) -> None:
+        """The step the run starts at (a resumed run's, once its checkpoint is read)."""
+        self.step = step
+        if self.resume_step is not None:
+            self.resume_step = step
 
     def record(self, record: dict) -> None:
         event = record.get("event")
@@ -102,9 +122,9 @@ class Reporting:
         recipe = full_recipe(header)
         ids = {"run_name": self.run_name}
         for name, b in self.backends.items():
-            ids[name] = b.start(self.run_name, recipe, self.ids.get(name), self.resume_step)
+            ids[name] = bounded(name, b.start, self.run_name, recipe, self.ids.get(name), self.resume_step)
         self.ids, self.started = ids, True
-        (self.out / IDS_FILE).write_text(json.dumps(ids, indent=1) + "\n")
+        write_atomic(self.out / IDS_FILE, json.dumps(ids, indent=1) + "\n")
         for line in self.where():
             self.say(line)
 
@@ -145,13 +165,87 @@ class Reporting:
                 b.finish(status)
 
 
+def bounded(name: str, call, *args):
+    """call(*args), a tracker's start-up call, within STARTUP_S seconds; a failure or a wait past it is one UsageError
+    naming the back-end and what to do (the call's thread is left to end by itself)."""
+    done: list = []
+    if getattr(getattr(call, "__self__", None), "own_timeout", False):   # the library bounds its own wait
+        try:
+            return call(*args)
+        except (UsageError, KeyboardInterrupt):
+            raise
+        except Exception as e:   # noqa: BLE001 - the tracker's own failure, named
+            done.append((False, e))
+
+    def attempt() -> None:
+        try:
+            done.append((True, call(*args)))
+        except BaseException as e:   # noqa: BLE001 - the tracker's own failure, named below
+            done.append((False, e))
+    if not done:
+        thread = threading.Thread(target=attempt, name=f"report-{name}", daemon=True)
+        thread.start()
+        thread.join(STARTUP_S)
+    if not done:
+        raise UsageError(f"--report-to {name}: the tracker did not answer within {STARTUP_S:g} s "
+                         f"({backend_where(name)}); check that it is reachable, or leave --report-to {name} out")
+    ok, value = done[0]
+    if ok:
+        return value
+    if isinstance(value, (UsageError, KeyboardInterrupt)):
+        raise value
+    text = " ".join(str(value).split())
+    head = text.split(". ")[0][:300]
+    raise UsageError(f"--report-to {name}: {type(value).__name__}: {head} ({backend_where(name)}); fix the tracker's "
+                     f"settings, or leave --report-to {name} out") from None
+
+
+def backend_where(name: str) -> str:
+    """Where a back-end's settings point, as an error names it."""
+    import os
+    if name == "mlflow":
+        return f"MLFLOW_TRACKING_URI={os.environ.get('MLFLOW_TRACKING_URI', '(unset: ./mlflow.db)')}"
+    if name == "wandb":
+        return f"WANDB_MODE={os.environ.get('WANDB_MODE', '(unset)')}"
+    return "the run folder"
+
+
 def read_ids(path: Path) -> dict:
-    """The run ids a previous run of the folder stored ({} when there are none, or the file is not ours)."""
+    """The run ids a previous run of the folder stored ({} when there are none). A file that is not what a run wrote
+    (not an object; a back-end's entry not an object; an id not a plain name) is a UsageError naming it."""
     try:
         ids = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
-    return ids if isinstance(ids, dict) else {}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: not a report.json a run wrote ({type(e).__name__}); delete it to start new "
+                         f"tracker runs, or restore it") from None
+    wrong = ids_problem(ids)
+    if wrong:
+        raise UsageError(f"{path}: {wrong}; delete it to start new tracker runs, or restore the file the run wrote")
+    return ids
+
+
+def ids_problem(ids) -> str | None:
+    """What makes a report.json's content other than what Reporting.start writes, or None."""
+    if not isinstance(ids, dict):
+        return "not a JSON object"
+    if not isinstance(ids.get("run_name", ""), str):
+        return "run_name is not a text"
+    keys = {"tensorboard": ("logdir",), "wandb": ("id", "project"), "mlflow": ("run_id",)}
+    for name, fields in keys.items():
+        entry = ids.get(name)
+        if entry is None:
+            continue
+        if not isinstance(entry, dict):
+            return f"{name}'s entry is not an object"
+        for k in fields:
+            if k in entry and not isinstance(entry[k], str):
+                return f"{name}.{k} is not a text"
+        run_id = entry.get("id" if name == "wandb" else "run_id")
+        if run_id is not None and not RUN_ID.fullmatch(run_id):
+            return f"{name}'s run id {run_id[:40]!r} is not a plain name (letters, digits, - and _)"
+    return None
 
 
 def records_to(write, report: Reporting | None):
@@ -165,11 +259,21 @@ def records_to(write, report: Reporting | None):
     return both
 
 
-def start_reporting(cfg, ctx) -> Reporting:
-    """The --report-to back-ends of a run (cfg: its TrainConfig; ctx: its engine Context, on rank 0), started at
-    its header record; they are ctx.report, and its first batch is pictured. A resumed run continues the runs its
-    checkpoint's folder reported to, from the checkpoint's step."""
-    report = Reporting(cfg.report_to, cfg.out, cfg.run_name, cfg.resume, ctx.state.step, ctx.rt.say)
+def connect_reporting(cfg, rt) -> Reporting | None:
+    """The --report-to back-ends of a run (cfg: its TrainConfig) on rank 0 (rt: its Runtime), each tracker reached
+    before the caches open (Reporting); None without --report-to or on another rank."""
+    if not cfg.report_to or rt.rank != 0:
+        return None
+    return Reporting(cfg.report_to, cfg.out, cfg.run_name, cfg.resume, 0, rt.say)
+
+
+def start_reporting(report: Reporting | None, ctx) -> Reporting | None:
+    """The back-ends (connect_reporting's) attached to the run (ctx: its engine Context): started at its header
+    record, they are ctx.report, and its first batch is pictured. A resumed run continues the runs its checkpoint's
+    folder reported to, from the checkpoint's step."""
+    if report is None:
+        return None
+    report.set_step(ctx.state.step)
     ctx.report = report
     ctx.first_batch = lambda batch: report.show_batch(batch, ctx.state.step)
     return report

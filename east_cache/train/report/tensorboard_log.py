@@ -19,6 +19,9 @@ class TensorBoard:
     def __init__(self, out: Path):
         self.out, self.writer = out, None
 
+    def connect(self, run_name: str, previous: dict | None, resume_step: int | None) -> None:
+        """Nothing to reach: event files are written in the run folder."""
+
     def start(self, run_name: str, recipe: dict, previous: dict | None, resume_step: int | None) -> dict:
         """A resumed run writes on in the same folder; events the stopped run logged past the checkpoint's step
         are dropped (purge_step: those after the checkpoint's step), so the curves continue from the checkpoint."""

@@ -11,6 +11,8 @@ from urllib.parse import urlparse
 
 import wandb
 
+from east_cache.bounds import TRACKER_STARTUP_S
+
 PROJECT = "east-train"
 WANDB_HOST = "https://api.wandb.ai"
 
@@ -27,14 +29,20 @@ def logged_in() -> bool:
 
 
 class Wandb:
+    own_timeout = True   # wandb.init bounds its own wait (init_timeout): called in the caller's thread
+
     def __init__(self, out: Path):
         self.out, self.run = out, None
+
+    def connect(self, run_name: str, previous: dict | None, resume_step: int | None) -> None:
+        """Nothing to reach before the run starts: an online wandb.init waits at most TRACKER_STARTUP_S."""
 
     def start(self, run_name: str, recipe: dict, previous: dict | None, resume_step: int | None) -> dict:
         """A new run, or with --resume the run of the stored id (resume="allow")."""
         mode = None if "WANDB_MODE" in os.environ or logged_in() else "offline"
         run_id = (previous or {}).get("id") if resume_step is not None else None
-        settings = wandb.Settings(console="off", x_disable_stats=True, save_code=False, quiet=True)
+        settings = wandb.Settings(console="off", x_disable_stats=True, save_code=False, quiet=True,
+                                  init_timeout=TRACKER_STARTUP_S)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=run_name, dir=str(self.out),
                               config=recipe, id=run_id, resume="allow" if run_id else None, mode=mode,
                               settings=settings)
