@@ -8,6 +8,7 @@ dodge a cycle or a layer is still an edge here, so what it hides is found.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -27,6 +28,9 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
 
 
+# The graph's tests each walk every module: imported, imports_torch and private_imports keep each module's answer
+# (callers only read them), so that a module is parsed once per session, not once per test
+@functools.cache
 def imported(name: str, path: Path) -> set[str]:
     """Our modules that `name` imports: `import a.b`, `from a import b` (b a module or a name in a)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -88,6 +92,7 @@ def test_no_import_cycle_among_our_modules():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+@functools.cache
 def imports_torch(path: Path) -> bool:
     """Whether a module imports torch (or a part of it), at any depth."""
     for node in ast.walk(ast.parse(path.read_text())):
@@ -216,6 +221,7 @@ def test_a_moved_module_still_answers_at_its_old_path():
         assert getattr(old_train, name) is getattr(train, name)
 
 
+@functools.cache
 def private_imports(name: str, path: Path) -> list[str]:
     """'a: from b import _c' for every name starting with _ (not a dunder) that `name` imports from another of
     our modules."""
