@@ -29,6 +29,7 @@ def loop_table(out: str) -> list[list[str]]:
     return [r for r in rows[start + 1:] if r[0].isdigit()]
 
 
+@pytest.mark.slow
 def test_bench_prints_train_py_and_an_own_loop_side_by_side(cache, capsys):
     assert main(["bench", str(cache), "--workers", "0", "--batch-sizes", "2", "--batches", "2",
                  "--device", "cpu"]) == 0

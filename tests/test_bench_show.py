@@ -23,6 +23,7 @@ def cache(sample_root, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_bench_prints_a_row_per_setting_a_memcpy_row_and_a_recommendation(cache, capsys):
     assert main(["bench", str(cache), "--workers", "0,1", "--batch-sizes", "2", "--batches", "3"]) == 0
     out = capsys.readouterr().out
@@ -41,6 +42,7 @@ def test_bench_prints_a_row_per_setting_a_memcpy_row_and_a_recommendation(cache,
     assert "Recommendation: train.py --workers " in out
 
 
+@pytest.mark.slow
 def test_bench_reads_a_zarr_cache(sample_root, tmp_path, capsys):
     build_cache(small_config(strategy="chunked", chunk_size=4, crop="build"), [sample_root], tmp_path / "z", jobs=1, quiet=True,
                 file_format="zarr")

@@ -53,6 +53,7 @@ def temp_files(out: Path) -> list[str]:
     return sorted(p.name for p in (out / "data").iterdir() if ".tmp" in p.name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("over", [{}, {"image_codec": "jpeg"}, {"crop": "build"}],
                          ids=["pages-raw", "pages-jpeg", "crops"])
 def test_a_whole_build_interrupted_keeps_its_finished_samples_and_the_next_makes_the_rest(

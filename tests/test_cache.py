@@ -181,6 +181,7 @@ def test_on_the_fly_dataset_makes_the_cached_samples(caches, sample_root):
             assert np.array_equal(fly[i][k], cached[i][k]), k
 
 
+@pytest.mark.slow
 def test_jobs_1_and_2_write_identical_files(sample_root, tmp_path):
     build(sample_root, tmp_path / "j1", strategy="chunked", chunk_size=3, jobs=1)
     build(sample_root, tmp_path / "j2", strategy="chunked", chunk_size=3, jobs=2)

@@ -84,6 +84,7 @@ def test_a_sidecar_whose_offsets_do_not_add_up_is_refused_when_loaded(data_copy,
                 ds.quads(i, v)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage, expect", [
     ("shard gone", "field geo's shard is missing"),
     ("metadata garbage", "its zarr metadata is damaged"),

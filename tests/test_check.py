@@ -284,6 +284,7 @@ def test_a_near_pair_that_leaks_in_two_folds_is_named_under_each_with_real_paths
     assert all("/images/" in w for w in printed), line
 
 
+@pytest.mark.slow
 def test_check_finds_resized_reencoded_and_cropped_copies_at_its_default_distance_and_no_distinct_pages(
         tmp_path, capsys):
     """Distinct document pages are never paired; a half-size copy, a JPEG re-encoding at quality 40 and copies

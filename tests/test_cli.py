@@ -48,6 +48,7 @@ def test_every_console_script_runs_from_another_folder_and_names_itself(tmp_path
         assert r.returncode == 0 and r.stdout.startswith(f"usage: {name} "), (name, r.stderr)
 
 
+@pytest.mark.slow
 def test_module_help_works_from_another_folder_and_opens_with_a_user_sentence(tmp_path):
     r = run_cli("--help", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -117,6 +118,7 @@ def test_a_rebuild_without_flags_keeps_every_recorded_option(sample_root, tmp_pa
     assert Manifest.load(out).config == built.config and Manifest.load(out).source == built.source
 
 
+@pytest.mark.slow
 def test_levels_round_trip_through_a_rebuild_and_info_says_so(sample_root, tmp_path, build, capsys):
     """--levels is recorded like every option: `build --out CACHE` alone keeps it (nothing to do), --no-levels
     rebuilds without the level; info says which the cache holds."""
@@ -147,6 +149,7 @@ def test_a_changed_option_is_listed_before_the_full_rebuild(sample_root, tmp_pat
     assert m.source.data_dirs == [str(sample_root.resolve())]
 
 
+@pytest.mark.slow
 def test_source_option_changes_are_listed(data_copy, tmp_path, build):
     out = tmp_path / "c"
     build(tmp_path, "--data", data_copy, "--out", out, *SMALL_FLAGS)
@@ -192,6 +195,7 @@ def test_show_into_a_missing_folder_names_the_file_and_no_cache(sample_root, tmp
     assert "cache" not in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_info_into_a_closed_pipe_exits_quietly(sample_root, tmp_path, build):
     """A process of its own: what a closed pipe does to it (SIGPIPE's exit status) is the point."""
     out = tmp_path / "c"

@@ -63,6 +63,7 @@ def same_polygon(x: np.ndarray, y: np.ndarray) -> bool:
                                                    for r in range(len(x))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_areas_are_those_of_the_plain_clipper(seed):
     a, b = pairs(seed)
@@ -76,6 +77,7 @@ def test_the_areas_are_those_of_the_plain_clipper(seed):
     assert np.all((iou >= 0) & (iou <= 1 + 1e-12))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_polygons_are_those_of_the_plain_clipper(seed):
     """Any simple polygon (here convex ones of 3 to 8 vertices) against a convex clip of either orientation: the same

@@ -62,6 +62,7 @@ def items(ds, epoch: int) -> list[dict]:
     return [ds[i] for i in range(len(ds))]
 
 
+@pytest.mark.slow
 def test_targets_are_bit_identical_and_images_within_the_bound(caches):
     """Full items (in process, show) and compact items (train.py) of the same epoch: score, geometry, ROI equal bit
     for bit in both codecs; the jpeg crop within PSNR_BOUND_DB of the raw crop, and the same pixels either way."""
@@ -147,6 +148,7 @@ def tile_chroma(cache) -> str:
     return simplejpeg.decode_jpeg_header(tile_stream(tiles, 0, "first page"))[3]
 
 
+@pytest.mark.slow
 def test_changing_the_codec_its_quality_or_chroma_rebuilds_everything(photo_root, caches, tmp_path):
     out = tmp_path / "c"
     build(photo_root, out, image_codec="jpeg")

@@ -192,6 +192,7 @@ def page_maps(rng, noisy: bool):
     return score, geo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noisy", [False, True])
 def test_vectorised_decode_equals_the_run_by_run_one(noisy):
     """decode_maps merges every run at once and tests NMS pairs in bulk: its quads and per-box scores equal those

@@ -63,6 +63,7 @@ def all_examples() -> list[tuple[str, str]]:
     return [(name, code) for name, obj in public_objects() for code in examples(getattr(obj, "__doc__", None) or "")]
 
 
+@pytest.mark.slow
 def test_the_collector_finds_the_loader_example_and_skips_tables():
     found = dict(all_examples())
     assert "east_cache.reader.loader.Loader" in found and "east_loss(*model(image)" in found[

@@ -55,6 +55,7 @@ def source_reference(rec, cfg: BuildConfig, matrix: np.ndarray, cut: np.ndarray)
     return image, (points, offsets, care), make_targets(points, offsets, care, cfg.input_size, cfg.map_scale)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_a_crop_equals_make_targets_of_the_source_words_under_its_draw(caches, records, codec):
     ds, compact = CacheDataset(caches[codec]), CacheDataset(caches[codec], compact=True)

@@ -115,6 +115,7 @@ def test_a_transform_that_changes_the_crop_is_named_itself_not_its_compose(culpr
     assert "Compose" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_transforms_of_one_probability_fire_independently():
     """Two transforms at p = 0.5 over 600 crops: each fires about half the time, both together about a quarter (as
     draws of their own give; albumentations' one seed for all made it a half)."""

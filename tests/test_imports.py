@@ -86,6 +86,7 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
+@pytest.mark.slow
 def test_no_import_cycle_among_our_modules():
     graph = {name: imported(name, path) for name, path in MODULES.items()}
     cycle = find_cycle(graph)
@@ -290,6 +291,7 @@ def test_the_users_check_finds_one():
                                         "preprocess -> east_cache.evaluate"]
 
 
+@pytest.mark.slow
 def test_no_module_imports_a_private_name_of_another():
     bad = [line for name, path in MODULES.items() for line in private_imports(name, path)]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)

@@ -169,6 +169,7 @@ def writes_of(module: str, source: str) -> list[tuple[str, str, int, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_write_goes_through_the_door():
     allowed = {(m, f) for m, f, _ in ALLOW}
     found = [w for name, path in MODULES.items() if name != DOOR for w in writes_of(name, path.read_text())]

@@ -35,6 +35,7 @@ def warnings_to(path, worker_id: int) -> None:
     warnings.showwarning = write
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("persistent", [True, False])
 def test_without_set_epoch_workers_say_it_once_too(tiny_cache, tmp_path, persistent):
     ds, said = CacheDataset(tiny_cache), tmp_path / "warnings.txt"

@@ -59,6 +59,7 @@ def test_items_are_crops_of_the_pages_make_page_makes(cache, sample_root):
                 assert got[k].dtype == want[k].dtype and got[k].tobytes() == want[k].tobytes(), (epoch, i, k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_the_reader_draws_origins_on_every_even_map_pixel_and_only_there(map_scale, tiny_data, tmp_path):
     """The grid rule, from the origins the reader draws: each is an even number of map px (the image and the maps
@@ -71,6 +72,7 @@ def test_the_reader_draws_origins_on_every_even_map_pixel_and_only_there(map_sca
     assert np.any(in_map_px % 4 == 2), f"a grid coarser than 2 map px: {np.unique(in_map_px)}"
 
 
+@pytest.mark.slow
 def test_kept_maps_patches_give_the_crops_made_afresh(cache):
     """A reader keeps each page's maps patch per set of cut words and cuts every later crop's patch out of it:
     over many epochs, its crops (both item forms) equal those made from the page with nothing kept."""
@@ -151,6 +153,7 @@ def test_page_files_hold_only_their_pages(cache):
             assert os.stat(path).st_blocks * 512 <= entry.bytes + 4096, "nothing but the file's bytes on disk"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_pages_packed_by_the_kernel_and_through_the_process_are_the_same_file(sample_root, tmp_path, codec,
                                                                               monkeypatch):
@@ -166,6 +169,7 @@ def test_pages_packed_by_the_kernel_and_through_the_process_are_the_same_file(sa
     assert cache_bytes(kernel) == cache_bytes(process) == cache_bytes(tmp_path / "workers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", ["raw", "jpeg"])
 def test_an_update_copies_the_pages_it_keeps(data_copy, tmp_path, codec):
     out, fresh = tmp_path / "c", tmp_path / "fresh"

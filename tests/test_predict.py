@@ -175,6 +175,7 @@ def test_cli_errors_are_one_line_naming_the_path(case, sample_root, tmp_path, ca
     assert rc == 2 and err.count("\n") == 1 and expect in err, err
 
 
+@pytest.mark.slow
 def test_the_score_maps_warn_of_no_word_and_of_most_of_the_map_above_the_threshold(sample_root, tmp_path, capsys,
                                                                                       monkeypatch):
     """A briefly trained model scores every pixel alike: at the default --score-thresh no word (the line names the

@@ -101,6 +101,7 @@ def decodes(monkeypatch) -> dict:
     return counts
 
 
+@pytest.mark.slow
 def test_each_image_is_decoded_once_whatever_the_passes(pages_and_words, decodes):
     """Two checkpoints (model doubles, as --fuse quads runs them) x two scales: one decode per image, and the fused
     words are those of each of the four passes predicted alone (the path that decoded an image per pass), fused."""

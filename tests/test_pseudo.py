@@ -62,6 +62,7 @@ def test_words_are_kept_by_score_and_the_file_is_marked(predicted, tmp_path, cap
     assert not any((tmp_path / "ps2" / "images" / name).is_symlink() for name in written)
 
 
+@pytest.mark.slow
 def test_the_build_and_info_report_pseudo_labels_mixed_with_real_data(sample_root, predicted, tmp_path, capsys):
     """A build of the real root and the pseudo root (--data twice) holds both; its plan and `info` say how many
     images are pseudo-labels and from where; the build reads the scored words as any UFO words."""

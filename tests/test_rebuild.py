@@ -210,6 +210,7 @@ def test_concurrent_build_fails_at_once(data_copy, tmp_path):
     assert len(raised) == 1 and "another build" in str(raised[0]) and "is writing" in str(raised[0])
 
 
+@pytest.mark.slow
 def test_verify_finds_corruption_and_build_repairs_exactly_that(data_copy, tmp_path):
     out = tmp_path / "c"
     build(data_copy, out)

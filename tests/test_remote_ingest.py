@@ -38,6 +38,7 @@ def file_fingerprints(root: str) -> dict[str, str]:
     return {name: fp.file for name, fp in source_fingerprints(records).items()}
 
 
+@pytest.mark.slow
 def test_a_build_from_a_bucket_makes_the_samples_a_build_from_disk_makes(s3, data_copy, tmp_path):
     url = put_data(s3, data_copy)
     ours = build_cache(CFG, [url], tmp_path / "from-s3", jobs=1, quiet=True)
@@ -49,6 +50,7 @@ def test_a_build_from_a_bucket_makes_the_samples_a_build_from_disk_makes(s3, dat
     assert all(src.file.startswith("obj:") for src in m.images.values())
 
 
+@pytest.mark.slow
 def test_images_are_fingerprinted_from_one_listing_and_only_a_changed_one_is_made_again(s3, data_copy, tmp_path):
     url = put_data(s3, data_copy)
     build_cache(CFG, [url], tmp_path / "c", jobs=1, quiet=True)
@@ -74,6 +76,7 @@ def test_images_are_fingerprinted_from_one_listing_and_only_a_changed_one_is_mad
     assert report.computed == CFG.variants and (report.files_written, report.files_reused) == (1, len(before) - 1)
 
 
+@pytest.mark.slow
 def test_a_missing_object_is_named_and_skip_bad_leaves_it_out(s3, data_copy, tmp_path):
     url = put_data(s3, data_copy)
     gone = first_image(json.loads((data_copy / "ufo" / "train.json").read_text())["images"])

@@ -56,6 +56,7 @@ def test_a_limit_below_the_largest_files_is_refused_up_front_with_the_number(sto
     assert not list((tmp_path / "lc" / "data").iterdir())     # nothing was downloaded before the refusal
 
 
+@pytest.mark.slow
 def test_least_recently_used_files_go_pinned_ones_stay_and_the_limit_holds(stored, tmp_path):
     limit = least(stored, tmp_path)
     local = opened(stored, tmp_path / "lc", limit)
@@ -85,6 +86,7 @@ def test_a_mapped_file_keeps_reading_after_its_eviction(stored, tmp_path):
     assert first.tobytes() == expected
 
 
+@pytest.mark.slow
 def test_no_room_while_every_file_is_pinned_ends_in_one_error(stored, tmp_path):
     local = opened(stored, tmp_path / "lc", least(stored, tmp_path), room_wait_s=0.2)
     names = list(local.units)

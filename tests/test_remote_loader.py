@@ -181,6 +181,7 @@ def _node(url: str, folder: Path, node: int, results) -> None:
     results.put((node, items, held, len(loader)))
 
 
+@pytest.mark.slow
 def test_two_nodes_read_disjoint_files_and_together_every_item_each_epoch(s3, caches, tmp_path):
     url = s3.put_cache(caches["pages0"])
     ctx = multiprocessing.get_context("fork")
@@ -205,6 +206,7 @@ def test_two_nodes_read_disjoint_files_and_together_every_item_each_epoch(s3, ca
     assert list(again) == items0[1]   # the same order in a run resumed at epoch 2
 
 
+@pytest.mark.slow
 def test_a_cache_rebuilt_at_its_url_under_a_run_stops_it_with_one_line(s3, data_copy, tmp_path):
     first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2, geometry="build")
     url = s3.put_cache(first)
@@ -252,6 +254,7 @@ def test_torchrun_on_two_nodes_trains_from_a_url_each_downloading_its_share(s3, 
     assert [r["epoch"] for r in epochs_of(read_log(here / "run"))] == [1, 2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, says", [
     ([], "no finished cache here"),
     (["--local-cache-limit", "1K"], "pass --local-cache-limit"),

@@ -64,6 +64,7 @@ def docs_snippet() -> str:
     return next(b for b in blocks if "fs.put" in b)
 
 
+@pytest.mark.slow
 def test_the_docs_snippet_puts_a_data_set_into_a_bucket(s3, small_data, monkeypatch):
     code = docs_snippet().replace("/data/receipts", str(small_data)).replace("s3://bucket/", s3.url("") )
     exec(compile(code, "docs/remote.md", "exec"), {})

@@ -59,6 +59,7 @@ class Recorder:
         return call
 
 
+@pytest.mark.slow
 def test_files_go_up_before_the_manifest_and_old_ones_go_only_after_it(s3, data_copy, tmp_path, monkeypatch):
     dest, staging = Location.parse(s3.url("c")), tmp_path / "staging"
     first = commit(dest, make_tiny_cache(data_copy, staging, **TINY_FILES))
@@ -135,6 +136,7 @@ def test_a_killed_upload_leaves_the_previous_cache_whole(s3, faulty, data_copy, 
     assert stored_sizes(s3) == local_sizes(staging)
 
 
+@pytest.mark.slow
 def test_an_upload_cut_every_time_ends_in_one_error_and_no_manifest(s3, faulty, no_client_retries, tiny_data,
                                                                      tmp_path):
     dest, staging = Location.parse(s3.url("c")), make_tiny_cache(tiny_data, tmp_path / "staging", **TINY_FILES)

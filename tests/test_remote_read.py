@@ -68,6 +68,7 @@ def leftovers(folder: Path) -> list[str]:
     return [p.name for p in (folder / "data").rglob("*") if p.name.endswith(TEMP_SUFFIX)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pages", "crops", "zarr"])
 def test_items_read_through_the_local_cache_are_the_local_caches(s3, caches, tmp_path, kind):
     local = opened(store(s3, caches[kind]), tmp_path / "lc")
@@ -107,6 +108,7 @@ def test_forked_processes_download_each_file_once(s3, caches, tmp_path):
     assert cache_bytes(local.local_dir) == cache_bytes(caches["crops"])
 
 
+@pytest.mark.slow
 def test_a_cache_rebuilt_at_the_same_url_is_never_served_stale(s3, caches, data_copy, tmp_path):
     first = make_tiny_cache(data_copy, tmp_path / "v1", strategy="image", variants=2, geometry="build")
     loc = store(s3, first)
@@ -143,6 +145,7 @@ def test_a_truncated_object_is_refused_and_leaves_no_file(s3, caches, tmp_path):
     assert not local.present(name) and not leftovers(local.local_dir)
 
 
+@pytest.mark.slow
 def test_a_dropped_connection_is_tried_again(s3, faulty, no_client_retries, caches, tmp_path):
     local = opened(store(s3, caches["pages"]), tmp_path / "lc", block_bytes=64 << 10)
     name = next(iter(local.units))
@@ -152,6 +155,7 @@ def test_a_dropped_connection_is_tried_again(s3, faulty, no_client_retries, cach
     assert local.path(name).read_bytes() == (caches["pages"] / "data" / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_a_connection_that_keeps_dropping_ends_in_one_error_and_no_half_file(s3, faulty, no_client_retries, caches,
                                                                              tmp_path):
     loc = store(s3, caches["pages"])

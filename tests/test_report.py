@@ -274,6 +274,7 @@ def one_error(err: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @needs("mlflow")
 def test_an_unreachable_mlflow_server_is_one_line_within_seconds(tmp_path, capsys, monkeypatch):
     import socket
@@ -288,6 +289,7 @@ def test_an_unreachable_mlflow_server_is_one_line_within_seconds(tmp_path, capsy
     assert took < 20, took
 
 
+@pytest.mark.slow
 @needs("mlflow")
 def test_an_mlflow_server_that_never_answers_ends_at_the_bound(tmp_path, capsys, monkeypatch):
     import socket

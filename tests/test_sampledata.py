@@ -143,6 +143,7 @@ def test_second_call_does_not_rewrite(tmp_path):
     assert mtimes(root)[root / "ufo" / "train.json"] != before[root / "ufo" / "train.json"]
 
 
+@pytest.mark.slow
 def test_default_sample_has_two_splits_sharing_images(tmp_path, monkeypatch):
     monkeypatch.setattr(sampledata, "DEFAULT_SPLITS", (("train", 2), ("val", 1)))  # fewer pages: a fast test
     monkeypatch.chdir(tmp_path)

@@ -130,6 +130,7 @@ def full_pages(tmp_path_factory):
     return load_ground_truth(root / "ufo" / "val.json", BuildConfig()), sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_ground_truth_maps_of_full_pages_score_high_and_shifted_maps_lower(full_pages, map_scale):
     gt, sizes = full_pages

@@ -251,6 +251,7 @@ def test_a_cache_that_records_no_sources_says_how_to_record_them(two_roots, tmp_
         CacheDataset(old, split="train0")
 
 
+@pytest.mark.slow
 def test_info_prints_each_sources_share_of_a_run(two_roots, capsys):
     receipts, cord, cache, folds = two_roots
     status, out, _ = cli_run(capsys, "info", cache)

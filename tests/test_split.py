@@ -8,6 +8,7 @@ import os
 import re
 
 import numpy as np
+import pytest
 from helpers import cli_run
 
 from east_cache.config import BuildConfig
@@ -56,6 +57,7 @@ def test_folds_partition_the_images_and_train_holds_the_others(tmp_path, capsys)
          sum(len(e["words"]) - 1 for e in train.values())] for k, (train, val) in enumerate(written)]
 
 
+@pytest.mark.slow
 def test_words_are_balanced_within_the_largest_image(tmp_path, capsys):
     """150 images of 1 to 3 legible words, 25 of 40 to 100, 2 of 250 and 30 without, in 5 folds: every fold's words within
     the largest image's words of the others (the greedy rule's bound), and within 1% of the mean on this set (a

@@ -42,6 +42,7 @@ def cache(tiny_cache) -> Path:
 
 # ---------------------------------------------------------------- model
 
+@pytest.mark.slow
 @pytest.mark.parametrize("map_scale", [0.5, 0.25])
 def test_model_outputs_match_the_cache_maps(map_scale):
     model = EAST(map_scale).eval()
@@ -54,6 +55,7 @@ def test_model_outputs_match_the_cache_maps(map_scale):
     assert geo[:, 4].abs().max() <= math.pi / 2
 
 
+@pytest.mark.slow
 def test_backbone_has_torchvision_keys_and_loads_them(tmp_path):
     model = EAST()
     convs = sorted({int(k.split(".")[1]) for k in model.state_dict() if k.startswith("features.") and k.endswith("bias")
@@ -128,6 +130,7 @@ def imagenet_like_file(folder: Path, hash_prefix: str | None = None) -> tuple[Pa
     return tmp.rename(folder / f"vgg16_bn-{hash_prefix or digest}.pth"), state
 
 
+@pytest.mark.slow
 def test_imagenet_weights_are_downloaded_once_checked_and_loaded(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     src, state = imagenet_like_file(tmp_path / "server")
@@ -143,6 +146,7 @@ def test_imagenet_weights_are_downloaded_once_checked_and_loaded(tmp_path, monke
     assert len(said) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["offline", "corrupt"])
 def test_imagenet_weights_that_cannot_be_had_say_where_to_put_them(case, tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))

@@ -335,6 +335,7 @@ def test_bench_augment_prints_a_cores_rate_without_and_with_the_recipe_and_each_
     assert len(shares) == 2 and abs(sum(shares) - 100) < 0.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["pixels", "affine"])
 def test_train_pys_compact_batches_hold_the_targets_of_the_plain_items(cache, recipe):
     """Loader's batches (compact items: packed maps and word table, expanded on the device) equal CacheDataset's

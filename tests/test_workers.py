@@ -92,6 +92,7 @@ def test_word_tables_are_written_in_the_slot_as_long_as_the_densest_page(cache):
         ours.close()
 
 
+@pytest.mark.slow
 def test_full_items_too_and_batches_later_change_nothing_held(cache):
     """Non-compact items (score and geometry made on the CPU); a batch the consumer holds is never overwritten,
     while the batches it let go are reused."""
@@ -111,6 +112,7 @@ def test_full_items_too_and_batches_later_change_nothing_held(cache):
         ours.close()
 
 
+@pytest.mark.slow
 def test_an_epoch_left_early_does_not_leak_into_the_next(cache):
     ours, theirs = loaders(cache, 2, False, batch=1)
     try:

@@ -55,6 +55,7 @@ def caches(sample_root, tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_zarr_holds_the_samples_of_npy(caches):
     assert decoded(caches / "zarr") == decoded(caches / "npy")
     npy, zr = Manifest.load(caches / "npy").files, Manifest.load(caches / "zarr").files
@@ -91,6 +92,7 @@ def test_dataloader_workers_read_zarr(caches):
     assert all(np.array_equal(in_memory[3][k], npy[3][k]) for k in FIELDS)
 
 
+@pytest.mark.slow
 def test_zarr_incremental_rebuild_equals_a_full_build(data_copy, tmp_path):
     build(data_copy, tmp_path / "inc")
     edit_ufo(data_copy, nudge_first_word)
@@ -103,6 +105,7 @@ def test_zarr_incremental_rebuild_equals_a_full_build(data_copy, tmp_path):
     assert shards(tmp_path / "inc") == shards(tmp_path / "full"), "the same shard bytes"
 
 
+@pytest.mark.slow
 def test_verify_finds_a_corrupt_shard_and_build_repairs_it(data_copy, tmp_path):
     out = tmp_path / "c"
     build(data_copy, out)
@@ -148,6 +151,7 @@ def test_sigkill_zarr_build_leaves_no_cache_then_resumes(data_copy, tmp_path):
     assert not verify(out) and not list((out / "data").glob("*.tmp*"))
 
 
+@pytest.mark.slow
 def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
     out = tmp_path / "c"
     code = ("import sys, east_cache.cli as c; rc = c.main(sys.argv[1:]); "
@@ -165,6 +169,7 @@ def test_cli_zarr_build_info_and_format_rules(sample_root, tmp_path, capsys):
     assert "--backend dask and --scheduler ADDRESS go together" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_build_without_format_keeps_the_caches_format(data_copy, tmp_path):
     out = tmp_path / "c"
     build(data_copy, out)
