@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import bench_pages, held_out_pages, machine, measured_device, table
+from common import bench_pages, held_out_pages, measured_device, table
 
 import common
 from east_cache import cli
@@ -178,11 +178,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     a = parse(argv)
-    measured = measured_device(a.device)
-    if measured is None:
+    device = measured_device(a.device)
+    if device is None:
         return 0
-    device, name = measured
-    print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
     rows, trained = [], {}
     common.BENCH_DATA.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=common.BENCH_DATA, prefix="fusion-") as tmp:

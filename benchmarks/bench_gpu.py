@@ -24,7 +24,6 @@ import torch
 from common import (
     arm_parser,
     bench_pages,
-    machine,
     measured_device,
     parse_arms,
     process_tree_cpu_seconds,
@@ -210,12 +209,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     a = parse(argv)
-    measured = measured_device(a.device)
-    if measured is None:
+    device = measured_device(a.device, lambda d: f"; nvJPEG through torchvision: {'yes' if nvjpeg(d) else 'no'}")
+    if device is None:
         return 0
-    device, name = measured
-    jpeg = "yes" if nvjpeg(device) else "no"
-    print(f"Machine: {machine()}; {name}, torch {torch.__version__}; nvJPEG through torchvision: {jpeg}\n")
     arms = a.arms.split(",")
     caches = {}
     if {"read", "steady"} & set(arms):

@@ -26,9 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from bench_gpu import cache_of
-from common import arm_parser, machine, measured_device, parse_arms, repeated_pages, table
+from common import arm_parser, measured_device, parse_arms, repeated_pages, table
 from gpu_steady import Steady, after_start_up, steady_epochs
 
 from east_cache.augment import Augment
@@ -123,11 +122,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     a = parse(argv)
-    measured = measured_device(a.device)
-    if measured is None:
+    device = measured_device(a.device)
+    if device is None:
         return 0
-    device, name = measured
-    print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
     codecs = a.codecs.split(",")
     data = repeated_pages(a.images, a.distinct)
     caches = {codec: cache_of(data, codec, a.image_size, a.input_size, a.jobs) for codec in codecs}

@@ -18,8 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-from common import arm_parser, held_out_pages, machine, measured_device, parse_arms, repeated_pages, table
+from common import arm_parser, held_out_pages, measured_device, parse_arms, repeated_pages, table
 from tta import Schedule, curve_rows, make_loader, ratio_rows, same_hmean_rows, train_arm, warm_up
 
 from east_cache.augment import Augment
@@ -58,11 +57,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     a = parse(argv)
-    measured = measured_device(a.device)
-    if measured is None:
+    device = measured_device(a.device)
+    if device is None:
         return 0
-    device, name = measured
-    print(f"Machine: {machine()}; {name}, torch {torch.__version__}\n")
     amp = "fp16" if device.type == "cuda" else "off"
     data = repeated_pages(a.train_images, a.distinct, a.words)
     held = held_out_pages(a.val_images, a.words)

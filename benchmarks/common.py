@@ -269,10 +269,11 @@ def parse_arms(p: argparse.ArgumentParser, argv, quick: dict, arms: tuple[str, .
     return a
 
 
-def measured_device(name: str):
-    """(torch.device, its name) to measure on, or None after a note where it is CUDA and there is none. The device
-    is set up as east-train and east-predict set theirs (setup_device: the CUDA device made current, cuDNN's
-    benchmark mode on), so that a step measured in this process costs what it costs in theirs."""
+def measured_device(name: str, note=None):
+    """The torch.device to measure on, after the run's first line (the machine, the device's name, torch and `note`
+    (device) -> str where given); or None after a note where it is CUDA and there is none. The device is set up as
+    east-train and east-predict set theirs (setup_device: the CUDA device made current, cuDNN's benchmark mode on),
+    so that a step measured in this process costs what it costs in theirs."""
     from east_cache.predict.device import setup_device
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -280,4 +281,6 @@ def measured_device(name: str):
               "cpu for the check run).")
         return None
     device = setup_device(name).device
-    return device, torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "no GPU"
+    print(f"Machine: {machine()}; {gpu}, torch {torch.__version__}{note(device) if note else ''}\n")
+    return device
