@@ -153,7 +153,7 @@ ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools"}   # by pref
 # entry-point packages.
 FRONTS = ("east_cache.cli", "preprocess", "preprocess.__main__", "dataset")
 # Moved, kept one release: an old internal path a user may have imported (or run with python -m), now a re-export of
-# the module it moved to (docs/guide.md, "Moved in this release"). A shim is in no layer (it points up from its old
+# the module it moved to (docs/guide.md, "Moved"). A shim is in no layer (it points up from its old
 # room) and nothing of ours imports it (test_nothing_imports_a_moved_module); drop it, and its line here, next release.
 SHIMS = {"east_cache.store.build": ("east_cache.build.run",),
          "east_cache.model.predict": ("east_cache.predict.predict", "east_cache.predict.pages"),

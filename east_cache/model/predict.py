@@ -1,5 +1,5 @@
 """Moved to east_cache.predict.predict (and its images' loading to east_cache.predict.pages) in this release
-(docs/guide.md, "Moved in this release"): their names re-exported, and `python -m east_cache.model.predict` still runs
+(docs/guide.md, "Moved"): their names re-exported, and `python -m east_cache.model.predict` still runs
 east-predict, until the next one. Nothing in the package imports it (tests/test_imports.py SHIMS)."""
 import sys
 

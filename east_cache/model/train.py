@@ -1,4 +1,4 @@
-"""Moved to east_cache.train.train in this release (docs/guide.md, "Moved in this release"): its names re-exported, and
+"""Moved to east_cache.train.train in this release (docs/guide.md, "Moved"): its names re-exported, and
 `python -m east_cache.model.train` (the resume command older runs printed) still runs east-train, until the next one.
 Nothing in the package imports it (tests/test_imports.py SHIMS)."""
 import sys
