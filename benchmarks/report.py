@@ -309,10 +309,12 @@ def gpu_wait(results: dict) -> str:
     found = having(results, "gpu", "training samples/s")
     if not found:   # a record from before the steady-state arm: the last epoch of a short run
         old = having(results, "gpu", "time waiting for data")
+        if not old:
+            return GPU_RUN
         when = f"; pre-warped pages, recorded {results['gpu']['date']}, before --geometry read: not re-measured"
         return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['samples/s']} samples/s, "
                                                    f"{r['time waiting for data']} waiting" for r in old)
-                         + f" (a short run's last epoch{when})") if old else GPU_RUN
+                         + f" (a short run's last epoch{when})")
     return on_device(results, "gpu", "; ".join(f"{r['codec']} pages: {r['training samples/s']} samples/s, "
                                                f"{r['waiting']} waiting" for r in found))
 
@@ -373,6 +375,7 @@ def headline(results: dict) -> list[list[str]]:
     icdar = [v for k, v in codec.items() if k.startswith("jpeg cache of ICDAR")]
     ratio = [list(r.values())[1:] for r in rows(results, "remote", 2) if list(r.values())[0] == "bucket / local disk"]
     return [
+        ["the default build, per extra camera photo (8.7-12 MP), one job", build_row(results)],
         ["EAST targets vs a plain per-word reference", span(targets, ".0f") + "x faster, equal" if targets
          else "not measured"],
         ["a cache of JPEG pages over the camera photos it came from",
@@ -386,6 +389,18 @@ def headline(results: dict) -> list[list[str]]:
          " / ".join(f"{v}x" for v in ratio[0]) + "; each machine downloads each file once" if ratio
          else "not measured"],
     ]
+
+
+def build_row(results: dict) -> str:
+    """compare.py: the working tree's build per extra camera photo (default codec, wall), against the on-the-fly
+    baseline's sample and the floor, measured in the same rounds."""
+    r = next((r for r in rows(results, "compare", 2)
+              if r["tree"] == WORK and r["clock"] == "wall" and r["codec"].startswith("raw (")), None)
+    if r is None:
+        return "not measured (python benchmarks/run_all.py --only compare)"
+    ms, baseline, floor = (r[k].split(" [")[0] for k in ("build ms per extra photo", "baseline / build", "build / floor"))
+    return (f"{ms} ms of wall time, {baseline}x faster than the on-the-fly baseline makes one training sample of it; "
+            f"{floor}x its floor (decode, resize, write)")
 
 
 def fresh_draws(results: dict) -> str:
