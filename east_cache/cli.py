@@ -61,7 +61,8 @@ def add_build_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", action="append", type=flag_location, metavar="DIR",
                    help="dataset root holding ufo/{split}.json and images/ (or img/{split}/), a folder or a URL "
                         "(s3://bucket/set, read through fsspec: pip install \"east-cache[remote]\"); repeatable. "
-                        "Default: the built-in synthetic sample set, generated into ./sample_data")
+                        "Default: a synthetic sample set, which the first build without --data generates into "
+                        "./sample_data")
     p.add_argument("--split", help="which ufo/{split}.json to read" + kept("train"))
     p.add_argument("--name", action="append", dest="names", metavar="NAME",
                    help="the source name of each --data root, once per --data in order: what east-train --split and "
@@ -191,9 +192,8 @@ def build_into(a: argparse.Namespace, shown: str, say, on_file=None) -> int:
     req = resolve(a)
     data = req.data
     if not data:
-        from east_cache.tools.sampledata import ensure_default_sample
-        data = [ensure_default_sample()]
-        say(f"no --data given: using the built-in synthetic sample set in {data[0]}/")
+        from east_cache.tools.sampledata import sample_for_build
+        data = [sample_for_build(say)]
     with dask_client(a.scheduler) if a.backend == "dask" else nullcontext():
         r = build_cache(req.config, data, a.out, split=req.split, jobs=a.jobs, quiet=a.quiet,
                         check_content=req.check_content, skip_bad=req.skip_bad, backend=a.backend,

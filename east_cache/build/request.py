@@ -30,7 +30,7 @@ DEFAULT_SPLIT = "train"
 @dataclass(frozen=True)
 class BuildRequest:
     config: BuildConfig
-    data: list[Path] | None      # None: the built-in sample set
+    data: list[Path] | None      # None: the sample set a build without --data generates
     split: str
     skip_bad: bool
     check_content: bool
