@@ -162,6 +162,11 @@ def goals(results: dict) -> list[list[str]]:
 WORK = "working tree"   # compare.py's name for the tree it runs in
 
 
+def per_extra_photo(results: dict) -> dict[str, dict[str, str]]:
+    """compare.py's rows of the working tree's build per extra camera photo at the default codec, by clock."""
+    return {r["clock"]: r for r in rows(results, "compare", 2) if r["tree"] == WORK and r["codec"].startswith("raw (")}
+
+
 def compare_goals(results: dict) -> list[list[str]]:
     """compare.py (issue 48): the default build's wall time and bytes against each earlier revision, on rendered
     pages and camera photos; the build per extra camera photo against its floor and the on-the-fly baseline; the
@@ -178,7 +183,7 @@ def compare_goals(results: dict) -> list[list[str]]:
                  for label in ("rendered pages", "camera photos") if label in kinds]
         out.append([f"the default build, working tree / {rev}: wall time (median [min-max] of rounds), cache bytes",
                     "<= 1 (bytes <= 1.05)", "; ".join(cells)])
-    extra = {r["clock"]: r for r in rows(results, "compare", 2) if r["tree"] == WORK and r["codec"].startswith("raw (")}
+    extra = per_extra_photo(results)
     if {"wall", "CPU"} <= set(extra):
         out.append(["the build per extra camera photo (default codec) / its floor (decode + resize + write)", "<= 1.5x",
                     f"wall {extra['wall']['build / floor']}, CPU {extra['CPU']['build / floor']}"])
@@ -394,8 +399,7 @@ def headline(results: dict) -> list[list[str]]:
 def build_row(results: dict) -> str:
     """compare.py: the working tree's build per extra camera photo (default codec, wall), against the on-the-fly
     baseline's sample and the floor, measured in the same rounds."""
-    r = next((r for r in rows(results, "compare", 2)
-              if r["tree"] == WORK and r["clock"] == "wall" and r["codec"].startswith("raw (")), None)
+    r = per_extra_photo(results).get("wall")
     if r is None:
         return "not measured (python benchmarks/run_all.py --only compare)"
     ms, baseline, floor = (r[k].split(" [")[0] for k in ("build ms per extra photo", "baseline / build", "build / floor"))
