@@ -1,4 +1,5 @@
-"""The sample set a build without --data generates: deterministic, idempotent, every kind of word real UFO sets have, quads on the ink."""
+"""The sample set a build without --data generates: deterministic, idempotent, every kind of word real UFO sets
+have, quads on the ink."""
 from __future__ import annotations
 
 import json
