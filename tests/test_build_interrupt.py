@@ -107,6 +107,37 @@ def test_a_build_of_other_samples_removes_an_interrupted_builds_staging_first(da
     assert r.resumed == 0 and r.computed == 20 and temp_files(out) == []
 
 
+def test_ctrl_c_inside_the_sidecars_write_is_the_interrupt_and_keeps_the_journaled_rows(data_copy, tmp_path,
+                                                                                          monkeypatch):
+    """Ctrl-C inside np.savez, as zipfile opens a member: savez's own close then raises ValueError over the
+    KeyboardInterrupt. That is still the interrupt (once a traceback, exit status 1, and the rows lost)."""
+    cfg, out = whole(crop="build"), tmp_path / "c"
+    build(data_copy, tmp_path / "fresh", cfg)
+
+    real = np.savez
+
+    def savez(path, **arrays):
+        if not isinstance(path, Path):   # the journal's rows, into memory
+            return real(path, **arrays)
+        with open(path, "wb") as f:
+            f.write(b"PK")   # the torn sidecar a real interrupt leaves
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
+
+    with monkeypatch.context() as m:
+        m.setattr("east_cache.build.run.np.savez", savez)
+        with pytest.raises(BuildStopped) as stopped:
+            build(data_copy, out, cfg)
+    kept, total, unfinished = map(int, KEPT.search(str(stopped.value)).groups())
+    assert (kept, total) == (unfinished, 20) and 0 < kept < total, stopped.value
+    assert len(temp_files(out)) == 2, "the staging file and its journal stay, the torn sidecar goes"
+    r = build(data_copy, out, cfg)
+    assert (r.resumed, r.computed) == (kept, total - kept)
+    assert cache_bytes(out) == cache_bytes(tmp_path / "fresh")
+
+
 def test_a_zarr_file_keeps_no_rows_and_the_message_says_so(data_copy, tmp_path, monkeypatch):
     cfg, out = small_config(strategy="chunked", chunk_size=6, variants=4, crop="build"), tmp_path / "c"
     with monkeypatch.context() as m:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import AUTO, READER_ONLY, BuildConfig
-from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command
+from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command, from_interrupt
 from east_cache.ingest.objects import source_root
 from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
@@ -143,15 +143,16 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         remove_other_temp_files(out, going_on)
         _preallocate(out, cfg, plan, fmt, records)
         entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report, on_file)
-    except KeyboardInterrupt:   # Ctrl-C, SIGTERM: finished files and journaled rows stay, for the next build
+    except BaseException as e:
+        if not from_interrupt(e):   # an error: finished files stay, for the next build to reuse
+            remove_temp_files(out, plan)
+            raise
+        # Ctrl-C, SIGTERM (or what failed as it unwound): finished files and journaled rows stay, for the next build
         kept, rows = journaled(out, plan, spec)
         remove_temp_files(out, plan, kept)
         done = [f for f in plan.files if data_path(out, f.name).exists()]
         raise BuildStopped(sum(len(f.keys) for f in done) + rows, report.samples, len(done), len(plan.files),
                            rows) from None
-    except BaseException:   # an error: finished files stay, for the next build to reuse
-        remove_temp_files(out, plan)
-        raise
     ingest["exif_applied"] = len(exif)
     stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
                        report.copied, report.files_reused)
