@@ -3,8 +3,8 @@
 A file is written under a temp name in its own folder, fsynced, then renamed over its name (os.replace) and the
 folder fsynced: a reader sees the old file or the new one, never half of one, and a link at the name (symbolic, or
 a hard link to another file) is replaced, never written through. Before it, the name is checked against the running
-command's declared inputs (errors.CommandInputs: what refuse_overwrite and declare_inputs named), by path and by file
-identity: no output is or replaces an input, even one the command's first check did not know of.
+command's declared inputs (errors.CommandInputs: what inputs.py's refuse_overwrite and declare_inputs named), by path
+and by file identity: no output is or replaces an input, even one the command's first check did not know of.
 
     replacing(path)      a temp path beside path to write (torch.save, np.savez, a library that wants a name)
     writing(path, mode)  the same as an open file ("w", "wb"): PIL's and matplotlib's save, json, csv

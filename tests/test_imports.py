@@ -130,7 +130,7 @@ def test_no_module_is_too_long():
 
 
 # The data path's layers, in order: a module may import modules of its own layer and of the layers before it.
-#   base      what every layer shares (config, errors, bounds, durable writes, locations, ...)
+#   base      what every layer shares (config, errors, a command's inputs, bounds, durable writes, locations, ...)
 #   ingest -> sample -> store -> build   UFO files in, the warp and the targets, the cache on disk, making a cache:
 #             the build writes the store's format; the store never imports the build
 #   tools     the build side's user commands (with convert): info, verify, split, pseudo, check, runs; they import
@@ -146,8 +146,9 @@ LAYERS = ("base", "ingest", "sample", "store", "build", "tools", "evaluate", "re
           "train")
 MODEL_SIDE = ("model", "predict", "train")
 EVALUATE_USERS = ("east_cache.evaluate", "east_cache.model", "east_cache.predict", "east_cache.train", "east_cache.cli")
-BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.progress",
-        "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds", "east_cache.augment")
+BASE = ("east_cache", "east_cache.atomic", "east_cache.config", "east_cache.errors", "east_cache.inputs",
+        "east_cache.progress", "east_cache.budget", "east_cache.location", "east_cache.retry", "east_cache.bounds",
+        "east_cache.augment")
 ROOMS = {"east_cache.tools": "tools", "east_cache.convert": "tools"}   # by prefix
 # The fronts, which dispatch to every side (lazily) and which no layer constrains: the command lines and the
 # entry-point packages.

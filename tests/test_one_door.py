@@ -228,7 +228,8 @@ def test_every_allowed_write_says_why(entry):
 import os  # noqa: E402
 
 from east_cache.atomic import Appender, publish, write_atomic, writing  # noqa: E402
-from east_cache.errors import CommandInputs, Input, UsageError, declare_inputs  # noqa: E402
+from east_cache.errors import CommandInputs, UsageError  # noqa: E402
+from east_cache.inputs import Input, declare_inputs  # noqa: E402
 
 
 def make_link(kind: str, target: Path, at: Path) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from east_cache.errors import Input, UsageError, refuse_overwrite
+from east_cache.errors import UsageError
+from east_cache.inputs import Input, refuse_overwrite
 from east_cache.tools.sampledata import write_sample_dataset
 
 IMAGE = "img_0000.jpg"

@@ -24,7 +24,7 @@ from east_cache.store.sidecar import quads_path
 
 LOCK = ".lock"
 # Keys every manifest a build of ours wrote has had: a manifest.json without them is someone else's file.
-# what a build writes in --out (errors.refuse_overwrite): no input may lie there
+# what a build writes in --out (inputs.refuse_overwrite): no input may lie there
 BUILD_WRITES = (MANIFEST, LOCK, CORRUPT_MARKER, IMAGE_HASHES, DATA_DIR, f"{DATA_DIR}/*")
 OWN_MANIFEST_KEYS = ("format_version", "build_fingerprint")
 

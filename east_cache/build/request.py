@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from east_cache.config import AUTO, BuildConfig
-from east_cache.errors import CacheError, UsageError, refuse_overwrite
+from east_cache.errors import CacheError, UsageError
+from east_cache.inputs import refuse_overwrite
 from east_cache.location import Location
 from east_cache.ingest.ufo import dataset_inputs
 from east_cache.build.announce import BuildPlan
@@ -75,7 +76,7 @@ def config_from_args(a, base: BuildConfig | None = None) -> BuildConfig:
 
 def refuse_build_over_inputs(a, dest: Location) -> None:
     """Before any work (a bucket's cache pulled into staging included): where the build writes, --out or, building
-    to a URL, its staging folder, against the --data sets given (errors.refuse_overwrite; resolve checks those an
+    to a URL, its staging folder, against the --data sets given (inputs.refuse_overwrite; resolve checks those an
     existing cache recorded)."""
     flag, out = ("--staging", a.staging or default_staging(dest)) if dest.remote else ("--out", a.out)
     refuse_overwrite(flag, out, [i for d in a.data or () for i in dataset_inputs(d, "--data")], BUILD_WRITES)

@@ -147,8 +147,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         if not from_interrupt(e):   # an error: finished files stay, for the next build to reuse
             remove_temp_files(out, plan)
             raise
-        # Ctrl-C, SIGTERM (or what failed as it unwound): finished files and journaled rows stay, for the next build
-        kept, rows = journaled(out, plan, spec)
+        kept, rows = journaled(out, plan, spec)   # Ctrl-C, SIGTERM: finished files and journaled rows stay
         remove_temp_files(out, plan, kept)
         done = [f for f in plan.files if data_path(out, f.name).exists()]
         raise BuildStopped(sum(len(f.keys) for f in done) + rows, report.samples, len(done), len(plan.files),

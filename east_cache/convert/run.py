@@ -8,7 +8,8 @@ from pathlib import Path
 from east_cache.convert import FORMATS
 from east_cache.convert.rules import SHOW_BAD, Page, Problems, Source, Summary, frame_size, orient
 from east_cache.convert.writer import IMAGES_DIR, check_output, check_prefix, ufo_path, write_root
-from east_cache.errors import DataError, Input, UsageError, refuse_overwrite
+from east_cache.errors import DataError, UsageError
+from east_cache.inputs import Input, refuse_overwrite
 
 # The files of a source folder that a reader reads: those at its top (annotations, and images beside them), and
 # cord's json/ and image/. A root converted into the folder (--out SRC, SRC/conv) is none of them.

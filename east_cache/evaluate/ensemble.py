@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.bounds import COUNT, NON_NEGATIVE, Bound, flag_number
-from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
+from east_cache.errors import DataError, UsageError
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.evaluate.deteval import hulls
 from east_cache.evaluate.overlap import iou_above, pairwise_iou
 from east_cache.evaluate.predictions import read_quads, write_predictions

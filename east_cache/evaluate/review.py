@@ -27,7 +27,8 @@ import numpy as np
 
 from east_cache.bounds import MAX_PROCESSES, Bound, flag_number
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError, Input, UsageError, check_output, refuse_overwrite
+from east_cache.errors import DataError, UsageError
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, open_regular
 from east_cache.ingest.imageio import oriented_size
 from east_cache.evaluate import deteval_rect, review_draw as rd, scoring
@@ -91,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_out(out: Path, inputs: list[Input], force: bool) -> set[str]:
     """Refuse, before any work, an --out that is a file or cannot be written, a file written there that is an input
-    or a link to one, or a folder holding one (errors.refuse_overwrite), and, without force, a folder with files
+    or a link to one, or a folder holding one (inputs.refuse_overwrite), and, without force, a folder with files
     no review wrote. Returns what the last review there wrote (its marker's list; nothing for another folder)."""
     check_output(out, "--out", folder=True)
     refuse_overwrite("--out", out, inputs, WRITES)

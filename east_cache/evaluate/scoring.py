@@ -25,7 +25,8 @@ from east_cache.location import flag_location
 from east_cache.evaluate import deteval, deteval_rect
 from east_cache.evaluate.compare import compare, table
 from east_cache.config import DEFAULT_IGNORE_TAGS, BuildConfig
-from east_cache.errors import CacheHint, DataError, Input, UsageError, check_output, refuse_overwrite
+from east_cache.errors import CacheHint, DataError, UsageError
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.ingest import ufo
 # PREDICTED_BY, and a pseudo-label file's marks: a --gt with them is refused
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG, is_pseudo

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.errors import DataError, Input, cache_command
+from east_cache.errors import DataError, cache_command
+from east_cache.inputs import Input
 from east_cache.ingest import jsonstream
 from east_cache.ingest.files import NotAllowed, contained, open_regular, regular_stat
 from east_cache.ingest.objects import listed, source_path
@@ -75,7 +76,7 @@ def find_split(data_dir, split: str, data_flag: str = "--data", split_flag: str 
 
 
 def dataset_inputs(root, flag: str) -> list[Input]:
-    """What a command reading the data set root at `flag` must never write over (errors.refuse_overwrite): the root
+    """What a command reading the data set root at `flag` must never write over (inputs.refuse_overwrite): the root
     itself, its annotations (ufo/) and its image folders (images/, img/). Nothing for a URL."""
     if root is None or "://" in str(root):
         return []

@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw, ImageFont
 from east_cache.atomic import writing
 from east_cache.augment import Augment
 from east_cache.build.stale import check_stale
-from east_cache.errors import refuse_overwrite
+from east_cache.inputs import refuse_overwrite
 from east_cache.ingest.imageio import decode_image
 from east_cache.ingest.ufo import dataset_inputs, load_splits
 from east_cache.inspect.draw import (GAP, LABEL_H, PAGE_SIDE, crop_panel, render_page, render_sample,

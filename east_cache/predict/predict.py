@@ -30,8 +30,8 @@ from east_cache.predict.maps import MapStats, map_warning
 from east_cache.predict.device import setup_device, setup_threads
 from east_cache.evaluate.ensemble import fuse
 from east_cache.evaluate.predictions import write_predictions
-from east_cache.errors import (CommandParser, Input, UsageError, check_output, refuse_overwrite, run_command,
-                               stderr_line)
+from east_cache.errors import CommandParser, UsageError, run_command, stderr_line
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.ingest.ufo import dataset_inputs
 from east_cache.progress import Progress
 

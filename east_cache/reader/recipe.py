@@ -16,7 +16,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from east_cache.errors import Input, UsageError
+from east_cache.errors import UsageError
+from east_cache.inputs import Input
 from east_cache.reader.transform import CropTransform, kind_of
 
 RECIPE_FORMATS = {".yaml": "yaml", ".yml": "yaml", ".json": "json"}   # albumentations' own file formats
@@ -45,7 +46,7 @@ def recipe_path(spec) -> Path:
 
 
 def recipe_inputs(spec, flag: str = "--augment") -> list[Input]:
-    """A recipe as a command's input (errors.Input), which no output may be or replace: its file (a Python file's
+    """A recipe as a command's input (inputs.Input), which no output may be or replace: its file (a Python file's
     too); none for a transform object or no recipe."""
     if not isinstance(spec, (str, Path)):
         return []

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import BuildConfig
-from east_cache.errors import Input
+from east_cache.inputs import Input
 
 # Bump when the record layout, the file naming or the manifest schema changes.
 FORMAT_VERSION = 7   # 7: a page warped at read time stores its half level only when built with --levels (kinds
@@ -243,7 +243,7 @@ def sample_bytes(cfg: BuildConfig, records, members, staging: bool = False) -> i
 
 
 def cache_inputs(cache, flag: str) -> list[Input]:
-    """What a command reading the cache at `flag` must never write over (errors.refuse_overwrite): the folder, its
+    """What a command reading the cache at `flag` must never write over (inputs.refuse_overwrite): the folder, its
     manifest and every file of its data/. Nothing for a URL."""
     if cache is None or "://" in str(cache):
         return []

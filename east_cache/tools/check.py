@@ -20,7 +20,8 @@ import numpy as np
 
 from east_cache.bounds import Bound, flag_number
 from east_cache.config import BuildConfig
-from east_cache.errors import UsageError, check_output, refuse_overwrite
+from east_cache.errors import UsageError
+from east_cache.inputs import check_output, refuse_overwrite
 from east_cache.ingest.objects import is_url
 from east_cache.ingest.ufo import dataset_inputs, find_split, load_ufo, read_images
 from east_cache.atomic import write_atomic
@@ -97,7 +98,7 @@ def run(a: argparse.Namespace) -> int:
 
 def check_flags(roots: list[Path], out: Path | None) -> None:
     """Refuse, before any work, what cannot be checked or written: a URL, a folder that is no root, an --out whose
-    files would be an input or a link to one (errors.refuse_overwrite), an --out in a root's ufo/ (its .json files
+    files would be an input or a link to one (inputs.refuse_overwrite), an --out in a root's ufo/ (its .json files
     are read as splits: report.json would be one)."""
     for r in roots:
         if is_url(str(r)):

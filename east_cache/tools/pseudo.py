@@ -24,7 +24,8 @@ from pathlib import Path
 
 from east_cache.bounds import Bound, flag_number
 from east_cache.convert.writer import IMAGES_DIR, check_output, ufo_path, write_root
-from east_cache.errors import DataError, Input, UsageError, refuse_overwrite, stderr_line
+from east_cache.errors import DataError, UsageError, stderr_line
+from east_cache.inputs import Input, refuse_overwrite
 from east_cache.ingest.files import NotAllowed, contained, regular_stat
 from east_cache.ingest.imageio import oriented_size
 from east_cache.ingest.pseudolabels import PROVENANCE, PSEUDO_TAG

@@ -35,7 +35,8 @@ from datetime import datetime
 from pathlib import Path
 
 from east_cache.atomic import writing
-from east_cache.errors import Input, UsageError, check_output, refuse_overwrite
+from east_cache.errors import UsageError
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.tools.run_recipe import effective, recipe_of, records, text_of
 
 LOG, EVAL_LOG = "log.jsonl", "eval.jsonl"

@@ -27,7 +27,8 @@ import numpy as np
 
 from east_cache.bounds import SEED, Bound, flag_number
 from east_cache.config import BuildConfig
-from east_cache.errors import Input, UsageError, refuse_overwrite
+from east_cache.errors import UsageError
+from east_cache.inputs import Input, refuse_overwrite
 from east_cache.ingest import ufo
 from east_cache.ingest.ufofile import entry_text, file_text, read_entries
 from east_cache.location import flag_location, is_remote

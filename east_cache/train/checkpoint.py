@@ -34,10 +34,11 @@ from east_cache.model.model import EAST
 from east_cache.train.report import IDS_FILE
 from east_cache.predict.device import Runtime
 from east_cache.predict.weights import BEST, LATEST, inference_model, load_checkpoint
-from east_cache.errors import UsageError, cache_command, nearest_existing, stderr_line
+from east_cache.errors import UsageError, cache_command, stderr_line
+from east_cache.inputs import nearest_existing
 from east_cache.atomic import fsync_path, replacing
 
-# what a run writes in --out (errors.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
+# what a run writes in --out (inputs.refuse_overwrite): no input may lie there (a --resume checkpoint may: the
 # run it continues writes there)
 EVAL_LOG = "eval.jsonl"   # what --eval-only writes there
 RUN_WRITES = (LATEST, BEST, "epoch_*.pt", "*.tmp", "log.jsonl", EVAL_LOG, "profile_trace.json",

@@ -50,7 +50,8 @@ from east_cache.train.runtime import failure_recorded, jsonl_writer, leave_group
 from east_cache.predict.device import Runtime, setup_device, setup_threads
 from east_cache.predict.weights import BEST
 from east_cache.train.validate import detection_metrics, evaluate_checkpoint, full_page_metrics, val_pages
-from east_cache.errors import EXIT_INTERRUPTED, Input, UsageError, check_output, refuse_overwrite, run_command
+from east_cache.errors import EXIT_INTERRUPTED, UsageError, run_command
+from east_cache.inputs import Input, check_output, refuse_overwrite
 from east_cache.ingest.ufo import dataset_inputs, find_split
 from east_cache.reader.loader import Loader, check_caches, open_cache
 from east_cache.reader.recipe import load_recipe, recipe_inputs, run_recipe
