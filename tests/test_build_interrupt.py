@@ -53,23 +53,31 @@ def temp_files(out: Path) -> list[str]:
     return sorted(p.name for p in (out / "data").iterdir() if ".tmp" in p.name)
 
 
+def stopped_and_resumed(data, tmp_path, monkeypatch, cfg, interrupt) -> Path:
+    """A build of cfg into tmp_path/c stopped by what interrupt(monkeypatch context) sets up keeps the rows of its
+    unfinished file (its staging file and journal stay, no other temp file), says how many in numbers, and the
+    next build makes only the rest, into the bytes of a build never interrupted. The cache's folder."""
+    out = tmp_path / "c"
+    build(data, tmp_path / "fresh", cfg)
+    with monkeypatch.context() as m:
+        interrupt(m)
+        with pytest.raises(BuildStopped) as stopped:
+            build(data, out, cfg)
+    kept, total, unfinished = map(int, KEPT.search(str(stopped.value)).groups())
+    assert (kept, total) == (unfinished, 20) and 0 < kept < total, stopped.value
+    assert len(temp_files(out)) == 2, "the staging file and its journal stay, and nothing else"
+    r = build(data, out, cfg)
+    assert (r.resumed, r.computed) == (kept, total - kept)
+    assert cache_bytes(out) == cache_bytes(tmp_path / "fresh"), "the same bytes as a build never interrupted"
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("over", [{}, {"image_codec": "jpeg"}, {"crop": "build"}],
                          ids=["pages-raw", "pages-jpeg", "crops"])
 def test_a_whole_build_interrupted_keeps_its_finished_samples_and_the_next_makes_the_rest(
         data_copy, tmp_path, monkeypatch, over):
-    cfg, out = whole(**over), tmp_path / "c"
-    build(data_copy, tmp_path / "fresh", cfg)
-    with monkeypatch.context() as m:
-        interrupt_after(m, 2)
-        with pytest.raises(BuildStopped) as stopped:
-            build(data_copy, out, cfg)
-    kept, total, unfinished = map(int, KEPT.search(str(stopped.value)).groups())
-    assert (kept, total) == (unfinished, 20) and 0 < kept < total, stopped.value
-    assert len(temp_files(out)) == 2, "the staging file and its journal stay"
-    r = build(data_copy, out, cfg)
-    assert (r.resumed, r.computed) == (kept, total - kept)
-    assert cache_bytes(out) == cache_bytes(tmp_path / "fresh"), "the same bytes as a build never interrupted"
+    out = stopped_and_resumed(data_copy, tmp_path, monkeypatch, whole(**over), lambda m: interrupt_after(m, 2))
     assert not verify(out) and temp_files(out) == []
 
 
@@ -111,9 +119,6 @@ def test_ctrl_c_inside_the_sidecars_write_is_the_interrupt_and_keeps_the_journal
                                                                                           monkeypatch):
     """Ctrl-C inside np.savez, as zipfile opens a member: savez's own close then raises ValueError over the
     KeyboardInterrupt. That is still the interrupt (once a traceback, exit status 1, and the rows lost)."""
-    cfg, out = whole(crop="build"), tmp_path / "c"
-    build(data_copy, tmp_path / "fresh", cfg)
-
     real = np.savez
 
     def savez(path, **arrays):
@@ -126,16 +131,8 @@ def test_ctrl_c_inside_the_sidecars_write_is_the_interrupt_and_keeps_the_journal
         finally:
             raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
 
-    with monkeypatch.context() as m:
-        m.setattr("east_cache.build.run.np.savez", savez)
-        with pytest.raises(BuildStopped) as stopped:
-            build(data_copy, out, cfg)
-    kept, total, unfinished = map(int, KEPT.search(str(stopped.value)).groups())
-    assert (kept, total) == (unfinished, 20) and 0 < kept < total, stopped.value
-    assert len(temp_files(out)) == 2, "the staging file and its journal stay, the torn sidecar goes"
-    r = build(data_copy, out, cfg)
-    assert (r.resumed, r.computed) == (kept, total - kept)
-    assert cache_bytes(out) == cache_bytes(tmp_path / "fresh")
+    stopped_and_resumed(data_copy, tmp_path, monkeypatch, whole(crop="build"),
+                        lambda m: m.setattr("east_cache.build.run.np.savez", savez))
 
 
 def test_a_zarr_file_keeps_no_rows_and_the_message_says_so(data_copy, tmp_path, monkeypatch):
