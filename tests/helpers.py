@@ -10,6 +10,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -33,6 +34,23 @@ TINY = dict(image_size=96, input_size=64, variants=1, crop_tries=20)
 QUIET_RUN = ["--workers", "0", "--batch-size", "2", "--log-every", "1", "--backbone-weights", "random"]
 # two variants of pages stored warped (--geometry build); a page warped at read time has one
 SMALL = dict(image_size=192, input_size=96, map_scale=0.5, variants=2, crop_tries=50, geometry="build")
+
+
+def ctrl_c(*_args, **_kwargs) -> None:
+    """Ctrl-C, as the signal raises it, in place of any call."""
+    raise KeyboardInterrupt
+
+
+def ctrl_c_then_cleanup_fails(*_args, **_kwargs) -> None:
+    """Ctrl-C, then a cleanup it left half done failing in its turn: np.savez, stopped inside zipfile's open, raises
+    ValueError as it closes the archive. Every command takes it for the interrupt."""
+    try:
+        raise KeyboardInterrupt
+    finally:
+        raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
+
+
+INTERRUPTS = pytest.mark.parametrize("interrupt", [ctrl_c, ctrl_c_then_cleanup_fails], ids=["plain", "cleanup-fails"])
 
 
 def small_config(**over) -> BuildConfig:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cache_bytes, small_config
+from helpers import cache_bytes, ctrl_c_then_cleanup_fails, small_config
 
 from east_cache.errors import BuildStopped
 from east_cache.build.run import build_cache
@@ -126,10 +126,7 @@ def test_ctrl_c_inside_the_sidecars_write_is_the_interrupt_and_keeps_the_journal
             return real(path, **arrays)
         with open(path, "wb") as f:
             f.write(b"PK")   # the torn sidecar a real interrupt leaves
-        try:
-            raise KeyboardInterrupt
-        finally:
-            raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
+        ctrl_c_then_cleanup_fails()
 
     stopped_and_resumed(data_copy, tmp_path, monkeypatch, whole(crop="build"),
                         lambda m: m.setattr("east_cache.build.run.np.savez", savez))

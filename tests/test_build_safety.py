@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import small_config
+from helpers import INTERRUPTS, small_config
 
 from east_cache.cli import main as cli_main
 from east_cache.errors import BuildError, CacheError, DataError
@@ -126,13 +126,21 @@ def test_cleanup_that_fails_after_the_commit_says_the_new_cache_is_complete(data
     assert Manifest.load(out).config.seed == 5
 
 
-def test_ctrl_c_after_the_commit_says_the_new_cache_is_complete(data_copy, tmp_path, capsys, monkeypatch):
+@INTERRUPTS
+@pytest.mark.parametrize("where", ["garbage collection", "manifest's sync"])
+def test_ctrl_c_after_the_commit_says_the_new_cache_is_complete(data_copy, tmp_path, capsys, monkeypatch, where,
+                                                                interrupt):
     out = tmp_path / "c"
     build(data_copy, out)
+    if where == "garbage collection":
+        monkeypatch.setattr(build_module, "collect_garbage", lambda out, keep: interrupt())
+    else:
+        real = Manifest.save
 
-    def interrupt(out, keep):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(build_module, "collect_garbage", interrupt)
+        def renamed_then_interrupted(self, cache_dir):
+            real(self, cache_dir)
+            interrupt()
+        monkeypatch.setattr(Manifest, "save", renamed_then_interrupted)
     assert cli_build(data_copy, out, "--seed", "6") == 130
     err = capsys.readouterr().err
     assert "interrupted after the new cache was committed: it is complete" in err and err.count("\n") == 1

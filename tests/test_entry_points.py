@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, edit_ufo, first_image, make_tiny_cache, run_args, train_run
+from helpers import INTERRUPTS, REPO, edit_ufo, first_image, make_tiny_cache, run_args, train_run
 
 from east_cache import cli, errors
 from east_cache.train import checkpoint, train
@@ -139,26 +139,14 @@ def test_our_own_bug_keeps_its_traceback(world, monkeypatch):
         predict.main(argv("--checkpoint {old} --data {data} --split train --out {dir}/p.json", world))
 
 
-def _ctrl_c(*a, **k):
-    raise KeyboardInterrupt
-
-
-def _ctrl_c_then_cleanup_fails(*a, **k):
-    """What np.savez does when Ctrl-C lands inside zipfile's open: its close, in a finally, fails in its turn."""
-    try:
-        raise KeyboardInterrupt
-    finally:
-        raise ValueError("Can't close the ZIP file while there is an open writing handle on it.")
-
-
-@pytest.mark.parametrize("interrupted", [_ctrl_c, _ctrl_c_then_cleanup_fails], ids=["plain", "cleanup-fails"])
+@INTERRUPTS
 @pytest.mark.parametrize("entry", sorted(MAINS))
-def test_ctrl_c_is_status_130_and_one_line(entry, interrupted, world, monkeypatch, capsys):
+def test_ctrl_c_is_status_130_and_one_line(entry, interrupt, world, monkeypatch, capsys):
     module, name, flags = {"east-cache": (cli, "cmd_info", "info {cache}"),
                            "east-train": (train, "train", "--cache {cache} --out {dir}/run --backbone-weights random"),
                            "east-predict": (predict, "predict_passes", "--checkpoint {old} --data {data} --split train "
                                                                 "--out {dir}/p.json")}[entry]
-    monkeypatch.setattr(module, name, interrupted)
+    monkeypatch.setattr(module, name, interrupt)
     assert MAINS[entry](argv(flags, world)) == errors.EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err, err

@@ -155,33 +155,33 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
     ingest["exif_applied"] = len(exif)
     stats = BuildStats(round(time.perf_counter() - t0, 3), time.strftime("%Y-%m-%dT%H:%M:%S"), report.computed,
                        report.copied, report.files_reused)
-    _commit(out, Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, ingest, notes,
-                          sorted(exif), stats, codec_reason=codec_reason, sources=data_sources, members=members))
+    manifest = Manifest(build_fp, cfg, source, sources, entries, fmt.name, reason, ingest, notes, sorted(exif), stats,
+                        codec_reason=codec_reason, sources=data_sources, members=members)
     report.skipped = [tuple(b) for b in summary.bad] + [(n, v) for n, v in sorted(notes.items())
                                                          if v.startswith(SKIPPED_NOTE)]
     try:
-        report.files_removed = collect_garbage(out, {e.name for e in entries})
-    except OSError as e:   # the new cache is in place: say so, rather than that the old one is unchanged
-        report.cleanup_error = f"{e.filename or out}: {e.strerror or e}"
-    except KeyboardInterrupt:
-        raise BuildInterrupted() from None
+        _commit(out, manifest)
+        try:
+            report.files_removed = collect_garbage(out, {e.name for e in entries})
+        except OSError as e:   # the new cache is in place: say so, rather than that the old one is unchanged
+            report.cleanup_error = f"{e.filename or out}: {e.strerror or e}"
+    except BaseException as e:   # Ctrl-C once the manifest is renamed into place (its sync, the cleanup)
+        if from_interrupt(e) and _committed(out, manifest):
+            raise BuildInterrupted() from None
+        raise
     report.seconds = time.perf_counter() - t0
     return report
 
 
 def _commit(out: Path, manifest: Manifest) -> None:
-    """Save the manifest. Should a failure or Ctrl-C come after the rename (while syncing the directory), the new
-    cache is what a reader sees: the error says so, rather than that the previous cache is unchanged."""
+    """Save the manifest. Should an error come after the rename (while syncing the directory), the new cache is
+    what a reader sees: the error says so, not that the previous cache is unchanged (a Ctrl-C: _build's line)."""
     try:
         manifest.save(out)
     except OSError as e:
         if _committed(out, manifest):
             raise BuildError(f"{out}: the new cache is in place, but making it durable failed ({e}); run "
                              f"`{cache_command('verify')} {out}` once the disk is healthy") from e
-        raise
-    except KeyboardInterrupt:
-        if _committed(out, manifest):
-            raise BuildInterrupted() from None
         raise
 
 
