@@ -123,17 +123,17 @@ def skipped_reason(why: str) -> str:
     return _SKIP_ADVICE.sub("", why)
 
 
-def from_interrupt(e: BaseException | None) -> bool:
-    """Whether e is a Ctrl-C (SIGTERM), or an error raised while one was unwinding: cleanup that the interrupt
-    left half done may fail in its turn (np.savez, stopped inside zipfile's open, raises ValueError as it closes
-    the archive), and that failure is the interrupt, not a bug to show."""
+def interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
+    """The Ctrl-C (SIGTERM) that e is, or that was unwinding when e was raised: cleanup that the interrupt left
+    half done may fail in its turn (np.savez, stopped inside zipfile's open, raises ValueError as it closes the
+    archive), and that failure is the interrupt, not a bug to show. None where no interrupt is behind e."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen:
         if isinstance(e, KeyboardInterrupt):
-            return True
+            return e
         seen.add(id(e))
         e = e.__context__
-    return False
+    return None
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -217,8 +217,8 @@ def run_command(body: Callable[[], int], argv: list[str] | None = None, interrup
         stderr_line(str(e) or interrupted)
         return EXIT_INTERRUPTED
     except Exception as e:   # noqa: BLE001 - ours are raised again, with their traceback
-        if from_interrupt(e) and not debug:
-            stderr_line(interrupted)
+        if (stop := interrupt_in(e)) is not None and not debug:   # its own line (BuildInterrupted's...) still
+            stderr_line(str(stop) or interrupted)
             return EXIT_INTERRUPTED
         line = user_message(e)
         if line is None or debug:

@@ -152,6 +152,19 @@ def test_ctrl_c_is_status_130_and_one_line(entry, interrupt, world, monkeypatch,
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err, err
 
 
+def test_an_error_over_an_interrupt_of_its_own_line_says_that_line(capsys):
+    """A cleanup failing as the build's Ctrl-C after its commit unwinds: the line says the new cache is complete,
+    not the command's generic line (for a build: that the previous cache is intact)."""
+    def body():
+        try:
+            raise errors.BuildInterrupted()
+        finally:
+            raise OSError(5, "Input/output error")
+    assert errors.run_command(body, [], interrupted="interrupted: the previous cache is intact") == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted after the new cache was committed: it is complete") and err.count("\n") == 1
+
+
 def test_each_line_is_one_write_so_that_ranks_sharing_stderr_never_mix_lines(monkeypatch):
     """Under torchrun every rank writes its line to one stderr; where the stream is unbuffered (PYTHONUNBUFFERED,
     python -u), print() writes a line and its newline apart, and two ranks' lines then ran together."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from east_cache.config import AUTO, READER_ONLY, BuildConfig
-from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command, from_interrupt
+from east_cache.errors import BuildError, BuildInterrupted, BuildStopped, CacheError, cache_command, interrupt_in
 from east_cache.ingest.objects import source_root
 from east_cache.ingest.pseudolabels import marked_files
 from east_cache.ingest.ufo import load_splits
@@ -144,7 +144,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         _preallocate(out, cfg, plan, fmt, records)
         entries = _execute(cfg, plan, out, jobs, quiet, skip_bad, backend, notes, exif, report, on_file)
     except BaseException as e:
-        if not from_interrupt(e):   # an error: finished files stay, for the next build to reuse
+        if interrupt_in(e) is None:   # an error: finished files stay, for the next build to reuse
             remove_temp_files(out, plan)
             raise
         kept, rows = journaled(out, plan, spec)   # Ctrl-C, SIGTERM: finished files and journaled rows stay
@@ -166,7 +166,7 @@ def _build(cfg: BuildConfig, data_dirs, out: Path, split: str = "train", jobs: i
         except OSError as e:   # the new cache is in place: say so, rather than that the old one is unchanged
             report.cleanup_error = f"{e.filename or out}: {e.strerror or e}"
     except BaseException as e:   # Ctrl-C once the manifest is renamed into place (its sync, the cleanup)
-        if from_interrupt(e) and _committed(out, manifest):
+        if interrupt_in(e) is not None and _committed(out, manifest):
             raise BuildInterrupted() from None
         raise
     report.seconds = time.perf_counter() - t0
